@@ -1,0 +1,1 @@
+//! raidkit-bench (work in progress).

@@ -1,0 +1,5 @@
+//! The `raidkit` binary: parse, then act.
+
+fn main() {
+    println!("raidkit");
+}

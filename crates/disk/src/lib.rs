@@ -1,0 +1,1 @@
+//! raidkit-disk (work in progress).

@@ -1,0 +1,1 @@
+//! raidkit-engine (work in progress).

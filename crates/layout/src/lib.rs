@@ -1,0 +1,1 @@
+//! raidkit-layout (work in progress).

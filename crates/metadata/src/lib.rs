@@ -1,0 +1,1 @@
+//! raidkit-metadata (work in progress).

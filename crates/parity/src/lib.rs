@@ -1,0 +1,1 @@
+//! raidkit-parity (work in progress).
