@@ -1,0 +1,5 @@
+//! One module per group of subcommands.
+
+pub mod array;
+pub mod bench;
+pub mod layout;
