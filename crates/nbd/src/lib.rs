@@ -1,0 +1,1 @@
+//! raidkit-nbd (work in progress).

@@ -1,0 +1,1 @@
+//! raidkit-oracle (work in progress).
