@@ -1,0 +1,93 @@
+//! Errors of one member: what went wrong, on which member, doing what, where.
+
+use std::fmt;
+use std::io;
+
+/// What kind of failure a [`DiskError`] is.
+#[derive(Debug)]
+pub enum DiskErrorKind {
+    /// The operating system reported an error.
+    Io(io::Error),
+    /// The request reaches past the end of the disk.
+    OutOfRange { len_bytes: u64, size_bytes: u64 },
+    /// The disk was opened read-only and the request would change it.
+    ReadOnly,
+    /// The path names neither a regular file nor a block device.
+    NotADisk,
+}
+
+/// An error on one member, naming it.
+#[derive(Debug)]
+pub struct DiskError {
+    /// The member's name (its path for files).
+    pub member: String,
+    /// The operation: "read", "write", "flush", "discard", "write-zeroes", "open", "create".
+    pub op: &'static str,
+    /// Byte offset of the request (0 when not applicable).
+    pub offset_bytes: u64,
+    pub kind: DiskErrorKind,
+}
+
+impl DiskError {
+    pub fn new(member: &str, op: &'static str, offset_bytes: u64, kind: DiskErrorKind) -> Self {
+        DiskError {
+            member: member.to_string(),
+            op,
+            offset_bytes,
+            kind,
+        }
+    }
+
+    pub fn io(member: &str, op: &'static str, offset_bytes: u64, err: io::Error) -> Self {
+        Self::new(member, op, offset_bytes, DiskErrorKind::Io(err))
+    }
+}
+
+impl fmt::Display for DiskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            DiskErrorKind::Io(err) => write!(
+                f,
+                "{}: {} at byte {} failed: {}",
+                self.member, self.op, self.offset_bytes, err
+            ),
+            DiskErrorKind::OutOfRange {
+                len_bytes,
+                size_bytes,
+            } => write!(
+                f,
+                "{}: {} of {} bytes at byte {} reaches past the end of the member ({} bytes)",
+                self.member, self.op, len_bytes, self.offset_bytes, size_bytes
+            ),
+            DiskErrorKind::ReadOnly => write!(
+                f,
+                "{}: {} refused: the member is open read-only",
+                self.member, self.op
+            ),
+            DiskErrorKind::NotADisk => {
+                write!(f, "{}: not a regular file or block device", self.member)
+            }
+        }
+    }
+}
+
+impl std::error::Error for DiskError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            DiskErrorKind::Io(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<DiskError> for io::Error {
+    fn from(err: DiskError) -> io::Error {
+        let kind = match &err.kind {
+            DiskErrorKind::Io(e) => e.kind(),
+            DiskErrorKind::OutOfRange { .. } => io::ErrorKind::InvalidInput,
+            DiskErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
+            DiskErrorKind::NotADisk => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, err.to_string())
+    }
+}

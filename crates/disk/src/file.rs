@@ -1,0 +1,385 @@
+//! `FileDisk`: a regular file (image) or a block device, through positional `pread`/`pwrite`.
+//!
+//! Invariants: the size is fixed at open (an image file is never extended by a write); with
+//! `O_DIRECT` active every system call uses an offset, length and buffer aligned to the logical
+//! block size (unaligned requests are bounced through an [`AlignedBuf`], read-modify-write for
+//! writes); `O_DIRECT` is only ever an optimisation: where the kernel refuses it (EINVAL, e.g.
+//! tmpfs) the disk is reopened buffered.
+
+use crate::{check_range, AlignedBuf, Disk, DiskError, DiskErrorKind};
+use std::fs::{File, OpenOptions as StdOpenOptions};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether to bypass the page cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DirectIo {
+    /// `O_DIRECT` for block devices, buffered for regular files (the default).
+    #[default]
+    Auto,
+    /// Try `O_DIRECT` for every kind of member; fall back to buffered where refused.
+    Prefer,
+    /// Never use `O_DIRECT`.
+    Never,
+}
+
+/// How to open a member.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenOptions {
+    pub read_only: bool,
+    pub direct: DirectIo,
+}
+
+#[derive(Debug)]
+pub struct FileDisk {
+    file: File,
+    name: String,
+    size_bytes: u64,
+    logical_block_size: u32,
+    read_only: bool,
+    direct: bool,
+    is_block_device: bool,
+    /// Cleared once hole punching is refused, so later discards go straight to zeroes.
+    punch_supported: AtomicBool,
+}
+
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const BLKSSZGET: libc::c_ulong = 0x1268;
+const BLKZEROOUT: libc::c_ulong = 0x127f;
+
+impl FileDisk {
+    /// Opens an existing image file or block device.
+    pub fn open(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Self, DiskError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let meta = std::fs::metadata(path).map_err(|e| DiskError::io(&name, "open", 0, e))?;
+        let is_block_device = meta.file_type().is_block_device();
+        if !is_block_device && !meta.file_type().is_file() {
+            return Err(DiskError::new(&name, "open", 0, DiskErrorKind::NotADisk));
+        }
+        let want_direct = match opts.direct {
+            DirectIo::Auto => is_block_device,
+            DirectIo::Prefer => true,
+            DirectIo::Never => false,
+        };
+        let open = |direct: bool| {
+            let mut o = StdOpenOptions::new();
+            o.read(true).write(!opts.read_only);
+            if direct {
+                o.custom_flags(libc::O_DIRECT);
+            }
+            o.open(path)
+        };
+        let (file, direct) = if want_direct {
+            match open(true) {
+                Ok(f) => (f, true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
+                    open(false).map_err(|e| DiskError::io(&name, "open", 0, e))?,
+                    false,
+                ),
+                Err(e) => return Err(DiskError::io(&name, "open", 0, e)),
+            }
+        } else {
+            (
+                open(false).map_err(|e| DiskError::io(&name, "open", 0, e))?,
+                false,
+            )
+        };
+        let (size_bytes, logical_block_size) = if is_block_device {
+            let mut size: u64 = 0;
+            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size) };
+            if rc != 0 {
+                return Err(DiskError::io(
+                    &name,
+                    "open",
+                    0,
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            let mut lbs: libc::c_int = 0;
+            // SAFETY: BLKSSZGET writes one int through the pointer, which is valid.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKSSZGET as _, &mut lbs) };
+            let lbs = if rc == 0 && lbs > 0 { lbs as u32 } else { 512 };
+            (size, lbs)
+        } else {
+            (meta.len(), 512)
+        };
+        let mut disk = FileDisk {
+            file,
+            name,
+            size_bytes,
+            logical_block_size,
+            read_only: opts.read_only,
+            direct,
+            is_block_device,
+            punch_supported: AtomicBool::new(true),
+        };
+        if direct {
+            // O_DIRECT may open fine yet fail on the first I/O (some filesystems): probe once.
+            let mut probe = AlignedBuf::new(disk.direct_align(), disk.direct_align())
+                .ok_or_else(|| DiskError::new(&disk.name, "open", 0, DiskErrorKind::NotADisk))?;
+            if disk.size_bytes >= probe.len() as u64 {
+                if let Err(e) = disk.file.read_exact_at(&mut probe, 0) {
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        disk.file =
+                            open(false).map_err(|e| DiskError::io(&disk.name, "open", 0, e))?;
+                        disk.direct = false;
+                    } else {
+                        return Err(DiskError::io(&disk.name, "open", 0, e));
+                    }
+                }
+            }
+        }
+        Ok(disk)
+    }
+
+    /// Opens an image file, creating it (sparse) when missing and extending it (sparse) to
+    /// `size_bytes` when it is shorter. An existing longer file keeps its size.
+    pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> Result<Self, DiskError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let file = StdOpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| DiskError::io(&name, "create", 0, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| DiskError::io(&name, "create", 0, e))?;
+        if meta.file_type().is_file() && meta.len() < size_bytes {
+            file.set_len(size_bytes)
+                .map_err(|e| DiskError::io(&name, "create", 0, e))?;
+        }
+        drop(file);
+        Self::open(path, OpenOptions::default())
+    }
+
+    /// True when `O_DIRECT` is in use.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.is_block_device
+    }
+
+    fn direct_align(&self) -> usize {
+        (self.logical_block_size as usize).max(512)
+    }
+
+    fn needs_bounce(&self, buf: &[u8], offset: u64) -> bool {
+        if !self.direct {
+            return false;
+        }
+        let a = self.direct_align();
+        !(buf.as_ptr() as usize).is_multiple_of(a)
+            || !buf.len().is_multiple_of(a)
+            || !offset.is_multiple_of(a as u64)
+    }
+
+    fn bounce_window(&self, offset: u64, len: usize) -> (u64, usize) {
+        let a = self.direct_align() as u64;
+        let start = offset / a * a;
+        let end = (offset + len as u64).div_ceil(a) * a;
+        (start, (end - start) as usize)
+    }
+
+    fn refuse_if_read_only(&self, op: &'static str, offset: u64) -> Result<(), DiskError> {
+        if self.read_only {
+            Err(DiskError::new(
+                &self.name,
+                op,
+                offset,
+                DiskErrorKind::ReadOnly,
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn zero_fill(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        const STEP: usize = 1 << 20;
+        let zeros = AlignedBuf::new(STEP, self.direct_align()).ok_or_else(|| {
+            DiskError::new(
+                &self.name,
+                "write-zeroes",
+                offset_bytes,
+                DiskErrorKind::NotADisk,
+            )
+        })?;
+        let mut done = 0u64;
+        while done < len_bytes {
+            let n = ((len_bytes - done) as usize).min(STEP);
+            self.write_at(&zeros[..n], offset_bytes + done)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    fn block_range_ioctl(&self, req: libc::c_ulong, offset: u64, len: u64) -> bool {
+        let range: [u64; 2] = [offset, len];
+        // SAFETY: the ioctl reads two u64s from a valid pointer.
+        unsafe { libc::ioctl(self.file.as_raw_fd(), req as _, range.as_ptr()) == 0 }
+    }
+}
+
+impl Disk for FileDisk {
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
+        check_range(
+            &self.name,
+            "read",
+            offset_bytes,
+            buf.len() as u64,
+            self.size_bytes,
+        )?;
+        if self.needs_bounce(buf, offset_bytes) {
+            let (start, len) = self.bounce_window(offset_bytes, buf.len());
+            let mut bounce = AlignedBuf::new(len, self.direct_align()).ok_or_else(|| {
+                DiskError::new(&self.name, "read", offset_bytes, DiskErrorKind::NotADisk)
+            })?;
+            self.file
+                .read_exact_at(&mut bounce[..len], start)
+                .map_err(|e| DiskError::io(&self.name, "read", offset_bytes, e))?;
+            let skip = (offset_bytes - start) as usize;
+            buf.copy_from_slice(&bounce[skip..skip + buf.len()]);
+            return Ok(());
+        }
+        self.file
+            .read_exact_at(buf, offset_bytes)
+            .map_err(|e| DiskError::io(&self.name, "read", offset_bytes, e))
+    }
+
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.refuse_if_read_only("write", offset_bytes)?;
+        check_range(
+            &self.name,
+            "write",
+            offset_bytes,
+            buf.len() as u64,
+            self.size_bytes,
+        )?;
+        if self.needs_bounce(buf, offset_bytes) {
+            let (start, len) = self.bounce_window(offset_bytes, buf.len());
+            let mut bounce = AlignedBuf::new(len, self.direct_align()).ok_or_else(|| {
+                DiskError::new(&self.name, "write", offset_bytes, DiskErrorKind::NotADisk)
+            })?;
+            self.file
+                .read_exact_at(&mut bounce[..len], start)
+                .map_err(|e| DiskError::io(&self.name, "write", offset_bytes, e))?;
+            let skip = (offset_bytes - start) as usize;
+            bounce[skip..skip + buf.len()].copy_from_slice(buf);
+            return self
+                .file
+                .write_all_at(&bounce[..len], start)
+                .map_err(|e| DiskError::io(&self.name, "write", offset_bytes, e));
+        }
+        self.file
+            .write_all_at(buf, offset_bytes)
+            .map_err(|e| DiskError::io(&self.name, "write", offset_bytes, e))
+    }
+
+    fn flush(&self) -> Result<(), DiskError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| DiskError::io(&self.name, "flush", 0, e))
+    }
+
+    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        self.refuse_if_read_only("discard", offset_bytes)?;
+        check_range(
+            &self.name,
+            "discard",
+            offset_bytes,
+            len_bytes,
+            self.size_bytes,
+        )?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        if self.is_block_device {
+            // BLKDISCARD does not promise zeroes; BLKZEROOUT does (and may unmap).
+            if self.block_range_ioctl(BLKZEROOUT, offset_bytes, len_bytes) {
+                return Ok(());
+            }
+            return self.zero_fill(offset_bytes, len_bytes);
+        }
+        if self.punch_supported.load(Ordering::Relaxed) {
+            // SAFETY: fallocate on a valid descriptor with plain integer arguments.
+            let rc = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset_bytes as libc::off_t,
+                    len_bytes as libc::off_t,
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(DiskError::io(&self.name, "discard", offset_bytes, err));
+            }
+            self.punch_supported.store(false, Ordering::Relaxed);
+        }
+        self.zero_fill(offset_bytes, len_bytes)
+    }
+
+    fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        self.refuse_if_read_only("write-zeroes", offset_bytes)?;
+        check_range(
+            &self.name,
+            "write-zeroes",
+            offset_bytes,
+            len_bytes,
+            self.size_bytes,
+        )?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        if self.is_block_device {
+            if self.block_range_ioctl(BLKZEROOUT, offset_bytes, len_bytes) {
+                return Ok(());
+            }
+            return self.zero_fill(offset_bytes, len_bytes);
+        }
+        // SAFETY: fallocate on a valid descriptor with plain integer arguments.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                offset_bytes as libc::off_t,
+                len_bytes as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        // Not every filesystem zeroes ranges; punching a hole reads back as zeroes too.
+        self.discard(offset_bytes, len_bytes)
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn logical_block_size(&self) -> u32 {
+        self.logical_block_size
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+}
