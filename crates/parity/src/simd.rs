@@ -1,0 +1,279 @@
+//! The loop bodies shared by every SIMD kernel, written once over a small vocabulary of
+//! vector operations that each kernel module defines for its own instruction set:
+//!
+//! - `V`, `W`: the vector type and its width in bytes;
+//! - `zero()`, `ld(ptr)`, `st(ptr, v)` (unaligned), `xor(a, b)`;
+//! - `Consts`, `consts()`: whatever `mul2` needs, built once per call;
+//! - `mul2_xor(q, d, &Consts)`: `q·g ⊕ d`, the Horner step of md's `gen_syndrome`;
+//! - `mul2(q, &Consts)`: `q·g`, for zero slots and md's "left side" of `xor_syndrome`;
+//! - `MulC`, `mulc_new(c)`, `mulc(&MulC, v)`: multiply by a constant, for recovery.
+//!
+//! Every generated function processes a whole number of steps (`UNROLL` vectors, 2 or more
+//! cache lines) from offset 0 and returns where it stopped; the caller finishes the tail with
+//! the portable kernel. Callers guarantee that every non-empty slice is exactly as long as P
+//! (and Q), which is what makes the raw pointer reads below in bounds, and that the target
+//! features named in `$feat` are present on the running CPU.
+
+macro_rules! simd_kernel {
+    ($feat:literal) => {
+        const UNROLL: usize = 4;
+        const STEP: usize = UNROLL * W;
+
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn ld_n(ptr: *const u8) -> [V; UNROLL] {
+            let mut v = [zero(); UNROLL];
+            for (u, x) in v.iter_mut().enumerate() {
+                *x = ld(ptr.add(u * W));
+            }
+            v
+        }
+
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn st_n(ptr: *mut u8, v: [V; UNROLL]) {
+            for (u, x) in v.iter().enumerate() {
+                st(ptr.add(u * W), *x);
+            }
+        }
+
+        /// P = ⊕ sources (or P ⊕= … when `accumulate`), for bytes `0..returned`.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn gen_p(srcs: &[&[u8]], p: &mut [u8], accumulate: bool) -> usize {
+            let end = p.len() / STEP * STEP;
+            let pp = p.as_mut_ptr();
+            let mut i = 0;
+            while i < end {
+                let mut acc = if accumulate {
+                    ld_n(pp.add(i))
+                } else {
+                    [zero(); UNROLL]
+                };
+                for s in srcs.iter().filter(|s| !s.is_empty()) {
+                    let d = ld_n(s.as_ptr().add(i));
+                    for u in 0..UNROLL {
+                        acc[u] = xor(acc[u], d[u]);
+                    }
+                }
+                st_n(pp.add(i), acc);
+                i += STEP;
+            }
+            end
+        }
+
+        /// md's `gen_syndrome`: Horner's rule from the highest slot down.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn gen_syndrome(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> usize {
+            let end = p.len() / STEP * STEP;
+            let Some((top, rest)) = data.split_last() else {
+                return 0;
+            };
+            let k = consts();
+            let (pp, qp) = (p.as_mut_ptr(), q.as_mut_ptr());
+            let mut i = 0;
+            while i < end {
+                let mut wp = if top.is_empty() {
+                    [zero(); UNROLL]
+                } else {
+                    ld_n(top.as_ptr().add(i))
+                };
+                let mut wq = wp;
+                for s in rest.iter().rev() {
+                    if s.is_empty() {
+                        for x in wq.iter_mut() {
+                            *x = mul2(*x, &k);
+                        }
+                        continue;
+                    }
+                    let d = ld_n(s.as_ptr().add(i));
+                    for u in 0..UNROLL {
+                        wp[u] = xor(wp[u], d[u]);
+                        wq[u] = mul2_xor(wq[u], d[u], &k);
+                    }
+                }
+                st_n(pp.add(i), wp);
+                st_n(qp.add(i), wq);
+                i += STEP;
+            }
+            end
+        }
+
+        /// md's `xor_syndrome(start, stop)`: P ⊕= ⊕ D_z and Q ⊕= ⊕ g^z·D_z over slots
+        /// `start..=stop`; slots outside the range are not read.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn xor_syndrome(
+            data: &[&[u8]],
+            start_slot: usize,
+            stop_slot: usize,
+            p: &mut [u8],
+            q: &mut [u8],
+        ) -> usize {
+            let end = p.len() / STEP * STEP;
+            let k = consts();
+            let (pp, qp) = (p.as_mut_ptr(), q.as_mut_ptr());
+            let top = data[stop_slot];
+            let rest = &data[start_slot..stop_slot];
+            let mut i = 0;
+            while i < end {
+                let mut wp = if top.is_empty() {
+                    [zero(); UNROLL]
+                } else {
+                    ld_n(top.as_ptr().add(i))
+                };
+                let mut wq = wp;
+                for s in rest.iter().rev() {
+                    if s.is_empty() {
+                        for x in wq.iter_mut() {
+                            *x = mul2(*x, &k);
+                        }
+                        continue;
+                    }
+                    let d = ld_n(s.as_ptr().add(i));
+                    for u in 0..UNROLL {
+                        wp[u] = xor(wp[u], d[u]);
+                        wq[u] = mul2_xor(wq[u], d[u], &k);
+                    }
+                }
+                for _ in 0..start_slot {
+                    for x in wq.iter_mut() {
+                        *x = mul2(*x, &k);
+                    }
+                }
+                let (op, oq) = (ld_n(pp.add(i)), ld_n(qp.add(i)));
+                for u in 0..UNROLL {
+                    wp[u] = xor(wp[u], op[u]);
+                    wq[u] = xor(wq[u], oq[u]);
+                }
+                st_n(pp.add(i), wp);
+                st_n(qp.add(i), wq);
+                i += STEP;
+            }
+            end
+        }
+
+        /// See `reference::recov_2data`.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn recov_2data(
+            pbmul: u8,
+            qmul: u8,
+            p: &[u8],
+            q: &[u8],
+            dp: &mut [u8],
+            dq: &mut [u8],
+        ) -> usize {
+            let end = p.len() / STEP * STEP;
+            let (pbm, qm) = (mulc_new(pbmul), mulc_new(qmul));
+            let (dpp, dqp) = (dp.as_mut_ptr(), dq.as_mut_ptr());
+            let mut i = 0;
+            while i < end {
+                let (vp, vq) = (ld_n(p.as_ptr().add(i)), ld_n(q.as_ptr().add(i)));
+                let (vdp, vdq) = (ld_n(dpp.add(i)), ld_n(dqp.add(i)));
+                let mut a = [zero(); UNROLL];
+                let mut b = [zero(); UNROLL];
+                for u in 0..UNROLL {
+                    let px = xor(vp[u], vdp[u]);
+                    let qx = mulc(&qm, xor(vq[u], vdq[u]));
+                    b[u] = xor(mulc(&pbm, px), qx);
+                    a[u] = xor(b[u], px);
+                }
+                st_n(dpp.add(i), a);
+                st_n(dqp.add(i), b);
+                i += STEP;
+            }
+            end
+        }
+
+        /// See `reference::recov_datap`.
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn recov_datap(qmul: u8, q: &[u8], dq: &mut [u8], p: &mut [u8]) -> usize {
+            let end = p.len() / STEP * STEP;
+            let qm = mulc_new(qmul);
+            let (dqp, pp) = (dq.as_mut_ptr(), p.as_mut_ptr());
+            let mut i = 0;
+            while i < end {
+                let (vq, vdq, vp) = (ld_n(q.as_ptr().add(i)), ld_n(dqp.add(i)), ld_n(pp.add(i)));
+                let mut d = [zero(); UNROLL];
+                let mut np = [zero(); UNROLL];
+                for u in 0..UNROLL {
+                    d[u] = mulc(&qm, xor(vq[u], vdq[u]));
+                    np[u] = xor(vp[u], d[u]);
+                }
+                st_n(dqp.add(i), d);
+                st_n(pp.add(i), np);
+                i += STEP;
+            }
+            end
+        }
+    };
+}
+
+pub(crate) use simd_kernel;
+
+/// A safe handle for one SIMD kernel module: constructing it proves the CPU has the features
+/// (`$detect`), and each method runs the SIMD body and finishes the tail portably.
+macro_rules! simd_token {
+    ($(#[$doc:meta])* $name:ident, $module:ident, $detect:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub(crate) struct $name(());
+
+        impl $name {
+            /// `Some` only when the running CPU has every feature the kernel uses.
+            pub(crate) fn new() -> Option<Self> {
+                if $detect {
+                    Some($name(()))
+                } else {
+                    None
+                }
+            }
+
+            pub(crate) fn gen_p(self, srcs: &[&[u8]], p: &mut [u8], accumulate: bool) {
+                // SAFETY: `self` exists only if `new` detected the features; lengths were
+                // validated by the dispatcher.
+                let end = unsafe { $module::gen_p(srcs, p, accumulate) };
+                crate::portable::gen_p(srcs, p, accumulate, end);
+            }
+
+            pub(crate) fn gen_syndrome(self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+                // SAFETY: as in `gen_p`.
+                let end = unsafe { $module::gen_syndrome(data, p, q) };
+                crate::portable::gen_syndrome(data, p, q, end);
+            }
+
+            pub(crate) fn xor_syndrome(
+                self,
+                data: &[&[u8]],
+                start_slot: usize,
+                stop_slot: usize,
+                p: &mut [u8],
+                q: &mut [u8],
+            ) {
+                // SAFETY: as in `gen_p`; the slot range was validated too.
+                let end = unsafe { $module::xor_syndrome(data, start_slot, stop_slot, p, q) };
+                crate::portable::xor_syndrome(data, start_slot, stop_slot, p, q, end);
+            }
+
+            pub(crate) fn recov_2data(
+                self,
+                pbmul: u8,
+                qmul: u8,
+                p: &[u8],
+                q: &[u8],
+                dp: &mut [u8],
+                dq: &mut [u8],
+            ) {
+                // SAFETY: as in `gen_p`.
+                let end = unsafe { $module::recov_2data(pbmul, qmul, p, q, dp, dq) };
+                crate::portable::recov_2data(pbmul, qmul, p, q, dp, dq, end);
+            }
+
+            pub(crate) fn recov_datap(self, qmul: u8, q: &[u8], dq: &mut [u8], p: &mut [u8]) {
+                // SAFETY: as in `gen_p`.
+                let end = unsafe { $module::recov_datap(qmul, q, dq, p) };
+                crate::portable::recov_datap(qmul, q, dq, p, end);
+            }
+        }
+    };
+}
+
+pub(crate) use simd_token;
