@@ -1,0 +1,233 @@
+//! RAID 10 placement, copied from drivers/md/raid10.c: `setup_geo` (layout word -> geometry),
+//! `calc_sectors` (used sectors per member and the far stride), `raid10_size`,
+//! `__raid10_find_phys` (array sector -> every copy) and `raid10_find_virt` (member sector ->
+//! array sector).
+//!
+//! md's own quirks are kept on purpose, since arrays written by md must read back: for example
+//! an offset layout with near copies > 1 on a device count that is not a multiple of the near
+//! copies can place two chunks on the same member chunk in md itself; `unmap` then reports the
+//! member chunk as `Unused` because md's two functions disagree on it.
+
+use crate::{GeometryError, MemberChunkRole, Placement, Raid10Layout};
+use serde::Serialize;
+
+/// RAID 10 geometry (md's `struct geom` plus calc_sectors' results).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Raid10Geometry {
+    pub(crate) layout: Raid10Layout,
+    pub(crate) raid_disks: u32,
+    pub(crate) chunk_sectors: u32,
+    pub(crate) chunk_shift: u32,
+    pub(crate) far_set_size: u32,
+    /// calc_sectors' `dev_sectors`: sectors used on every member.
+    pub(crate) dev_sectors: u64,
+    /// calc_sectors' `stride`: distance between far copies on a member.
+    pub(crate) stride_sectors: u64,
+    /// raid10_size.
+    pub(crate) array_sectors: u64,
+}
+
+impl Raid10Geometry {
+    /// setup_geo + calc_sectors + raid10_size. `chunk_sectors` is a checked power of two, and
+    /// `dev_sectors` is the smallest member's usable size.
+    pub(crate) fn new(
+        layout: Raid10Layout,
+        raid_disks: u32,
+        chunk_sectors: u32,
+        dev_sectors: u64,
+    ) -> Result<Raid10Geometry, GeometryError> {
+        let copies = layout.copies();
+        if copies < 2 || copies > raid_disks {
+            return Err(GeometryError::Raid10CopiesOutOfRange { copies, raid_disks });
+        }
+        let nc = u32::from(layout.near);
+        let fc = u32::from(layout.far);
+        let far_set_size = match layout.far_set_mode {
+            0 => raid_disks,
+            1 => raid_disks / fc,
+            _ => fc * nc,
+        };
+        if far_set_size == 0 {
+            return Err(GeometryError::InvalidRaid10Layout {
+                layout: layout.md_layout(),
+                reason: "far-set mode 1 with more far copies than devices",
+            });
+        }
+        let chunk_shift = chunk_sectors.trailing_zeros();
+        let disks = u64::from(raid_disks);
+        // calc_sectors
+        let chunks_per_dev = dev_sectors >> chunk_shift;
+        let array_chunks = (chunks_per_dev / u64::from(fc))
+            .checked_mul(disks)
+            .ok_or(GeometryError::SizeOverflow)?
+            / u64::from(nc);
+        let used_chunks = array_chunks
+            .checked_mul(u64::from(copies))
+            .ok_or(GeometryError::SizeOverflow)?
+            .div_ceil(disks);
+        let used_sectors = used_chunks << chunk_shift;
+        let stride_sectors = if layout.offset {
+            1u64 << chunk_shift
+        } else {
+            (used_chunks / u64::from(fc)) << chunk_shift
+        };
+        // raid10_size on the used sectors
+        let size_chunks = (used_chunks / u64::from(fc)) * disks / u64::from(nc);
+        let array_sectors = size_chunks
+            .checked_mul(u64::from(chunk_sectors))
+            .ok_or(GeometryError::SizeOverflow)?;
+        if array_sectors == 0 {
+            return Err(GeometryError::MemberTooSmall {
+                member: 0,
+                sectors: dev_sectors,
+                min_sectors: u64::from(chunk_sectors) * u64::from(fc),
+            });
+        }
+        Ok(Raid10Geometry {
+            layout,
+            raid_disks,
+            chunk_sectors,
+            chunk_shift,
+            far_set_size,
+            dev_sectors: used_sectors,
+            stride_sectors,
+            array_sectors,
+        })
+    }
+
+    pub fn layout(&self) -> Raid10Layout {
+        self.layout
+    }
+
+    pub fn far_set_size(&self) -> u32 {
+        self.far_set_size
+    }
+
+    pub fn stride_sectors(&self) -> u64 {
+        self.stride_sectors
+    }
+
+    /// (last_far_set_start, last_far_set_size) as __raid10_find_phys computes them.
+    fn last_far_set(&self) -> (u32, u32) {
+        let start = (self.raid_disks / self.far_set_size - 1) * self.far_set_size;
+        let size = self.far_set_size + self.raid_disks % self.far_set_size;
+        (start, size)
+    }
+
+    /// __raid10_find_phys: every copy of `array_sector`, in md's slot order (near copies in
+    /// turn, each followed by its far copies).
+    pub(crate) fn find_phys(&self, array_sector: u64) -> Vec<Placement> {
+        let nc = u64::from(self.layout.near);
+        let fc = u32::from(self.layout.far);
+        let disks = u64::from(self.raid_disks);
+        let chunk_mask = u64::from(self.chunk_sectors) - 1;
+        let (last_start, last_size) = self.last_far_set();
+
+        let chunk = (array_sector >> self.chunk_shift) * nc;
+        let mut sector = array_sector & chunk_mask;
+        let mut stripe = chunk / disks;
+        // dev < raid_disks, so it fits in u32.
+        let mut dev = (chunk % disks) as u32;
+        if self.layout.offset {
+            stripe *= u64::from(fc);
+        }
+        sector += stripe << self.chunk_shift;
+
+        let mut out = Vec::with_capacity(self.layout.copies() as usize);
+        for _ in 0..self.layout.near {
+            let mut d = dev;
+            let mut s = sector;
+            out.push(Placement {
+                member: d,
+                member_sector: s,
+            });
+            for _ in 1..fc {
+                let set = d / self.far_set_size;
+                d += u32::from(self.layout.near);
+                if !self.raid_disks.is_multiple_of(self.far_set_size) && d > last_start {
+                    d -= last_start;
+                    d %= last_size;
+                    d += last_start;
+                } else {
+                    d %= self.far_set_size;
+                    d += self.far_set_size * set;
+                }
+                s += self.stride_sectors;
+                out.push(Placement {
+                    member: d,
+                    member_sector: s,
+                });
+            }
+            dev += 1;
+            if dev >= self.raid_disks {
+                dev = 0;
+                sector += chunk_mask + 1;
+            }
+        }
+        out
+    }
+
+    /// raid10_find_virt: the array sector whose copy md expects at (`member`, `member_sector`).
+    /// Only meaningful for member sectors below `dev_sectors`.
+    pub(crate) fn find_virt(&self, member: u32, member_sector: u64) -> u64 {
+        let nc = i64::from(self.layout.near);
+        let fc = u64::from(self.layout.far);
+        let mut dev = i64::from(member);
+        let mut far_set_start = i64::from(member / self.far_set_size * self.far_set_size);
+        let mut far_set_size = i64::from(self.far_set_size);
+        if !self.raid_disks.is_multiple_of(self.far_set_size) {
+            let (last_start, last_size) = self.last_far_set();
+            if member >= last_start {
+                far_set_size = i64::from(last_size);
+                far_set_start = i64::from(last_start);
+            }
+        }
+        let chunk_mask = u64::from(self.chunk_sectors) - 1;
+        let offset = member_sector & chunk_mask;
+        let chunk;
+        if self.layout.offset {
+            let c = member_sector >> self.chunk_shift;
+            let f = (c % fc) as i64;
+            chunk = c / fc;
+            dev -= f * nc;
+            if dev < far_set_start {
+                dev += far_set_size;
+            }
+        } else {
+            let mut sector = member_sector;
+            while sector >= self.stride_sectors {
+                sector -= self.stride_sectors;
+                if dev < nc + far_set_start {
+                    dev += far_set_size - nc;
+                } else {
+                    dev -= nc;
+                }
+            }
+            chunk = sector >> self.chunk_shift;
+        }
+        // md's arithmetic keeps dev within 0..raid_disks for in-range input.
+        let vchunk = (chunk * u64::from(self.raid_disks) + dev.max(0) as u64) / nc as u64;
+        (vchunk << self.chunk_shift) + offset
+    }
+
+    pub(crate) fn unmap(&self, member: u32, member_sector: u64) -> MemberChunkRole {
+        if member_sector >= self.dev_sectors {
+            return MemberChunkRole::Unused;
+        }
+        let array_sector = self.find_virt(member, member_sector);
+        if array_sector >= self.array_sectors {
+            return MemberChunkRole::Unused;
+        }
+        let copies = self.find_phys(array_sector);
+        match copies
+            .iter()
+            .position(|p| p.member == member && p.member_sector == member_sector)
+        {
+            Some(copy) => MemberChunkRole::Data {
+                array_sector,
+                copy: copy as u32,
+            },
+            None => MemberChunkRole::Unused,
+        }
+    }
+}
