@@ -1,1 +1,29 @@
-//! raidkit-nbd (work in progress).
+//! raidkit-nbd: serves byte ranges (arrays, files, memory) as Network Block Device exports.
+//!
+//! Layers, following the NBD protocol (NetworkBlockDevice/nbd doc/proto.md):
+//! - [`proto`]: wire constants and the NBD error values;
+//! - [`handshake`]: sans-IO fixed newstyle negotiation (`NBD_OPT_GO`, `INFO`, `LIST`,
+//!   `EXPORT_NAME`, `ABORT`, `STRUCTURED_REPLY`; anything else is `NBD_REP_ERR_UNSUP`);
+//! - [`transmission`]: sans-IO request validation and reply encoding;
+//! - [`export`]: the [`Export`] trait an array implements, with [`MemoryExport`] and
+//!   [`FileExport`];
+//! - [`server`]: sockets and threads around the codec: [`Server::builder`] and [`serve`];
+//! - [`signal`]: SIGINT/SIGTERM as a shutdown flag.
+//!
+//! The codec never does I/O, so it is tested by feeding it bytes, including fuzzed ones; the
+//! server is tested against real clients (nbdinfo, qemu-io, nbdcopy, fio).
+
+pub mod export;
+pub mod handshake;
+pub mod proto;
+pub mod server;
+pub mod signal;
+pub mod transmission;
+
+pub use export::{BlockSize, BlockSizeError, Export, FileExport, MemoryExport};
+pub use proto::NbdError;
+pub use server::{
+    serve, ConnectionEnd, Listener, ServeReport, Server, ServerBuilder, ServerConfig, ServerError,
+    Transport,
+};
+pub use signal::shutdown_on_signals;
