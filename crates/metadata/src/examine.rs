@@ -320,8 +320,14 @@ impl ExamineReport {
     /// The report in mdadm's `--examine` text layout (field names right-aligned before " : ").
     pub fn to_text(&self) -> String {
         let mut out = String::new();
+        // mdadm pads names to 15 columns, except "Device Role" and "Array State" (14).
         let mut line = |name: &str, value: &str| {
-            out.push_str(&format!("{name:>15} : {value}\n"));
+            let width = if matches!(name, "Device Role" | "Array State") {
+                14
+            } else {
+                15
+            };
+            out.push_str(&format!("{name:>width$} : {value}\n"));
         };
         line("Magic", &self.magic);
         line("Version", &self.version);

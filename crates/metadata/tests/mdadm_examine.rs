@@ -285,11 +285,18 @@ fn check_examine(
         )));
     }
 
-    // Our own report must agree with mdadm on every field both print.
-    let ours = fields(
-        &ExamineReport::from_superblock(&b.sb, Some(b.layout.device_sectors), bms.as_ref())
-            .to_text(),
-    );
+    // Our own report must agree with mdadm on every field both print, down to the layout of
+    // the line (mdadm may append a human-readable size or a note).
+    let our_text =
+        ExamineReport::from_superblock(&b.sb, Some(b.layout.device_sectors), bms.as_ref())
+            .to_text();
+    for l in our_text.lines().filter(|l| !l.trim().starts_with(':')) {
+        assert!(
+            text.lines().any(|t| t.starts_with(l)),
+            "our line '{l}' is not in mdadm's output:\n{text}"
+        );
+    }
+    let ours = fields(&our_text);
     for (k, v) in &ours {
         if k.is_empty() {
             continue;
