@@ -1,0 +1,365 @@
+//! Hostile and broken clients over a raw socket: every bad request gets the protocol's error,
+//! protocol violations close only that connection, and a well-behaved client (and the data)
+//! is unaffected throughout.
+
+mod common;
+
+use common::*;
+use raidkit_nbd::handshake::{Catalog, ExportInfo};
+use raidkit_nbd::{ConnectionEnd, Export, MemoryExport, Server};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+const READ: u16 = 0;
+const WRITE: u16 = 1;
+const DISC: u16 = 2;
+const FLUSH: u16 = 3;
+const TRIM: u16 = 4;
+const WRITE_ZEROES: u16 = 6;
+const EPERM: u32 = 1;
+const EINVAL: u32 = 22;
+const ENOSPC: u32 = 28;
+const EOVERFLOW: u32 = 75;
+const SIZE: u64 = 8 << 20;
+
+type Exports = Vec<(&'static str, Arc<dyn Export>)>;
+
+fn exports() -> (Arc<MemoryExport>, Exports) {
+    let disk = Arc::new(MemoryExport::new(SIZE));
+    disk.write_at(0, &pattern(1 << 20, 7), false).unwrap();
+    let ro: Arc<dyn Export> = Arc::new(MemoryExport::new(SIZE).with_read_only(true));
+    (
+        disk.clone(),
+        vec![("disk", disk as Arc<dyn Export>), ("ro", ro)],
+    )
+}
+
+/// A good client: writes, reads back and checks, on its own connection.
+fn good_client_works(socket: &std::path::Path, offset: u64, seed: u64) {
+    let mut c = RawClient::connect(socket);
+    c.go("disk", false);
+    let data = pattern(64 << 10, seed);
+    c.request(0, WRITE, 1, offset, data.len() as u32);
+    c.stream.write_all(&data).unwrap();
+    assert_eq!(c.simple_reply(), (0, 1));
+    c.request(0, READ, 2, offset, data.len() as u32);
+    assert_eq!(c.simple_reply(), (0, 2));
+    let mut back = vec![0u8; data.len()];
+    c.stream.read_exact(&mut back).unwrap();
+    assert_eq!(back, data);
+    c.request(0, DISC, 3, 0, 0);
+    assert!(c.closed_by_server());
+}
+
+#[test]
+fn bad_requests_get_spec_errors_and_the_connection_survives() {
+    let (disk, exports) = exports();
+    let server = Running::start(exports);
+    let mut c = RawClient::connect(&server.socket);
+    c.go("disk", false);
+    let cases: &[(u16, u16, u64, u32, u32)] = &[
+        // (flags, command, offset, len, expected error)
+        (0, READ, SIZE, 512, EINVAL),            // beyond the end
+        (0, READ, SIZE - 512, 1024, EINVAL),     // straddles the end
+        (0, READ, u64::MAX - 511, 1024, EINVAL), // offset + len overflows
+        (0, READ, 1, 512, EINVAL),               // misaligned offset
+        (0, READ, 0, 100, EINVAL),               // misaligned length
+        (0, READ, 0, 64 << 20, EINVAL),          // longer than the maximum payload
+        (0, 99, 0, 0, EINVAL),                   // unknown command
+        (0, 7, 0, 512, EINVAL),                  // block status without a context
+        (0x80, READ, 0, 512, EINVAL),            // unknown flag
+        (4, READ, 0, 512, EINVAL),               // DF without structured replies
+        (0, FLUSH, 512, 0, EINVAL),              // flush with a range
+        (0, TRIM, SIZE, 512, EINVAL),            // trim beyond the end
+        (0, WRITE_ZEROES, SIZE, 512, ENOSPC),    // zeroes beyond the end
+        (0x10, WRITE_ZEROES, 0, 512, EINVAL),    // FAST_ZERO not advertised
+    ];
+    for (i, &(flags, command, offset, len, error)) in cases.iter().enumerate() {
+        let cookie = 100 + i as u64;
+        c.request(flags, command, cookie, offset, len);
+        assert_eq!(c.simple_reply(), (error, cookie), "case {i}");
+    }
+    // Writes beyond the end: ENOSPC, and the payload is skipped so the stream stays in step.
+    c.request(0, WRITE, 200, SIZE - 512, 4096);
+    c.stream.write_all(&[0xee; 4096]).unwrap();
+    assert_eq!(c.simple_reply(), (ENOSPC, 200));
+    // An oversized write within the discard bound: refused, payload skipped.
+    let oversized = (32 << 20) + 512;
+    c.request(0, WRITE, 201, 0, oversized);
+    let junk = vec![0xee; 1 << 20];
+    let mut left = oversized as usize;
+    while left > 0 {
+        let n = left.min(junk.len());
+        c.stream.write_all(&junk[..n]).unwrap();
+        left -= n;
+    }
+    assert_eq!(c.simple_reply(), (EINVAL, 201));
+    // Still in step: a valid read returns the original data.
+    c.request(0, READ, 202, 0, 4096);
+    assert_eq!(c.simple_reply(), (0, 202));
+    let mut back = vec![0u8; 4096];
+    c.stream.read_exact(&mut back).unwrap();
+    assert_eq!(back, pattern(1 << 20, 7)[..4096]);
+    // A zero-length read is answered without data and without a hang-up.
+    c.request(0, READ, 203, 0, 0);
+    assert_eq!(c.simple_reply(), (0, 203));
+
+    good_client_works(&server.socket, 2 << 20, 1);
+
+    // A WRITE whose payload the server will not skip ends the connection.
+    c.request(0, WRITE, 204, 0, !511u32);
+    assert!(c.closed_by_server());
+    good_client_works(&server.socket, 3 << 20, 2);
+
+    let mut after = vec![0u8; 1 << 20];
+    disk.read_at(0, &mut after).unwrap();
+    assert_eq!(
+        after,
+        pattern(1 << 20, 7),
+        "no rejected write touched the export"
+    );
+    assert!(server.stop().all_flushed());
+}
+
+#[test]
+fn read_only_export_refuses_writes_with_eperm() {
+    let (_, exports) = exports();
+    let server = Running::start(exports);
+    let mut c = RawClient::connect(&server.socket);
+    let flags = c.go("ro", false);
+    assert_ne!(flags & 2, 0, "NBD_FLAG_READ_ONLY");
+    c.request(0, WRITE, 1, 0, 512);
+    c.stream.write_all(&[1u8; 512]).unwrap();
+    assert_eq!(c.simple_reply(), (EPERM, 1));
+    c.request(0, TRIM, 2, 0, 512);
+    assert_eq!(c.simple_reply(), (EPERM, 2));
+    c.request(0, WRITE_ZEROES, 3, 0, 512);
+    assert_eq!(c.simple_reply(), (EPERM, 3));
+    c.request(0, READ, 4, 0, 512);
+    assert_eq!(c.simple_reply(), (0, 4));
+    let mut back = [1u8; 512];
+    c.stream.read_exact(&mut back).unwrap();
+    assert_eq!(back, [0u8; 512]);
+}
+
+#[test]
+fn structured_replies_carry_errors_and_data() {
+    let (_, exports) = exports();
+    let server = Running::start(exports);
+    let mut c = RawClient::connect(&server.socket);
+    let flags = c.go("disk", true);
+    assert_ne!(
+        flags & (1 << 7),
+        0,
+        "NBD_FLAG_SEND_DF with structured replies"
+    );
+    c.request(4, READ, 9, 4096, 4096);
+    let (chunk_flags, kind, cookie, payload) = c.structured_chunk();
+    assert_eq!((chunk_flags, kind, cookie), (1, 1, 9));
+    assert_eq!(u64::from_be_bytes(payload[..8].try_into().unwrap()), 4096);
+    assert_eq!(&payload[8..], &pattern(1 << 20, 7)[4096..8192]);
+    // An oversized read is refused with EOVERFLOW in an error chunk.
+    c.request(0, READ, 10, 0, 64 << 20);
+    let (chunk_flags, kind, cookie, payload) = c.structured_chunk();
+    assert_eq!((chunk_flags, kind, cookie), (1, 0x8001, 10));
+    assert_eq!(
+        u32::from_be_bytes(payload[..4].try_into().unwrap()),
+        EOVERFLOW
+    );
+    let message_len = u16::from_be_bytes([payload[4], payload[5]]) as usize;
+    assert_eq!(payload.len(), 6 + message_len);
+    assert!(message_len > 0);
+    // Out of range: EINVAL in an error chunk.
+    c.request(0, READ, 11, SIZE, 512);
+    let (_, kind, _, payload) = c.structured_chunk();
+    assert_eq!(kind, 0x8001);
+    assert_eq!(u32::from_be_bytes(payload[..4].try_into().unwrap()), EINVAL);
+}
+
+#[test]
+fn garbage_and_broken_clients_only_close_their_own_connection() {
+    let (disk, exports) = exports();
+    let server = Running::start(exports);
+
+    // A good client stays connected throughout.
+    let mut good = RawClient::connect(&server.socket);
+    good.go("disk", false);
+
+    // Garbage instead of client flags / options.
+    for garbage in [
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![0xff; 4],
+        pattern(4096, 3),
+    ] {
+        let mut c = RawClient::connect(&server.socket);
+        let mut greeting = [0u8; 18];
+        c.stream.read_exact(&mut greeting).unwrap();
+        let _ = c.stream.write_all(&garbage);
+        assert!(c.closed_by_server());
+    }
+    // Valid flags, then an option with a bad magic.
+    let mut c = RawClient::connect(&server.socket);
+    c.greet();
+    c.stream.write_all(b"IHAVEOPX\0\0\0\x07\0\0\0\0").unwrap();
+    assert!(c.closed_by_server());
+    // An option claiming 4 GiB of data.
+    let mut c = RawClient::connect(&server.socket);
+    c.greet();
+    c.stream
+        .write_all(b"IHAVEOPT\0\0\0\x07\xff\xff\xff\xff")
+        .unwrap();
+    assert!(c.closed_by_server());
+    // An unknown option is answered with NBD_REP_ERR_UNSUP and negotiation continues.
+    let mut c = RawClient::connect(&server.socket);
+    c.greet();
+    c.send_option(0x4242, b"whatever");
+    assert_eq!(
+        c.option_reply(),
+        (
+            0x4242,
+            0x8000_0001,
+            b"option not supported by this server".to_vec()
+        )
+    );
+    c.send_option(2, &[]);
+    assert_eq!(c.option_reply().1, 1, "NBD_OPT_ABORT acknowledged");
+    assert!(c.closed_by_server());
+
+    // Bad request magic in transmission.
+    let mut c = RawClient::connect(&server.socket);
+    c.go("disk", false);
+    c.stream.write_all(&[0x55; 28]).unwrap();
+    assert!(c.closed_by_server());
+
+    // Disconnect in the middle of a write payload.
+    let mut c = RawClient::connect(&server.socket);
+    c.go("disk", false);
+    c.request(0, WRITE, 1, 0, 1 << 20);
+    c.stream.write_all(&[0xee; 1000]).unwrap();
+    drop(c);
+    // Disconnect in the middle of a header.
+    let mut c = RawClient::connect(&server.socket);
+    c.go("disk", false);
+    c.stream.write_all(&[0x25, 0x60, 0x95]).unwrap();
+    drop(c);
+    // Many requests in flight, then vanish without reading replies.
+    let mut c = RawClient::connect(&server.socket);
+    c.go("disk", false);
+    for cookie in 0..64 {
+        c.request(0, READ, cookie, 0, 1 << 20);
+    }
+    drop(c);
+
+    // The good client, connected all along, still works; so does a new one.
+    good.request(0, READ, 77, 0, 4096);
+    assert_eq!(good.simple_reply(), (0, 77));
+    let mut back = vec![0u8; 4096];
+    good.stream.read_exact(&mut back).unwrap();
+    assert_eq!(back, pattern(1 << 20, 7)[..4096]);
+    good_client_works(&server.socket, 4 << 20, 3);
+
+    let mut after = vec![0u8; 1 << 20];
+    disk.read_at(0, &mut after).unwrap();
+    assert_eq!(
+        after,
+        pattern(1 << 20, 7),
+        "the half-sent write never reached the export"
+    );
+    let report = server.stop();
+    assert!(report.handshake_failures >= 5, "{report:?}");
+}
+
+#[test]
+fn serve_connection_reports_how_it_ended() {
+    let server = Server::builder()
+        .export("disk", Arc::new(MemoryExport::new(1 << 20)))
+        .build()
+        .unwrap();
+    assert!(server.find("").is_some(), "one export is the default");
+    assert_eq!(
+        server.find("disk").map(|i: ExportInfo| i.size_bytes),
+        Some(1 << 20)
+    );
+
+    let (a, b) = UnixStream::pair().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut c = RawClient { stream: b };
+        c.stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        c.go("disk", false);
+        c.stream.write_all(&[0u8; 28]).unwrap();
+        assert!(c.closed_by_server());
+    });
+    let end = server.serve_connection(a.into());
+    t.join().unwrap();
+    assert!(
+        matches!(end, ConnectionEnd::ProtocolViolation(_)),
+        "{end:?}"
+    );
+
+    let (a, b) = UnixStream::pair().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut c = RawClient { stream: b };
+        c.go("disk", false);
+        c.request(0, DISC, 1, 0, 0);
+        assert!(c.closed_by_server());
+    });
+    assert_eq!(server.serve_connection(a.into()), ConnectionEnd::Closed);
+    t.join().unwrap();
+}
+
+#[test]
+fn too_many_connections_are_refused_without_harming_the_others() {
+    let (_, exports) = exports();
+    let server = Running::start_with(exports, |b| b.max_connections(2));
+    let mut first = RawClient::connect(&server.socket);
+    first.go("disk", false);
+    let mut second = RawClient::connect(&server.socket);
+    second.go("disk", false);
+    let mut third = RawClient::connect(&server.socket);
+    assert!(
+        third.closed_by_server(),
+        "a third connection is closed at once"
+    );
+    first.request(0, READ, 1, 0, 512);
+    assert_eq!(first.simple_reply(), (0, 1));
+    drop(first);
+    drop(second);
+    std::thread::sleep(Duration::from_millis(300));
+    good_client_works(&server.socket, 0, 9);
+    let report = server.stop();
+    assert_eq!(report.connections_refused, 1);
+}
+
+#[test]
+fn shutdown_finishes_in_flight_requests_and_flushes() {
+    let (disk, exports) = exports();
+    let server = Running::start(exports);
+    let mut c = RawClient::connect(&server.socket);
+    c.go("disk", false);
+    let data = pattern(256 << 10, 11);
+    for cookie in 0..8u64 {
+        c.request(0, WRITE, cookie, cookie * (256 << 10), data.len() as u32);
+        c.stream.write_all(&data).unwrap();
+    }
+    // Every write is answered, even though shutdown begins right away.
+    let report = std::thread::spawn(move || server.stop());
+    let mut cookies: Vec<u64> = (0..8)
+        .map(|_| c.simple_reply())
+        .map(|(e, k)| {
+            assert_eq!(e, 0);
+            k
+        })
+        .collect();
+    cookies.sort();
+    assert_eq!(cookies, (0..8).collect::<Vec<_>>());
+    assert!(c.closed_by_server());
+    let report = report.join().unwrap();
+    assert!(report.all_flushed());
+    let mut back = vec![0u8; data.len()];
+    disk.read_at(7 * (256 << 10), &mut back).unwrap();
+    assert_eq!(back, data);
+}
