@@ -1,0 +1,936 @@
+//! The sans-IO core: turns array requests into member I/O plans and computes parity, with no
+//! threads, files or clock.
+//!
+//! A request is first split ([`split`]) into *pieces*, each confined to one lock unit: for RAID
+//! 4/5/6 a *band* (one stripe, one range of in-chunk sectors over which the set of data chunks
+//! the request touches is the same), for RAID 0/1/10 a run of sectors with the same copies. Each
+//! piece becomes a [`PieceOp`], a small state machine (md's analyse_stripe then handle_stripe):
+//! `new` analyses member states and picks the plan (direct, degraded read, full-stripe write,
+//! reconstruct-write or read-modify-write by the fewest member reads); `next` hands out member
+//! I/O phase by phase and, between phases, computes parity or recovers lost blocks.
+//!
+//! Invariants: a plan never reads from or writes to a member that is not `InSync`; a write plan
+//! leaves data, P and Q of the band consistent on every in-sync member once all its writes
+//! complete; the scratch memory of a piece is at most (raid_disks + 2) × band width, and band
+//! width is capped by the caller's `max_band_sectors`, so memory does not depend on request size.
+
+use crate::geo::{Geo, Scheme, StripeInfo};
+use crate::gf;
+
+pub const SECTOR: usize = 512;
+
+/// Direction of a request or member I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Read,
+    Write,
+}
+
+/// A member slot as the planner sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemberState {
+    /// Present and holding current data.
+    InSync,
+    /// Marked faulty (by an I/O error or on request); never read or written again.
+    Faulty,
+    /// No device in this slot.
+    Missing,
+}
+
+impl MemberState {
+    pub fn usable(self) -> bool {
+        self == MemberState::InSync
+    }
+}
+
+/// Where the bytes of one member I/O live: in the caller's buffer or in a scratch block of the
+/// piece. Length is always `sectors * 512`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufRef {
+    User { offset_bytes: usize },
+    Scratch { index: usize },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberIo {
+    pub member: usize,
+    pub dir: Dir,
+    /// Sector relative to the member's data offset.
+    pub member_sector: u64,
+    pub sectors: u64,
+    pub buf: BufRef,
+}
+
+/// One piece of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Pieces with the same key must not run at the same time (a stripe for parity levels).
+    pub lock_key: u64,
+    pub kind: PieceKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PieceKind {
+    /// RAID 0/1/10: `sectors` at `copies`, to or from the user buffer at `user_offset_bytes`.
+    Copies {
+        copies: Vec<(usize, u64)>,
+        sectors: u64,
+        user_offset_bytes: usize,
+        /// Which live copy a read prefers (spreads reads over mirrors).
+        read_hint: usize,
+    },
+    /// RAID 4/5/6: in-chunk sectors `[lo, lo+sectors)` of `stripe`, data indices
+    /// `dd_first..=dd_last` covered in full by the request.
+    Band {
+        stripe: u64,
+        lo: u64,
+        sectors: u64,
+        dd_first: usize,
+        dd_last: usize,
+        /// User buffer offset of data index `dd_first` in this band; each further index is
+        /// one chunk further on in the array, so `+ (dd - dd_first) * chunk` bytes.
+        user_offset_bytes: usize,
+    },
+}
+
+/// Why a piece cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanError {
+    /// More members of this piece are lost than the level can rebuild from.
+    Unrecoverable { lost_members: Vec<usize> },
+}
+
+/// Splits `[array_sector, array_sector + sectors)` into pieces no wider than `max_band_sectors`.
+pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let end = array_sector + sectors;
+    let max_band = max_band_sectors.max(8);
+    match geo.scheme() {
+        Scheme::Copies => {
+            let unit = if geo.level == 1 {
+                256
+            } else {
+                geo.chunk_sectors
+            };
+            let mut s = array_sector;
+            while s < end {
+                let (copies, run) = geo.copies(s);
+                let unit_left = unit - s % unit;
+                let n = run.min(unit_left).min(end - s).min(max_band);
+                out.push(Piece {
+                    lock_key: s / unit,
+                    kind: PieceKind::Copies {
+                        copies,
+                        sectors: n,
+                        user_offset_bytes: ((s - array_sector) as usize) * SECTOR,
+                        read_hint: (s / unit) as usize,
+                    },
+                });
+                s += n;
+            }
+        }
+        Scheme::Parity { .. } => {
+            let chunk = geo.chunk_sectors;
+            let d = geo.data_disks() as u64;
+            let mut s = array_sector;
+            while s < end {
+                let stripe = s / chunk / d;
+                let base = stripe * d * chunk;
+                let seg_end = end.min(base + d * chunk);
+                let a = s - base;
+                let b = seg_end - base;
+                let (dd_a, off_a) = ((a / chunk) as usize, a % chunk);
+                let (dd_b, off_b) = (((b - 1) / chunk) as usize, (b - 1) % chunk + 1);
+                let mut bounds = vec![0, off_a, off_b, chunk];
+                bounds.sort_unstable();
+                bounds.dedup();
+                for w in bounds.windows(2) {
+                    let (lo, hi) = (w[0], w[1]);
+                    let covers = |dd: usize| {
+                        let from = if dd == dd_a { off_a } else { 0 };
+                        let to = if dd == dd_b { off_b } else { chunk };
+                        from <= lo && hi <= to
+                    };
+                    let dds: Vec<usize> = (dd_a..=dd_b).filter(|&dd| covers(dd)).collect();
+                    let (Some(&first), Some(&last)) = (dds.first(), dds.last()) else {
+                        continue;
+                    };
+                    let mut x = lo;
+                    while x < hi {
+                        let n = (hi - x).min(max_band);
+                        let first_array_sector = base + first as u64 * chunk + x;
+                        out.push(Piece {
+                            lock_key: stripe,
+                            kind: PieceKind::Band {
+                                stripe,
+                                lo: x,
+                                sectors: n,
+                                dd_first: first,
+                                dd_last: last,
+                                user_offset_bytes: ((first_array_sector - array_sector) as usize)
+                                    * SECTOR,
+                            },
+                        });
+                        x += n;
+                    }
+                }
+                s = seg_end;
+            }
+        }
+    }
+    out
+}
+
+/// The plan chosen for a piece (reported for tests and statistics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanKind {
+    /// Reads or writes straight to the members that hold the data (RAID 0/1/10, healthy reads).
+    Direct,
+    /// A read that rebuilds lost data from the survivors.
+    DegradedRead,
+    /// All data of the band is written: parity from new data only, no reads.
+    FullStripe,
+    /// Read the untouched data, compute parity from the whole band.
+    ReconstructWrite,
+    /// Read old data and parity, apply the difference.
+    ReadModifyWrite,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpState {
+    Start,
+    Reading,
+    Writing,
+    Done,
+}
+
+/// The caller's buffer for a piece's request.
+pub enum UserBuf<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+/// What the driver must do next for a piece.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Perform these member I/Os (in any order, in parallel), then call `next` again. Read
+    /// phases can be retried from scratch after a member failure; write phases cannot.
+    Io {
+        dir: Dir,
+        ios: Vec<MemberIo>,
+    },
+    Done,
+}
+
+/// Band bookkeeping for parity levels.
+#[derive(Debug)]
+struct BandCtx {
+    info: StripeInfo,
+    lo: u64,
+    sectors: u64,
+    dd_first: usize,
+    dd_last: usize,
+    user_offset_bytes: usize,
+    chunk_bytes: usize,
+    /// Members of the stripe that were not usable when the band was planned.
+    lost_members: Vec<usize>,
+}
+
+impl BandCtx {
+    fn len(&self) -> usize {
+        self.sectors as usize * SECTOR
+    }
+    fn touched(&self, dd: usize) -> bool {
+        dd >= self.dd_first && dd <= self.dd_last
+    }
+    fn user_off(&self, dd: usize) -> usize {
+        self.user_offset_bytes + (dd - self.dd_first) * self.chunk_bytes
+    }
+    fn member_sector(&self) -> u64 {
+        self.info.member_sector_start + self.lo
+    }
+    /// Slot of data index dd in the syndrome (identity for RAID 4/5).
+    fn slots(&self) -> (Vec<Option<usize>>, usize) {
+        if self.info.q_member.is_some() {
+            (
+                self.info.syndrome_slots.clone(),
+                self.info.syndrome_slots.len(),
+            )
+        } else {
+            let d = self.info.data_members.len();
+            ((0..d).map(Some).collect(), d)
+        }
+    }
+}
+
+/// Where each data index's block lives during compute.
+#[derive(Clone, Copy, Debug)]
+enum Block {
+    User(usize),
+    Scratch(usize),
+    /// Lost; recovered into this scratch index.
+    Lost(usize),
+    /// Not read: the plan does not need it.
+    Unneeded,
+}
+
+#[derive(Debug)]
+enum Plan {
+    CopiesRead {
+        member: usize,
+        member_sector: u64,
+        sectors: u64,
+        user: usize,
+    },
+    CopiesWrite {
+        targets: Vec<(usize, u64)>,
+        sectors: u64,
+        user: usize,
+    },
+    BandRead {
+        ctx: BandCtx,
+        data: Vec<Block>,
+        p: Option<usize>,
+        q: Option<usize>,
+        /// Lost data indices to recover (empty when the read needs no recovery).
+        lost: Vec<usize>,
+    },
+    BandWrite {
+        ctx: BandCtx,
+        kind: PlanKind,
+        /// Old contents of data indices the plan reads (or recovers).
+        old: Vec<Option<Block>>,
+        /// Old P and Q, read for read-modify-write and for recovery.
+        p: Option<usize>,
+        q: Option<usize>,
+        new_p: usize,
+        new_q: Option<usize>,
+        lost: Vec<usize>,
+    },
+}
+
+/// One piece's state machine.
+#[derive(Debug)]
+pub struct PieceOp {
+    plan: Plan,
+    state: OpState,
+    scratch: Vec<Vec<u8>>,
+    kind: PlanKind,
+}
+
+fn lost_error(members: impl IntoIterator<Item = usize>) -> PlanError {
+    PlanError::Unrecoverable {
+        lost_members: members.into_iter().collect(),
+    }
+}
+
+impl PieceOp {
+    /// Analyse: what is lost, what must be read; plan: the cheapest way to serve the piece.
+    pub fn new(
+        geo: &Geo,
+        piece: &Piece,
+        dir: Dir,
+        states: &[MemberState],
+    ) -> Result<PieceOp, PlanError> {
+        let ok = |m: usize| states.get(m).is_some_and(|s| s.usable());
+        match &piece.kind {
+            PieceKind::Copies {
+                copies,
+                sectors,
+                user_offset_bytes,
+                read_hint,
+            } => {
+                let live: Vec<(usize, u64)> =
+                    copies.iter().copied().filter(|&(m, _)| ok(m)).collect();
+                if live.is_empty() {
+                    return Err(lost_error(copies.iter().map(|c| c.0)));
+                }
+                let plan = match dir {
+                    Dir::Read => {
+                        let (member, member_sector) = live[read_hint % live.len()];
+                        Plan::CopiesRead {
+                            member,
+                            member_sector,
+                            sectors: *sectors,
+                            user: *user_offset_bytes,
+                        }
+                    }
+                    Dir::Write => Plan::CopiesWrite {
+                        targets: live,
+                        sectors: *sectors,
+                        user: *user_offset_bytes,
+                    },
+                };
+                Ok(PieceOp {
+                    plan,
+                    state: OpState::Start,
+                    scratch: Vec::new(),
+                    kind: PlanKind::Direct,
+                })
+            }
+            PieceKind::Band {
+                stripe,
+                lo,
+                sectors,
+                dd_first,
+                dd_last,
+                user_offset_bytes,
+            } => {
+                let max_degraded = match geo.scheme() {
+                    Scheme::Parity { max_degraded } => max_degraded,
+                    Scheme::Copies => 0,
+                };
+                let info = geo.stripe(*stripe);
+                let mut members: Vec<usize> = info.data_members.clone();
+                members.push(info.p_member);
+                members.extend(info.q_member);
+                let lost_members: Vec<usize> =
+                    members.iter().copied().filter(|&m| !ok(m)).collect();
+                if lost_members.len() > max_degraded {
+                    return Err(lost_error(lost_members));
+                }
+                let ctx = BandCtx {
+                    info,
+                    lo: *lo,
+                    sectors: *sectors,
+                    dd_first: *dd_first,
+                    dd_last: *dd_last,
+                    user_offset_bytes: *user_offset_bytes,
+                    chunk_bytes: geo.chunk_sectors as usize * SECTOR,
+                    lost_members,
+                };
+                match dir {
+                    Dir::Read => Ok(Self::plan_band_read(ctx, &ok)),
+                    Dir::Write => Ok(Self::plan_band_write(ctx, &ok)),
+                }
+            }
+        }
+    }
+
+    fn plan_band_read(ctx: BandCtx, ok: &dyn Fn(usize) -> bool) -> PieceOp {
+        let d = ctx.info.data_members.len();
+        let lost: Vec<usize> = (0..d)
+            .filter(|&dd| !ok(ctx.info.data_members[dd]))
+            .collect();
+        let lost_touched = lost.iter().any(|&dd| ctx.touched(dd));
+        let mut scratch = Vec::new();
+        let alloc = |scratch: &mut Vec<Vec<u8>>| {
+            scratch.push(vec![0u8; ctx.len()]);
+            scratch.len() - 1
+        };
+        let mut data = Vec::with_capacity(d);
+        let (mut p, mut q) = (None, None);
+        for dd in 0..d {
+            let b = if lost.contains(&dd) {
+                Block::Lost(alloc(&mut scratch))
+            } else if ctx.touched(dd) {
+                Block::User(ctx.user_off(dd))
+            } else if lost_touched {
+                Block::Scratch(alloc(&mut scratch))
+            } else {
+                Block::Unneeded
+            };
+            data.push(b);
+        }
+        let kind = if lost_touched {
+            // One lost data block: P if it lives, else Q. Two: both (they live, or `new`
+            // would have refused the piece).
+            let p_ok = ok(ctx.info.p_member);
+            if p_ok {
+                p = Some(alloc(&mut scratch));
+            }
+            if let Some(qm) = ctx.info.q_member {
+                if ok(qm) && (lost.len() == 2 || !p_ok) {
+                    q = Some(alloc(&mut scratch));
+                }
+            }
+            PlanKind::DegradedRead
+        } else {
+            PlanKind::Direct
+        };
+        PieceOp {
+            plan: Plan::BandRead {
+                ctx,
+                data,
+                p,
+                q,
+                lost: if lost_touched { lost } else { Vec::new() },
+            },
+            state: OpState::Start,
+            scratch,
+            kind,
+        }
+    }
+
+    fn plan_band_write(ctx: BandCtx, ok: &dyn Fn(usize) -> bool) -> PieceOp {
+        let d = ctx.info.data_members.len();
+        let p_ok = ok(ctx.info.p_member);
+        let q_ok = ctx.info.q_member.is_some_and(ok);
+        let written: Vec<usize> = (ctx.dd_first..=ctx.dd_last).collect();
+        let unwritten: Vec<usize> = (0..d).filter(|&dd| !ctx.touched(dd)).collect();
+        let data_ok = |dd: usize| ok(ctx.info.data_members[dd]);
+        let lost: Vec<usize> = (0..d).filter(|&dd| !data_ok(dd)).collect();
+        let u_lost = unwritten.iter().any(|&dd| !data_ok(dd));
+        let parity_live = p_ok as usize + q_ok as usize;
+        let rcw_reads = if u_lost {
+            (0..d).filter(|&dd| data_ok(dd)).count() + parity_live
+        } else {
+            unwritten.len()
+        };
+        let rmw_ok = written.iter().all(|&dd| data_ok(dd)) && parity_live > 0;
+        let rmw_reads = written.len() + parity_live;
+        let kind = if parity_live == 0 {
+            // No parity survives to keep consistent: only the data is written.
+            PlanKind::Direct
+        } else if unwritten.is_empty() {
+            PlanKind::FullStripe
+        } else if rmw_ok && rmw_reads < rcw_reads {
+            PlanKind::ReadModifyWrite
+        } else {
+            PlanKind::ReconstructWrite
+        };
+        let mut scratch: Vec<Vec<u8>> = Vec::new();
+        let len = ctx.len();
+        let alloc = |scratch: &mut Vec<Vec<u8>>| {
+            scratch.push(vec![0u8; len]);
+            scratch.len() - 1
+        };
+        let mut old: Vec<Option<Block>> = vec![None; d];
+        let (mut p, mut q) = (None, None);
+        let mut lost_for_recovery = Vec::new();
+        match kind {
+            PlanKind::FullStripe | PlanKind::Direct => {}
+            PlanKind::ReadModifyWrite => {
+                for &dd in &written {
+                    old[dd] = Some(Block::Scratch(alloc(&mut scratch)));
+                }
+            }
+            _ => {
+                if u_lost {
+                    for (dd, slot) in old.iter_mut().enumerate() {
+                        *slot = Some(if data_ok(dd) {
+                            Block::Scratch(alloc(&mut scratch))
+                        } else {
+                            Block::Lost(alloc(&mut scratch))
+                        });
+                    }
+                    lost_for_recovery = lost.clone();
+                } else {
+                    for &dd in &unwritten {
+                        old[dd] = Some(Block::Scratch(alloc(&mut scratch)));
+                    }
+                }
+            }
+        }
+        let need_old_parity =
+            kind == PlanKind::ReadModifyWrite || (kind == PlanKind::ReconstructWrite && u_lost);
+        if need_old_parity {
+            if p_ok {
+                p = Some(alloc(&mut scratch));
+            }
+            if q_ok {
+                q = Some(alloc(&mut scratch));
+            }
+        }
+        let new_p = alloc(&mut scratch);
+        let new_q = if ctx.info.q_member.is_some() {
+            Some(alloc(&mut scratch))
+        } else {
+            None
+        };
+        PieceOp {
+            plan: Plan::BandWrite {
+                ctx,
+                kind,
+                old,
+                p,
+                q,
+                new_p,
+                new_q,
+                lost: lost_for_recovery,
+            },
+            state: OpState::Start,
+            scratch,
+            kind,
+        }
+    }
+
+    pub fn kind(&self) -> PlanKind {
+        self.kind
+    }
+
+    /// Scratch blocks, for the driver to read into and write from.
+    pub fn scratch_mut(&mut self) -> &mut [Vec<u8>] {
+        &mut self.scratch
+    }
+
+    pub fn scratch_bytes(&self) -> usize {
+        self.scratch.iter().map(|s| s.len()).sum()
+    }
+
+    /// Advance: hand out the next phase's member I/O, computing between phases.
+    pub fn next(&mut self, user: UserBuf<'_>) -> Step {
+        loop {
+            match self.state {
+                OpState::Start => {
+                    self.state = OpState::Reading;
+                    let ios = self.read_ios();
+                    if !ios.is_empty() {
+                        return Step::Io {
+                            dir: Dir::Read,
+                            ios,
+                        };
+                    }
+                }
+                OpState::Reading => {
+                    self.compute(user);
+                    self.state = OpState::Writing;
+                    let ios = self.write_ios();
+                    if !ios.is_empty() {
+                        return Step::Io {
+                            dir: Dir::Write,
+                            ios,
+                        };
+                    }
+                    return self.finish();
+                }
+                OpState::Writing | OpState::Done => return self.finish(),
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Step {
+        self.state = OpState::Done;
+        Step::Done
+    }
+
+    fn read_ios(&self) -> Vec<MemberIo> {
+        let mut ios = Vec::new();
+        let io = |member, member_sector, sectors, buf| MemberIo {
+            member,
+            dir: Dir::Read,
+            member_sector,
+            sectors,
+            buf,
+        };
+        match &self.plan {
+            Plan::CopiesRead {
+                member,
+                member_sector,
+                sectors,
+                user,
+            } => {
+                ios.push(io(
+                    *member,
+                    *member_sector,
+                    *sectors,
+                    BufRef::User {
+                        offset_bytes: *user,
+                    },
+                ));
+            }
+            Plan::CopiesWrite { .. } => {}
+            Plan::BandRead {
+                ctx, data, p, q, ..
+            } => {
+                let ms = ctx.member_sector();
+                for (dd, b) in data.iter().enumerate() {
+                    let m = ctx.info.data_members[dd];
+                    match *b {
+                        Block::User(off) => {
+                            ios.push(io(m, ms, ctx.sectors, BufRef::User { offset_bytes: off }))
+                        }
+                        Block::Scratch(i) => {
+                            ios.push(io(m, ms, ctx.sectors, BufRef::Scratch { index: i }))
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(i) = p {
+                    ios.push(io(
+                        ctx.info.p_member,
+                        ms,
+                        ctx.sectors,
+                        BufRef::Scratch { index: *i },
+                    ));
+                }
+                if let (Some(i), Some(qm)) = (q, ctx.info.q_member) {
+                    ios.push(io(qm, ms, ctx.sectors, BufRef::Scratch { index: *i }));
+                }
+            }
+            Plan::BandWrite { ctx, old, p, q, .. } => {
+                let ms = ctx.member_sector();
+                for (dd, b) in old.iter().enumerate() {
+                    if let Some(Block::Scratch(i)) = b {
+                        ios.push(io(
+                            ctx.info.data_members[dd],
+                            ms,
+                            ctx.sectors,
+                            BufRef::Scratch { index: *i },
+                        ));
+                    }
+                }
+                if let Some(i) = p {
+                    ios.push(io(
+                        ctx.info.p_member,
+                        ms,
+                        ctx.sectors,
+                        BufRef::Scratch { index: *i },
+                    ));
+                }
+                if let (Some(i), Some(qm)) = (q, ctx.info.q_member) {
+                    ios.push(io(qm, ms, ctx.sectors, BufRef::Scratch { index: *i }));
+                }
+            }
+        }
+        ios
+    }
+
+    fn write_ios(&self) -> Vec<MemberIo> {
+        let mut ios = Vec::new();
+        let io = |member, member_sector, sectors, buf| MemberIo {
+            member,
+            dir: Dir::Write,
+            member_sector,
+            sectors,
+            buf,
+        };
+        match &self.plan {
+            Plan::CopiesWrite {
+                targets,
+                sectors,
+                user,
+            } => {
+                for &(m, s) in targets {
+                    ios.push(io(
+                        m,
+                        s,
+                        *sectors,
+                        BufRef::User {
+                            offset_bytes: *user,
+                        },
+                    ));
+                }
+            }
+            Plan::BandWrite {
+                ctx,
+                new_p,
+                new_q,
+                old,
+                kind,
+                ..
+            } => {
+                let _ = (old, kind);
+                let ms = ctx.member_sector();
+                // `lost` members are exactly the ones not in sync; the plan was made with the
+                // states at `new`, so writes go to members that were usable then.
+                for dd in ctx.dd_first..=ctx.dd_last {
+                    let m = ctx.info.data_members[dd];
+                    if !self.member_lost(m) {
+                        ios.push(io(
+                            m,
+                            ms,
+                            ctx.sectors,
+                            BufRef::User {
+                                offset_bytes: ctx.user_off(dd),
+                            },
+                        ));
+                    }
+                }
+                if !self.member_lost(ctx.info.p_member) {
+                    ios.push(io(
+                        ctx.info.p_member,
+                        ms,
+                        ctx.sectors,
+                        BufRef::Scratch { index: *new_p },
+                    ));
+                }
+                if let (Some(qm), Some(nq)) = (ctx.info.q_member, new_q) {
+                    if !self.member_lost(qm) {
+                        ios.push(io(qm, ms, ctx.sectors, BufRef::Scratch { index: *nq }));
+                    }
+                }
+            }
+            _ => {}
+        }
+        ios
+    }
+
+    fn member_lost(&self, member: usize) -> bool {
+        match &self.plan {
+            Plan::BandWrite { ctx, .. } => ctx_lost(ctx).contains(&member),
+            _ => false,
+        }
+    }
+
+    fn compute(&mut self, user: UserBuf<'_>) {
+        match &self.plan {
+            Plan::BandRead {
+                ctx,
+                data,
+                p,
+                q,
+                lost,
+            } if !lost.is_empty() => {
+                let UserBuf::Read(ubuf) = user else { return };
+                let len = ctx.len();
+                let (slot_of, nslots) = ctx.slots();
+                // Gather blocks in slot order.
+                let mut slots: Vec<Vec<u8>> = vec![Vec::new(); nslots];
+                let mut zero = vec![false; nslots];
+                let mut slot_for_dd = vec![0usize; data.len()];
+                for (slot, entry) in slot_of.iter().enumerate() {
+                    match entry {
+                        None => {
+                            zero[slot] = true;
+                            slots[slot] = vec![0u8; len];
+                        }
+                        Some(dd) => {
+                            slot_for_dd[*dd] = slot;
+                            slots[slot] = match data[*dd] {
+                                Block::User(off) => ubuf[off..off + len].to_vec(),
+                                Block::Scratch(i) | Block::Lost(i) => self.scratch[i].clone(),
+                                Block::Unneeded => vec![0u8; len],
+                            };
+                        }
+                    }
+                }
+                let pb = p.map(|i| self.scratch[i].as_slice());
+                let qb = q.map(|i| self.scratch[i].as_slice());
+                let how = recovery(lost, &slot_for_dd, pb.is_some());
+                gf::recover(&mut slots, &zero, how, pb, qb);
+                for &dd in lost {
+                    if ctx.touched(dd) {
+                        let off = ctx.user_off(dd);
+                        ubuf[off..off + len].copy_from_slice(&slots[slot_for_dd[dd]]);
+                    }
+                }
+            }
+            Plan::BandWrite {
+                ctx,
+                kind,
+                old,
+                p,
+                q,
+                new_p,
+                new_q,
+                lost,
+            } => {
+                let UserBuf::Write(ubuf) = user else { return };
+                if *kind == PlanKind::Direct {
+                    return;
+                }
+                let len = ctx.len();
+                let (slot_of, nslots) = ctx.slots();
+                let mut slot_for_dd = vec![0usize; ctx.info.data_members.len()];
+                for (slot, entry) in slot_of.iter().enumerate() {
+                    if let Some(dd) = entry {
+                        slot_for_dd[*dd] = slot;
+                    }
+                }
+                let new_data = |dd: usize| -> &[u8] {
+                    let off = ctx.user_off(dd);
+                    &ubuf[off..off + len]
+                };
+                if *kind == PlanKind::ReadModifyWrite {
+                    let mut np = p.map(|i| self.scratch[i].clone());
+                    let mut nq = q.map(|i| self.scratch[i].clone());
+                    for dd in ctx.dd_first..=ctx.dd_last {
+                        let Some(Block::Scratch(i)) = old[dd] else {
+                            continue;
+                        };
+                        let mut delta = self.scratch[i].clone();
+                        gf::xor_into(&mut delta, new_data(dd));
+                        gf::apply_delta(
+                            &delta,
+                            slot_for_dd[dd],
+                            np.as_deref_mut(),
+                            nq.as_deref_mut(),
+                        );
+                    }
+                    if let Some(np) = np {
+                        self.scratch[*new_p] = np;
+                    }
+                    if let (Some(nq), Some(iq)) = (nq, new_q) {
+                        self.scratch[*iq] = nq;
+                    }
+                    return;
+                }
+                // Full stripe or reconstruct-write: parity of the whole new band.
+                let mut recovered: Vec<Vec<u8>> = Vec::new();
+                if !lost.is_empty() {
+                    let mut slots: Vec<Vec<u8>> = vec![Vec::new(); nslots];
+                    let mut zero = vec![false; nslots];
+                    for (slot, entry) in slot_of.iter().enumerate() {
+                        match entry {
+                            None => {
+                                zero[slot] = true;
+                                slots[slot] = vec![0u8; len];
+                            }
+                            Some(dd) => {
+                                slots[slot] = match old[*dd] {
+                                    Some(Block::Scratch(i)) | Some(Block::Lost(i)) => {
+                                        self.scratch[i].clone()
+                                    }
+                                    _ => vec![0u8; len],
+                                }
+                            }
+                        }
+                    }
+                    let pb = p.map(|i| self.scratch[i].as_slice());
+                    let qb = q.map(|i| self.scratch[i].as_slice());
+                    let how = recovery(lost, &slot_for_dd, pb.is_some());
+                    gf::recover(&mut slots, &zero, how, pb, qb);
+                    recovered = slots;
+                }
+                let mut np = std::mem::take(&mut self.scratch[*new_p]);
+                let mut nq = new_q.map(|i| std::mem::take(&mut self.scratch[i]));
+                {
+                    let block_of = |dd: usize| -> &[u8] {
+                        if ctx.touched(dd) {
+                            new_data(dd)
+                        } else if !recovered.is_empty() {
+                            &recovered[slot_for_dd[dd]]
+                        } else {
+                            match old[dd] {
+                                Some(Block::Scratch(i)) | Some(Block::Lost(i)) => &self.scratch[i],
+                                _ => &[],
+                            }
+                        }
+                    };
+                    if nq.is_some() {
+                        let refs: Vec<Option<&[u8]>> =
+                            slot_of.iter().map(|e| e.map(block_of)).collect();
+                        gf::gen_pq(&refs, &mut np, nq.as_deref_mut());
+                    } else {
+                        let refs: Vec<&[u8]> =
+                            (0..ctx.info.data_members.len()).map(block_of).collect();
+                        gf::gen_p(&refs, &mut np);
+                    }
+                }
+                self.scratch[*new_p] = np;
+                if let (Some(nq), Some(iq)) = (nq, new_q) {
+                    self.scratch[*iq] = nq;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Members of a write band that were not usable when it was planned.
+fn ctx_lost(ctx: &BandCtx) -> &[usize] {
+    &ctx.lost_members
+}
+
+fn recovery(lost_dd: &[usize], slot_for_dd: &[usize], p_available: bool) -> gf::Lost {
+    let mut slots: Vec<usize> = lost_dd.iter().map(|&dd| slot_for_dd[dd]).collect();
+    slots.sort_unstable();
+    match slots.as_slice() {
+        [a, b, ..] => gf::Lost::TwoData(*a, *b),
+        [a] if p_available => gf::Lost::DataViaP(*a),
+        [a] => gf::Lost::DataViaQ(*a),
+        [] => gf::Lost::DataViaP(0),
+    }
+}

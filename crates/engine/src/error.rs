@@ -1,0 +1,117 @@
+//! The engine's errors: each names the member and the rule involved, so the CLI can print it
+//! as is and map it to an exit code.
+
+use raidkit_disk::DiskError;
+use std::fmt;
+
+#[derive(Debug)]
+pub enum EngineError {
+    /// A member could not be read or written while no redundancy could cover for it.
+    Disk(DiskError),
+    /// No valid md v1.x superblock on a member.
+    NoSuperblock { member: String, detail: String },
+    /// A member belongs to another array.
+    Foreign {
+        member: String,
+        member_uuid: String,
+        array_uuid: String,
+        reference: String,
+    },
+    /// A member's array geometry differs from the others'.
+    Mismatched {
+        member: String,
+        field: &'static str,
+        member_value: String,
+        array_value: String,
+    },
+    /// The same member (same device UUID) is listed more than once.
+    Duplicate {
+        member: String,
+        other: String,
+        device_uuid: String,
+    },
+    /// Two members claim the same role slot.
+    DuplicateRole {
+        member: String,
+        other: String,
+        slot: usize,
+    },
+    /// A member's event count is behind the newest one; md would not trust its data.
+    Stale {
+        member: String,
+        events: u64,
+        newest_events: u64,
+    },
+    /// The caller asked for a level the members do not have.
+    WrongLevel { asked: i32, found: i32 },
+    /// A member is too small for the array's layout.
+    SizeMismatch { member: String, detail: String },
+    /// Too many members missing or failed for the level.
+    Unavailable { detail: String },
+    /// The array was stopped dirty and is degraded: a RAID 4/5/6 write hole may have left
+    /// parity inconsistent, so it does not start without force (md's rule).
+    DirtyDegraded { detail: String },
+    /// The array has lost more members than it can and refuses further writes.
+    ArrayFailed { detail: String },
+    /// Invalid parameters for create or a request.
+    Invalid(String),
+    /// The array is read-only (assembled read-only, or members opened read-only).
+    ReadOnly,
+    /// Metadata could not be built or decoded.
+    Metadata(String),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Disk(e) => write!(f, "{e}"),
+            EngineError::NoSuperblock { member, detail } => {
+                write!(f, "{member}: no valid md v1.x superblock ({detail})")
+            }
+            EngineError::Foreign { member, member_uuid, array_uuid, reference } => write!(
+                f,
+                "{member}: belongs to another array (array UUID {member_uuid}, but {reference} has {array_uuid}); members of one array share the array UUID"
+            ),
+            EngineError::Mismatched { member, field, member_value, array_value } => write!(
+                f,
+                "{member}: {field} is {member_value} but the newest member says {array_value}; all members of an array must agree on level, layout, chunk and raid devices"
+            ),
+            EngineError::Duplicate { member, other, device_uuid } => write!(
+                f,
+                "{member}: the same member as {other} (device UUID {device_uuid}); each member may be given once"
+            ),
+            EngineError::DuplicateRole { member, other, slot } => write!(
+                f,
+                "{member}: claims raid slot {slot}, which {other} already holds; one device per slot"
+            ),
+            EngineError::Stale { member, events, newest_events } => write!(
+                f,
+                "{member}: out of date (events {events}, newest member has {newest_events}); its data is older than the array's. Leave it out, or use --force to accept it as md does"
+            ),
+            EngineError::WrongLevel { asked, found } => write!(
+                f,
+                "the members form a RAID {found} array, not RAID {asked} as asked"
+            ),
+            EngineError::SizeMismatch { member, detail } => write!(f, "{member}: {detail}"),
+            EngineError::Unavailable { detail } => write!(f, "array unavailable: {detail}"),
+            EngineError::DirtyDegraded { detail } => write!(
+                f,
+                "array was not stopped cleanly and is degraded ({detail}); parity may be inconsistent (RAID write hole), so it will not start without --force"
+            ),
+            EngineError::ArrayFailed { detail } => write!(f, "array failed: {detail}"),
+            EngineError::Invalid(s) => write!(f, "{s}"),
+            EngineError::ReadOnly => write!(f, "the array is read-only"),
+            EngineError::Metadata(s) => write!(f, "metadata: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl From<DiskError> for EngineError {
+    fn from(e: DiskError) -> Self {
+        EngineError::Disk(e)
+    }
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

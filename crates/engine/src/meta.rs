@@ -1,0 +1,66 @@
+//! Reading and writing md v1.x superblocks on members (the byte format itself is
+//! raidkit-metadata's). Owns where a superblock is looked for (1.2, then 1.1, then 1.0, as
+//! `mdadm --examine` does without `-e`) and that it is written in whole logical blocks.
+
+use crate::error::{EngineError, Result};
+use raidkit_disk::Disk;
+use raidkit_metadata::{Location, Superblock, SuperblockVersion};
+
+/// A superblock found on a member, with where it was found.
+#[derive(Clone, Debug)]
+pub struct FoundSuperblock {
+    pub sb: Superblock,
+    pub version: SuperblockVersion,
+    pub device_sectors: u64,
+}
+
+/// Looks for a v1.2, v1.1 or v1.0 superblock on `disk`.
+pub fn read_superblock(disk: &dyn Disk) -> Result<FoundSuperblock> {
+    let device_sectors = disk.size_bytes() / 512;
+    let mut reasons = Vec::new();
+    for version in [
+        SuperblockVersion::V1_2,
+        SuperblockVersion::V1_1,
+        SuperblockVersion::V1_0,
+    ] {
+        let loc = Location::new(version, device_sectors);
+        let off = loc.superblock_byte_offset();
+        if device_sectors < 24 || off + 4096 > disk.size_bytes() {
+            reasons.push(format!(
+                "{}: member too small ({} bytes)",
+                version.name(),
+                disk.size_bytes()
+            ));
+            continue;
+        }
+        let mut buf = vec![0u8; 4096];
+        disk.read_at(&mut buf, off)?;
+        match Superblock::decode(&buf, loc) {
+            Ok(sb) => {
+                return Ok(FoundSuperblock {
+                    sb,
+                    version,
+                    device_sectors,
+                })
+            }
+            Err(e) => reasons.push(format!("{}: {e}", version.name())),
+        }
+    }
+    Err(EngineError::NoSuperblock {
+        member: disk.name().to_string(),
+        detail: reasons.join("; "),
+    })
+}
+
+/// Writes `sb` at its place for `version` on `disk`, padded to the logical block size.
+pub fn write_superblock(
+    disk: &dyn Disk,
+    sb: &Superblock,
+    version: SuperblockVersion,
+) -> Result<()> {
+    let loc = Location::new(version, disk.size_bytes() / 512);
+    let block = (disk.logical_block_size() as usize).max(512);
+    let bytes = sb.encode_padded(block);
+    disk.write_at(&bytes, loc.superblock_byte_offset())?;
+    Ok(())
+}
