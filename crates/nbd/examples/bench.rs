@@ -4,8 +4,11 @@
 //! - nbdcopy sequential write (a file from /dev/shm into the export) and read (to `null:`);
 //! - fio ioengine=nbd, 4 KiB random read and random write at iodepth 32 (IOPS).
 //!
-//!     cargo run --release -p raidkit-nbd --example bench -- [--size-mib N] [--runtime-s N]
-//!         [--threads N] [--repeat N]
+//! Run with:
+//!
+//! ```text
+//! cargo run --release -p raidkit-nbd --example bench -- [--size-mib N] [--runtime-s N] [--threads N] [--repeat N]
+//! ```
 //!
 //! Prints one line per measurement with both figures and the ratio raidkit / nbdkit (best of
 //! `--repeat` runs each, alternating the two servers so background load hits both alike).

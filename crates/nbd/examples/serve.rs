@@ -1,7 +1,8 @@
 //! A small NBD server for manual and script-level tests (tests/nbd/e2e.sh):
 //!
-//!     serve (--socket PATH | --tcp ADDR) [--threads N] [--read-only]
-//!           (--memory NAME=SIZE | --file NAME=PATH)...
+//! ```text
+//! serve (--socket PATH | --tcp ADDR) [--threads N] [--read-only] (--memory NAME=SIZE | --file NAME=PATH)...
+//! ```
 //!
 //! SIZE takes K, M, G suffixes (powers of two). Runs until SIGINT or SIGTERM, then flushes
 //! every export and exits 0 (1 if a flush failed, 2 on bad arguments).
