@@ -1,0 +1,752 @@
+//! Cross-check 1 (md -> raidkit): rebuild an md-written array from its raw member images with
+//! raidkit-layout and raidkit-parity, and compare with what md reported.
+//!
+//! For one array the checks are, in order (each failure is a precise line: stripe, member,
+//! byte, expected versus got):
+//! 1. the VM's report is complete, md's own `check` found no mismatch;
+//! 2. every member's superblock (read from its bytes) agrees with the others, with
+//!    `mdadm --examine` (data offset, role) and with sysfs (level, layout, chunk, disks);
+//! 3. the array md exported has the pattern the VM wrote (its sha256 equals the host's);
+//! 4. `map`: every array chunk, every copy, read from the member where raidkit says it lives,
+//!    equals the written data; `unmap` of every member chunk agrees the other way round;
+//! 5. parity: in every stripe, md's P (and Q) equal raidkit's over md's data blocks, in the
+//!    Q-syndrome slot order raidkit-layout gives;
+//! 6. degraded: the whole array rebuilt without each single member (levels with redundancy)
+//!    and, for raid6, without each pair, equals the written data.
+
+use crate::pattern::{expected_contents, PatternWrite};
+use crate::plan::PlannedArray;
+use crate::records::ArrayReport;
+use crate::superblock::{read_v12, MemberSuperblock};
+use raidkit_layout::{Geometry, MdParams, MemberChunkRole, StripeMap};
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::fs;
+
+const SECTOR: usize = 512;
+/// Failures kept per check; the rest are counted.
+const MAX_FAILURES_PER_CHECK: usize = 4;
+
+/// The verdict on one array.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckOutcome {
+    pub name: String,
+    /// What the array is (level, layout, members, chunk, size) once known.
+    pub description: String,
+    /// Checks that ran and passed, with counts.
+    pub passed: Vec<String>,
+    /// Precise failure lines; empty means the array passed.
+    pub failures: Vec<String>,
+}
+
+impl CheckOutcome {
+    pub fn ok(&self) -> bool {
+        self.failures.is_empty() && !self.passed.is_empty()
+    }
+}
+
+/// Collects failures of one check, keeping the first few.
+struct Failures<'a> {
+    check: &'static str,
+    out: &'a mut Vec<String>,
+    count: usize,
+}
+
+impl<'a> Failures<'a> {
+    fn new(check: &'static str, out: &'a mut Vec<String>) -> Failures<'a> {
+        Failures {
+            check,
+            out,
+            count: 0,
+        }
+    }
+
+    fn push(&mut self, msg: String) {
+        self.count += 1;
+        if self.count <= MAX_FAILURES_PER_CHECK {
+            self.out.push(format!("{}: {msg}", self.check));
+        }
+    }
+
+    /// Closes the check: records the overflow count; true if nothing failed.
+    fn finish(self) -> bool {
+        if self.count > MAX_FAILURES_PER_CHECK {
+            self.out.push(format!(
+                "{}: ... and {} more",
+                self.check,
+                self.count - MAX_FAILURES_PER_CHECK
+            ));
+        }
+        self.count == 0
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().fold(String::new(), |mut s, x| {
+        let _ = write!(s, "{x:02x}");
+        s
+    })
+}
+
+/// First differing byte of two equal-length slices, with 8 bytes of each from there.
+fn first_diff(want: &[u8], got: &[u8]) -> Option<(usize, String, String)> {
+    let i = want.iter().zip(got).position(|(a, b)| a != b)?;
+    let end = (i + 8).min(want.len());
+    Some((i, hex(&want[i..end]), hex(&got[i..end])))
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex(&Sha256::digest(b))
+}
+
+/// The array's member data areas, indexed by md role.
+struct Members<'a> {
+    data: Vec<&'a [u8]>,
+}
+
+impl Members<'_> {
+    /// `len_sectors` from `member_sector` of role `member` (relative to its data offset).
+    fn get(&self, member: u32, member_sector: u64, len_sectors: u64) -> Option<&[u8]> {
+        let d = self.data.get(member as usize)?;
+        let start = usize::try_from(member_sector).ok()?.checked_mul(SECTOR)?;
+        let len = usize::try_from(len_sectors).ok()?.checked_mul(SECTOR)?;
+        d.get(start..start.checked_add(len)?)
+    }
+}
+
+fn level_name(level: i32, layout: Option<&str>) -> String {
+    match layout {
+        Some(l) => format!("raid{level} {l}"),
+        None => format!("raid{level}"),
+    }
+}
+
+/// Check one array of the plan against the VM's report.
+pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOutcome {
+    let mut out = CheckOutcome {
+        name: plan.name.clone(),
+        description: level_name(plan.level as i32, plan.layout.as_deref()),
+        ..CheckOutcome::default()
+    };
+    let Some(report) = report else {
+        out.failures
+            .push("vm: no records for this array (VM died or timed out?)".into());
+        return out;
+    };
+    for e in &report.errors {
+        out.failures.push(format!("vm: {e}"));
+    }
+    if !report.ended {
+        out.failures
+            .push("vm: report incomplete (no end record)".into());
+    }
+    let (Some(size_bytes), Some(md_sha)) = (report.size_bytes, report.sha256.as_deref()) else {
+        out.failures
+            .push("vm: no array size or sha256 reported".into());
+        return out;
+    };
+    let mut images = Vec::new();
+    for m in &plan.members {
+        match fs::read(&m.image) {
+            Ok(b) => images.push(b),
+            Err(e) => {
+                out.failures
+                    .push(format!("host: cannot read {}: {e}", m.image.display()));
+                return out;
+            }
+        }
+    }
+    let Some((geo, members, sbs)) = check_metadata(plan, report, &images, &mut out) else {
+        return out;
+    };
+    let chunk_kib = u64::from(sbs[0].chunk_sectors) / 2;
+    out.description = format!(
+        "{} (layout {}) {} members, chunk {}K, {} KiB, data_offset {}",
+        level_name(sbs[0].level, plan.layout.as_deref()),
+        sbs[0].layout,
+        plan.members.len(),
+        chunk_kib,
+        size_bytes / 1024,
+        sbs[0].data_offset_sectors
+    );
+    let array_sectors = geo.array_sectors();
+    if array_sectors * SECTOR as u64 != size_bytes {
+        out.failures.push(format!(
+            "size: md's array is {size_bytes} bytes, raidkit-layout computes {} sectors = {} bytes",
+            array_sectors,
+            array_sectors * SECTOR as u64
+        ));
+        return out;
+    }
+    let Ok(size) = usize::try_from(size_bytes) else {
+        out.failures.push("size: does not fit in memory".into());
+        return out;
+    };
+    check_writes(plan, &report.writes, size_bytes, &mut out);
+    let expected = expected_contents(size, &report.writes);
+    let host_sha = sha256_hex(&expected);
+    if host_sha != md_sha {
+        out.failures.push(format!(
+            "pattern: md's array sha256 {md_sha} != sha256 {host_sha} of the data the VM wrote"
+        ));
+    } else {
+        out.passed.push("sha256".into());
+    }
+    check_map(&geo, &members, &expected, &mut out);
+    check_unmap(&geo, &members, &expected, &mut out);
+    if matches!(geo, Geometry::Parity(_)) {
+        check_parity(&geo, &members, &mut out);
+    }
+    check_degraded(&geo, &members, &expected, &mut out);
+    out
+}
+
+/// Superblocks, examine and sysfs; returns the geometry and member data views by role.
+fn check_metadata<'a>(
+    plan: &PlannedArray,
+    report: &ArrayReport,
+    images: &'a [Vec<u8>],
+    out: &mut CheckOutcome,
+) -> Option<(Geometry, Members<'a>, Vec<MemberSuperblock>)> {
+    let mut f = Failures::new("metadata", &mut out.failures);
+    let mut sbs = Vec::new();
+    for (m, img) in plan.members.iter().zip(images) {
+        match read_v12(img) {
+            Ok(sb) => sbs.push(sb),
+            Err(e) => f.push(format!("member {}: {e}", m.serial)),
+        }
+    }
+    if sbs.len() != plan.members.len() {
+        f.finish();
+        return None;
+    }
+    let first = sbs[0].clone();
+    let raid_disks = first.raid_disks as usize;
+    if raid_disks != plan.members.len() || first.level != plan.level as i32 {
+        f.push(format!(
+            "superblock says raid{} on {} disks, requested raid{} on {}",
+            first.level,
+            raid_disks,
+            plan.level,
+            plan.members.len()
+        ));
+        f.finish();
+        return None;
+    }
+    let mut by_role: Vec<Option<usize>> = vec![None; raid_disks];
+    for (i, sb) in sbs.iter().enumerate() {
+        let serial = &plan.members[i].serial;
+        if (sb.level, sb.layout, sb.chunk_sectors, sb.raid_disks)
+            != (
+                first.level,
+                first.layout,
+                first.chunk_sectors,
+                first.raid_disks,
+            )
+        {
+            f.push(format!(
+                "member {serial}: level/layout/chunk/disks differ from member 0"
+            ));
+        }
+        match by_role.get_mut(usize::from(sb.role)) {
+            Some(slot @ None) => *slot = Some(i),
+            _ => f.push(format!(
+                "member {serial}: role {:#x} invalid or duplicate",
+                sb.role
+            )),
+        }
+        let want_offset = format!("{} sectors", sb.data_offset_sectors);
+        match report.examine_field(serial, "Data Offset") {
+            Some(v) if v == want_offset => {}
+            other => f.push(format!(
+                "member {serial}: mdadm --examine Data Offset {other:?}, superblock {want_offset}"
+            )),
+        }
+        let want_role = format!("Active device {}", sb.role);
+        match report.examine_field(serial, "Device Role") {
+            Some(v) if v == want_role => {}
+            other => f.push(format!(
+                "member {serial}: mdadm --examine Device Role {other:?}, superblock {want_role}"
+            )),
+        }
+        if plan.level != 1 {
+            let want_chunk = format!("{}K", sb.chunk_sectors / 2);
+            match report.examine_field(serial, "Chunk Size") {
+                Some(v) if v == want_chunk => {}
+                other => f.push(format!(
+                    "member {serial}: mdadm --examine Chunk Size {other:?}, superblock {want_chunk}"
+                )),
+            }
+        }
+        if let (Some(want), Some(got)) = (
+            plan.layout.as_deref(),
+            report.examine_field(serial, "Layout"),
+        ) {
+            // mdadm prints raid10 layouts as "near=2" / "far=2" / "offset=2".
+            let got_short = got
+                .replace("near=", "n")
+                .replace("far=", "f")
+                .replace("offset=", "o");
+            if got != want && got_short != want {
+                f.push(format!(
+                    "member {serial}: mdadm --examine Layout {got}, requested {want}"
+                ));
+            }
+        }
+    }
+    let sys = |k: &str| report.sysfs.get(k).map(String::as_str);
+    let want_level = format!("raid{}", first.level);
+    if sys("level") != Some(want_level.as_str()) {
+        f.push(format!(
+            "sysfs level {:?}, superblock {want_level}",
+            sys("level")
+        ));
+    }
+    if sys("raid_disks") != Some(first.raid_disks.to_string().as_str()) {
+        f.push(format!(
+            "sysfs raid_disks {:?}, superblock {}",
+            sys("raid_disks"),
+            raid_disks
+        ));
+    }
+    if plan.level != 1 {
+        let want_layout = first.layout.to_string();
+        if sys("layout") != Some(want_layout.as_str()) {
+            f.push(format!(
+                "sysfs layout {:?}, superblock {want_layout}",
+                sys("layout")
+            ));
+        }
+        let want_chunk = (u64::from(first.chunk_sectors) * 512).to_string();
+        if sys("chunk_size") != Some(want_chunk.as_str()) {
+            f.push(format!(
+                "sysfs chunk_size {:?}, superblock {want_chunk}",
+                sys("chunk_size")
+            ));
+        }
+    }
+    if plan.level != 0 {
+        match report.mismatch_cnt {
+            Some(0) => {}
+            other => f.push(format!("md's own check: mismatch_cnt {other:?}, want 0")),
+        }
+    }
+    let roles: Option<Vec<usize>> = by_role.iter().copied().collect();
+    let Some(roles) = roles else {
+        f.push("not every role has a member".into());
+        f.finish();
+        return None;
+    };
+    let member_data_sectors = roles
+        .iter()
+        .map(|&i| {
+            if first.level == 0 {
+                sbs[i].data_size_sectors
+            } else {
+                sbs[i].size_sectors
+            }
+        })
+        .collect();
+    let params = MdParams {
+        level: first.level,
+        layout: first.layout,
+        raid_disks: first.raid_disks,
+        chunk_sectors: first.chunk_sectors,
+        member_data_sectors,
+    };
+    let geo = match Geometry::from_md(&params) {
+        Ok(g) => g,
+        Err(e) => {
+            f.push(format!(
+                "raidkit-layout rejects md's geometry {params:?}: {e}"
+            ));
+            f.finish();
+            return None;
+        }
+    };
+    let mut data = Vec::new();
+    for &i in &roles {
+        let start = usize::try_from(sbs[i].data_offset_sectors).unwrap_or(usize::MAX);
+        match images[i].get(start.saturating_mul(SECTOR)..) {
+            Some(d) => data.push(d),
+            None => {
+                f.push(format!(
+                    "member {}: data offset beyond the image",
+                    plan.members[i].serial
+                ));
+                f.finish();
+                return None;
+            }
+        }
+    }
+    if !f.finish() {
+        return None;
+    }
+    out.passed.push("metadata".into());
+    Some((geo, Members { data }, sbs))
+}
+
+/// The VM performed exactly the planned writes.
+fn check_writes(
+    plan: &PlannedArray,
+    done: &[PatternWrite],
+    size_bytes: u64,
+    out: &mut CheckOutcome,
+) {
+    let planned: Vec<PatternWrite> = plan
+        .writes
+        .iter()
+        .map(|w| PatternWrite {
+            seed: w.seed,
+            offset_bytes: w.offset_bytes,
+            len_bytes: w
+                .len_bytes
+                .unwrap_or(size_bytes.saturating_sub(w.offset_bytes)),
+        })
+        .collect();
+    if planned != done {
+        out.failures.push(format!(
+            "vm: writes done {done:?} differ from the plan {planned:?}"
+        ));
+    }
+}
+
+/// Every array chunk, every copy, is where raidkit-layout's `map` says.
+fn check_map(geo: &Geometry, members: &Members, expected: &[u8], out: &mut CheckOutcome) {
+    let mut f = Failures::new("map", &mut out.failures);
+    let total = geo.array_sectors();
+    let (mut s, mut pieces) = (0u64, 0u64);
+    while s < total {
+        let m = match geo.map(s) {
+            Ok(m) => m,
+            Err(e) => {
+                f.push(format!("array sector {s}: raidkit-layout error {e}"));
+                break;
+            }
+        };
+        let len = m.sectors_to_chunk_end.clamp(1, total - s);
+        let lo = s as usize * SECTOR;
+        let want = &expected[lo..lo + len as usize * SECTOR];
+        let stripe = m
+            .parity
+            .map_or(String::new(), |p| format!(" (stripe {})", p.stripe));
+        for (copy, pl) in m.placements.iter().enumerate() {
+            match members.get(pl.member, pl.member_sector, len) {
+                None => f.push(format!(
+                    "array sector {s}{stripe} copy {copy}: member {} sector {} is beyond the image",
+                    pl.member, pl.member_sector
+                )),
+                Some(got) => {
+                    if let Some((i, w, g)) = first_diff(want, got) {
+                        f.push(format!(
+                            "array byte {}{stripe} copy {copy} -> member {} sector {}: expected {w} got {g}",
+                            lo + i,
+                            pl.member,
+                            pl.member_sector + (i / SECTOR) as u64
+                        ));
+                    }
+                }
+            }
+        }
+        s += len;
+        pieces += 1;
+    }
+    if f.finish() {
+        out.passed.push(format!("map({pieces} chunks)"));
+    }
+}
+
+/// Every member chunk holds what raidkit-layout's `unmap` says, and `map` agrees.
+fn check_unmap(geo: &Geometry, members: &Members, expected: &[u8], out: &mut CheckOutcome) {
+    let mut f = Failures::new("unmap", &mut out.failures);
+    let total = geo.array_sectors();
+    let step = match geo.chunk_sectors() {
+        0 => 128,
+        c => u64::from(c),
+    };
+    let mut data_chunks = 0u64;
+    for member in 0..geo.raid_disks() {
+        let used = geo.member_used_sectors(member);
+        let mut ms = 0;
+        while ms < used {
+            let len = step.min(used - ms);
+            match geo.unmap(member, ms) {
+                Err(e) => f.push(format!(
+                    "member {member} sector {ms}: raidkit-layout error {e}"
+                )),
+                Ok(MemberChunkRole::Data { array_sector, copy }) => {
+                    data_chunks += 1;
+                    let len = len.min(total.saturating_sub(array_sector));
+                    let back = geo.map(array_sector).ok().and_then(|m| {
+                        m.placements
+                            .get(copy as usize)
+                            .map(|p| (p.member, p.member_sector))
+                    });
+                    if back != Some((member, ms)) {
+                        f.push(format!(
+                            "member {member} sector {ms} -> array sector {array_sector} copy {copy}, but map gives {back:?}"
+                        ));
+                    }
+                    let lo = array_sector as usize * SECTOR;
+                    let want = expected.get(lo..lo + len as usize * SECTOR);
+                    match (want, members.get(member, ms, len)) {
+                        (Some(w), Some(g)) => {
+                            if let Some((i, we, ge)) = first_diff(w, g) {
+                                f.push(format!(
+                                    "member {member} sector {} (array byte {}): expected {we} got {ge}",
+                                    ms + (i / SECTOR) as u64,
+                                    lo + i
+                                ));
+                            }
+                        }
+                        _ => f.push(format!(
+                            "member {member} sector {ms} -> array sector {array_sector}: out of range"
+                        )),
+                    }
+                }
+                Ok(_) => {}
+            }
+            ms += len;
+        }
+    }
+    if f.finish() {
+        out.passed.push(format!("unmap({data_chunks} chunks)"));
+    }
+}
+
+/// The data blocks of a stripe in syndrome order (`None` slots are empty = zero blocks).
+fn syndrome_sources<'a>(sm: &StripeMap, chunk: u64, members: &'a Members) -> Option<Vec<&'a [u8]>> {
+    sm.syndrome_slots
+        .iter()
+        .map(|slot| match slot {
+            Some(m) => members.get(*m, sm.member_sector_start, chunk),
+            None => Some(&[][..]),
+        })
+        .collect()
+}
+
+/// md's P and Q equal raidkit-parity's over md's data, stripe by stripe.
+fn check_parity(geo: &Geometry, members: &Members, out: &mut CheckOutcome) {
+    let mut f = Failures::new("parity", &mut out.failures);
+    let chunk = u64::from(geo.chunk_sectors());
+    let stripes = geo.stripe_count().unwrap_or(0);
+    let len = chunk as usize * SECTOR;
+    let (mut p, mut q) = (vec![0u8; len], vec![0u8; len]);
+    for stripe in 0..stripes {
+        let sm = match geo.stripe_map(stripe) {
+            Ok(sm) => sm,
+            Err(e) => {
+                f.push(format!("stripe {stripe}: raidkit-layout error {e}"));
+                continue;
+            }
+        };
+        let start = sm.member_sector_start;
+        let md_p = members.get(sm.p_member, start, chunk);
+        let result = match sm.q_member {
+            None => {
+                let data: Option<Vec<&[u8]>> = sm
+                    .data_members
+                    .iter()
+                    .map(|&m| members.get(m, start, chunk))
+                    .collect();
+                data.map(|d| raidkit_parity::gen_p(&d, &mut p))
+            }
+            Some(_) => syndrome_sources(&sm, chunk, members)
+                .map(|d| raidkit_parity::gen_syndrome(&d, &mut p, &mut q)),
+        };
+        match result {
+            None => {
+                f.push(format!(
+                    "stripe {stripe}: a member chunk is beyond its image"
+                ));
+                continue;
+            }
+            Some(Err(e)) => {
+                f.push(format!("stripe {stripe}: raidkit-parity error {e}"));
+                continue;
+            }
+            Some(Ok(())) => {}
+        }
+        let layout_note = format!(
+            "data members {:?}, P {}, Q {:?}, syndrome slots {:?}",
+            sm.data_members, sm.p_member, sm.q_member, sm.syndrome_slots
+        );
+        if let Some(md_p) = md_p {
+            if let Some((i, w, g)) = first_diff(&p, md_p) {
+                f.push(format!(
+                    "stripe {stripe} P on member {} byte {i}: raidkit {w}, md wrote {g} ({layout_note})",
+                    sm.p_member
+                ));
+            }
+        }
+        if let Some(qm) = sm.q_member {
+            if let Some(md_q) = members.get(qm, start, chunk) {
+                if let Some((i, w, g)) = first_diff(&q, md_q) {
+                    f.push(format!(
+                        "stripe {stripe} Q on member {qm} byte {i}: raidkit {w}, md wrote {g} ({layout_note})"
+                    ));
+                }
+            }
+        }
+    }
+    if f.finish() {
+        out.passed.push(format!("parity({stripes} stripes)"));
+    }
+}
+
+/// Rebuild the whole array without the `missing` members; None if raidkit cannot.
+fn rebuild(
+    geo: &Geometry,
+    members: &Members,
+    missing: &[u32],
+    size: usize,
+) -> Result<Vec<u8>, String> {
+    let mut arr = vec![0u8; size];
+    let total = geo.array_sectors();
+    if let Geometry::Parity(_) = geo {
+        let chunk = u64::from(geo.chunk_sectors());
+        let len = chunk as usize * SECTOR;
+        let stripes = geo.stripe_count().map_err(|e| e.to_string())?;
+        for stripe in 0..stripes {
+            let sm = geo.stripe_map(stripe).map_err(|e| e.to_string())?;
+            let start = sm.member_sector_start;
+            let read = |m: u32| -> Result<Vec<u8>, String> {
+                if missing.contains(&m) {
+                    return Ok(vec![0u8; len]);
+                }
+                members
+                    .get(m, start, chunk)
+                    .map(<[u8]>::to_vec)
+                    .ok_or_else(|| format!("stripe {stripe}: member {m} beyond its image"))
+            };
+            // Data blocks by member role, rebuilt where missing.
+            let mut by_member: Vec<Option<Vec<u8>>> = vec![None; geo.raid_disks() as usize];
+            match sm.q_member {
+                None => {
+                    let mut lost = None;
+                    let mut others = Vec::new();
+                    for &m in sm.data_members.iter().chain([&sm.p_member]) {
+                        if missing.contains(&m) {
+                            lost = Some(m);
+                        } else {
+                            others.push(read(m)?);
+                        }
+                    }
+                    for &m in &sm.data_members {
+                        if Some(m) != lost {
+                            by_member[m as usize] = Some(read(m)?);
+                        }
+                    }
+                    if let Some(m) = lost {
+                        if sm.data_members.contains(&m) {
+                            let mut b = vec![0u8; len];
+                            let srcs: Vec<&[u8]> = others.iter().map(Vec::as_slice).collect();
+                            raidkit_parity::gen_p(&srcs, &mut b).map_err(|e| e.to_string())?;
+                            by_member[m as usize] = Some(b);
+                        }
+                    }
+                }
+                Some(qm) => {
+                    let mut blocks: Vec<Vec<u8>> = Vec::new();
+                    let mut lost = Vec::new();
+                    for slot in &sm.syndrome_slots {
+                        match slot {
+                            Some(m) => {
+                                if missing.contains(m) {
+                                    lost.push(blocks.len());
+                                }
+                                blocks.push(read(*m)?);
+                            }
+                            None => blocks.push(Vec::new()),
+                        }
+                    }
+                    let n = sm.syndrome_slots.len();
+                    blocks.push(read(sm.p_member)?);
+                    blocks.push(read(qm)?);
+                    if missing.contains(&sm.p_member) {
+                        lost.push(n);
+                    }
+                    if missing.contains(&qm) {
+                        lost.push(n + 1);
+                    }
+                    if !lost.is_empty() {
+                        let mut refs: Vec<&mut [u8]> =
+                            blocks.iter_mut().map(Vec::as_mut_slice).collect();
+                        raidkit_parity::recover(&mut refs, &lost).map_err(|e| {
+                            format!("stripe {stripe}: raidkit-parity recover {lost:?}: {e}")
+                        })?;
+                    }
+                    for (slot, b) in sm.syndrome_slots.iter().zip(blocks) {
+                        if let Some(m) = slot {
+                            by_member[*m as usize] = Some(b);
+                        }
+                    }
+                }
+            }
+            for (dd, &m) in sm.data_members.iter().enumerate() {
+                let lo = (sm.array_sector_start + dd as u64 * chunk) as usize * SECTOR;
+                let dst = arr
+                    .get_mut(lo..lo + len)
+                    .ok_or_else(|| format!("stripe {stripe}: data index {dd} beyond the array"))?;
+                match &by_member[m as usize] {
+                    Some(b) => dst.copy_from_slice(b),
+                    None => return Err(format!("stripe {stripe}: member {m} not rebuilt")),
+                }
+            }
+        }
+        return Ok(arr);
+    }
+    let mut s = 0u64;
+    while s < total {
+        let m = geo.map(s).map_err(|e| e.to_string())?;
+        let len = m.sectors_to_chunk_end.clamp(1, total - s);
+        let pl = m
+            .placements
+            .iter()
+            .find(|p| !missing.contains(&p.member))
+            .ok_or_else(|| format!("array sector {s}: no surviving copy"))?;
+        let src = members
+            .get(pl.member, pl.member_sector, len)
+            .ok_or_else(|| format!("array sector {s}: member {} beyond its image", pl.member))?;
+        let lo = s as usize * SECTOR;
+        arr[lo..lo + src.len()].copy_from_slice(src);
+        s += len;
+    }
+    Ok(arr)
+}
+
+/// Every single member (and for raid6 every pair) lost: the rebuilt array is still the data.
+fn check_degraded(geo: &Geometry, members: &Members, expected: &[u8], out: &mut CheckOutcome) {
+    let n = geo.raid_disks();
+    let mut sets: Vec<Vec<u32>> = Vec::new();
+    if geo.max_degraded() >= 1 {
+        sets.extend((0..n).map(|a| vec![a]));
+    }
+    if matches!(geo, Geometry::Parity(_)) && geo.max_degraded() >= 2 {
+        for a in 0..n {
+            sets.extend((a + 1..n).map(|b| vec![a, b]));
+        }
+    }
+    if sets.is_empty() {
+        return;
+    }
+    let mut f = Failures::new("degraded", &mut out.failures);
+    for set in &sets {
+        match rebuild(geo, members, set, expected.len()) {
+            Err(e) => f.push(format!("without members {set:?}: {e}")),
+            Ok(arr) => {
+                if let Some((i, w, g)) = first_diff(expected, &arr) {
+                    let chunk_bytes = (u64::from(geo.chunk_sectors()).max(1) as usize) * SECTOR;
+                    f.push(format!(
+                        "without members {set:?}: array byte {i} (array chunk {}): expected {w} got {g}",
+                        i / chunk_bytes
+                    ));
+                }
+            }
+        }
+    }
+    if f.finish() {
+        out.passed
+            .push(format!("degraded({} member sets)", sets.len()));
+    }
+}
