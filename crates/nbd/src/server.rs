@@ -7,8 +7,8 @@
 //! vectored `sendmsg`. Reading the next request therefore overlaps with executing this one, and
 //! up to `threads_per_connection` requests run at once.
 //!
-//! Invariants: a connection holds at most its read buffer, one retained buffer per worker
-//! (capped at [`RETAINED_BUFFER_BYTES`]) and in-flight payloads bounded by
+//! Invariants: a connection holds at most its read buffer, one buffer per worker of at most
+//! [`RETAINED_BUFFER_BYTES`], and payloads larger than that only within
 //! `inflight_bytes_per_connection` (one request larger than the budget runs alone); a
 //! connection never touches another connection's state, and a panic inside one is contained to
 //! it. Shutdown stops accepting, lets in-flight requests finish and reply, closes every
@@ -780,6 +780,9 @@ impl Budget {
 
     /// Waits until `n` more bytes fit (a request larger than the limit waits to run alone).
     fn acquire(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
         let mut used = lock(&self.used);
         while *used > 0 && *used + n > self.limit {
             used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
@@ -885,7 +888,13 @@ impl Connection<'_> {
             Decision::Execute(request) => {
                 let payload = matches!(request.command, Command::Read | Command::Write { .. });
                 let len = request.len_bytes as usize;
-                let budget_bytes = if payload { len as u64 } else { 0 };
+                // Payloads up to the retained size are already bounded by the worker count;
+                // only larger ones draw on the budget (which costs a wake-up per request).
+                let budget_bytes = if payload && len > RETAINED_BUFFER_BYTES {
+                    len as u64
+                } else {
+                    0
+                };
                 self.budget.acquire(budget_bytes);
                 if buf.len() < len && payload {
                     buf.resize(len, 0);

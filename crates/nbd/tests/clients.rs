@@ -171,7 +171,10 @@ fn fio_nbd_engine_verifies_random_writes() {
         return;
     }
     let server = Running::start(vec![("disk", memory(64 << 20))]);
+    // fio leaves verify state files in its working directory.
+    let dir = TempDir::new("fio");
     let out = run(Command::new("fio")
+        .current_dir(dir.path())
         .arg("--name=verify")
         .arg("--ioengine=nbd")
         .arg(format!("--uri={}", server.uri("disk")))
@@ -188,4 +191,32 @@ fn fio_nbd_engine_verifies_random_writes() {
     assert_eq!(written_kib, 32 << 10, "{out}");
     let read_kib: u64 = fields[5].parse().unwrap_or(0);
     assert_eq!(read_kib, 32 << 10, "verify read everything back: {out}");
+}
+
+#[test]
+fn tcp_listener_serves_qemu_io() {
+    if !client_available("qemu-io", "qemu-utils") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = raidkit_nbd::Listener::bind_localhost(0).unwrap();
+    let addr = listener.describe();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let server = raidkit_nbd::Server::builder()
+        .export("disk", memory(4 << 20))
+        .build()
+        .unwrap();
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    let thread = std::thread::spawn(move || server.serve(&listener, &flag).unwrap());
+    let out = run(Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .args(["-c", "write -P 0x5a 1M 1M"])
+        .args(["-c", "read -P 0x5a 1M 1M"])
+        .arg(format!("nbd://{addr}/disk")));
+    assert!(out.contains("read 1048576/1048576"), "{out}");
+    shutdown.store(true, Ordering::SeqCst);
+    let report = thread.join().unwrap();
+    assert_eq!(report.connections_accepted, 1);
+    assert!(report.all_flushed());
 }
