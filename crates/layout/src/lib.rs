@@ -27,6 +27,8 @@
 //! on any device count ([`Geometry::raid1e`]); RAID 50/60 is an md raid0 over equal md raid5/6
 //! arrays ([`StackedGeometry`]).
 //!
+//! A reshape in progress is [`Reshape`]: old geometry, new geometry and md's cursor.
+//!
 //! Invalid input is a [`GeometryError`] naming the rule md or mdadm would apply; nothing here
 //! panics on input.
 
@@ -36,6 +38,7 @@ mod names;
 pub mod parity;
 mod raid0;
 mod raid10;
+mod reshape;
 mod stacked;
 mod table;
 
@@ -48,5 +51,6 @@ pub use names::{Level, Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm
 pub use parity::{ParityAlgorithm, ParityGeometry, ParityMembers};
 pub use raid0::{Raid0Geometry, Raid0Zone};
 pub use raid10::Raid10Geometry;
+pub use reshape::{Reshape, ReshapeSide};
 pub use stacked::{StackedGeometry, StackedMapping, StackedPlacement};
 pub use table::{describe, layout_table, stacked_layout_table, LayoutRow, LayoutTable};

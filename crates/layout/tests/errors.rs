@@ -315,3 +315,29 @@ fn display_names_the_rule() {
     let e = err(md(5, 2, 4, 192));
     assert!(e.to_string().contains("power of two"), "{e}");
 }
+
+#[test]
+fn reshape_cursor_picks_the_side_like_md() {
+    use raidkit_layout::{Reshape, ReshapeSide};
+    let old = Geometry::raid5(Raid5Algorithm::LeftSymmetric, 4, 8, 800).unwrap();
+    let new = Geometry::raid5(Raid5Algorithm::LeftSymmetric, 5, 8, 800).unwrap();
+    let growing = Reshape {
+        old: old.clone(),
+        new: new.clone(),
+        reshape_position: 96,
+        backwards: false,
+    };
+    assert_eq!(growing.side_of(95), ReshapeSide::New);
+    assert_eq!(growing.side_of(96), ReshapeSide::Old);
+    let (side, m) = growing.map(100).unwrap();
+    assert_eq!(side, ReshapeSide::Old);
+    assert_eq!(m, old.map(100).unwrap());
+    let shrinking = Reshape {
+        old: new,
+        new: old,
+        reshape_position: 96,
+        backwards: true,
+    };
+    assert_eq!(shrinking.side_of(95), ReshapeSide::Old);
+    assert_eq!(shrinking.side_of(96), ReshapeSide::New);
+}
