@@ -128,7 +128,9 @@ pub trait Export: Send + Sync {
         false
     }
 
-    /// True if [`Export::write_zeroes`] is cheaper than writing a buffer of zeroes.
+    /// True if [`Export::write_zeroes`] is cheaper than writing a buffer of zeroes. If false,
+    /// the server still offers zeroing to clients (as nbdkit does) and performs it with
+    /// [`Export::write_at`] from a small buffer of zeroes, never calling `write_zeroes`.
     fn can_zero(&self) -> bool {
         false
     }

@@ -12,6 +12,26 @@
 //!
 //! The codec never does I/O, so it is tested by feeding it bytes, including fuzzed ones; the
 //! server is tested against real clients (nbdinfo, qemu-io, nbdcopy, fio).
+//!
+//! Serving exports until SIGINT/SIGTERM, then flushing them (what `raidkit serve` does):
+//!
+//! ```no_run
+//! use raidkit_nbd::{Export, Listener, MemoryExport, Server};
+//! use std::sync::Arc;
+//!
+//! let listener = Listener::bind_unix("/run/raidkit/nbd.sock".as_ref())?;
+//! let array: Arc<dyn Export> = Arc::new(MemoryExport::new(1 << 30));
+//! let server = Server::builder()
+//!     .export("md0", array)
+//!     .threads_per_connection(8)
+//!     .build()?;
+//! let shutdown = raidkit_nbd::shutdown_on_signals()?;
+//! let report = server.serve(&listener, shutdown)?;
+//! if report.all_flushed() {
+//!     // every export was flushed after the last connection closed: mark arrays clean
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod export;
 pub mod handshake;

@@ -14,7 +14,7 @@
 //! it. Shutdown stops accepting, lets in-flight requests finish and reply, closes every
 //! connection, flushes every export and returns.
 
-use crate::export::{BlockSizeError, Export};
+use crate::export::{write_zeroes_by_writing, BlockSizeError, Export};
 use crate::handshake::{Catalog, ExportInfo, Handshake, HandshakeError, Outcome};
 use crate::proto::{NbdError, REQUEST_HEADER_BYTES};
 use crate::transmission::{
@@ -967,9 +967,13 @@ impl Connection<'_> {
             Command::Flush => self.export.flush(),
             Command::Trim { fua } => self.export.trim(request.offset, len as u64, fua),
             Command::Cache => Ok(()),
-            Command::WriteZeroes { fua, may_trim } => {
-                self.export
-                    .write_zeroes(request.offset, len as u64, fua, may_trim)
+            // As in nbdkit, zeroing is offered even when the export has no cheap way to do
+            // it; the server then writes zeroes from a small buffer.
+            Command::WriteZeroes { fua, may_trim } if self.export.can_zero() => self
+                .export
+                .write_zeroes(request.offset, len as u64, fua, may_trim),
+            Command::WriteZeroes { fua, .. } => {
+                write_zeroes_by_writing(self.export, request.offset, len as u64, fua)
             }
         };
         match result {

@@ -363,3 +363,49 @@ fn shutdown_finishes_in_flight_requests_and_flushes() {
     disk.read_at(7 * (256 << 10), &mut back).unwrap();
     assert_eq!(back, data);
 }
+
+/// An export with no cheap zeroing: the server must emulate WRITE_ZEROES with writes.
+struct NoZero(MemoryExport);
+
+impl Export for NoZero {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
+        self.0.write_at(offset, data, fua)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_zeroes(&self, _: u64, _: u64, _: bool, _: bool) -> std::io::Result<()> {
+        Err(std::io::Error::other(
+            "write_zeroes must not be called when can_zero is false",
+        ))
+    }
+}
+
+#[test]
+fn write_zeroes_is_emulated_when_the_export_cannot_zero() {
+    let inner = MemoryExport::new(SIZE);
+    inner.write_at(0, &[0xaa; 8192], false).unwrap();
+    let server = Running::start(vec![("nz", Arc::new(NoZero(inner)) as Arc<dyn Export>)]);
+    let mut c = RawClient::connect(&server.socket);
+    let flags = c.go("nz", false);
+    assert_ne!(flags & (1 << 6), 0, "NBD_FLAG_SEND_WRITE_ZEROES offered");
+    assert_eq!(
+        flags & (1 << 5),
+        0,
+        "no NBD_FLAG_SEND_TRIM without can_trim"
+    );
+    c.request(0, WRITE_ZEROES, 1, 4096, 4096);
+    assert_eq!(c.simple_reply(), (0, 1));
+    c.request(0, READ, 2, 0, 8192);
+    assert_eq!(c.simple_reply(), (0, 2));
+    let mut back = vec![0u8; 8192];
+    c.stream.read_exact(&mut back).unwrap();
+    assert!(back[..4096].iter().all(|&b| b == 0xaa));
+    assert!(back[4096..].iter().all(|&b| b == 0));
+}
