@@ -1,10 +1,332 @@
 //! `raidkit layout`: print which member holds which chunk of each stripe.
+//!
+//! Parse, then act: the flags become a `LayoutRequest` (plain values, checked against md's and
+//! mdadm's rules by raidkit-layout), and only then is a table rendered. The members are given
+//! just enough sectors to hold the requested rows, so far and offset copies show up too.
 
 use crate::CliError;
+use raidkit_layout::{
+    layout_table, stacked_layout_table, Geometry, Level, MdParams, Raid0Layout, Raid10Layout,
+    Raid5Algorithm, Raid6Algorithm, StackedGeometry,
+};
+use serde::Serialize;
 
 #[derive(clap::Args, Debug)]
-pub struct LayoutArgs {}
+pub struct LayoutArgs {
+    /// RAID level: 0, 1, 4, 5, 6, 10, 1e (raid10 near-2), 50 or 60 (raid0 over raid5/6 sets).
+    #[arg(long, short = 'l')]
+    pub level: String,
+    /// Layout, as mdadm names it or as md's number: left-symmetric, la, parity-first,
+    /// ddf-N-restart, left-symmetric-6, n2, f2, o3, original, alternate, ...
+    #[arg(long, short = 'p')]
+    pub layout: Option<String>,
+    /// Number of member devices (for 50/60: all members of all sets together).
+    #[arg(long = "raid-devices", short = 'n')]
+    pub raid_devices: u32,
+    /// Chunk size with a K, M or G suffix; a bare number is KiB, as in mdadm.
+    #[arg(long, short = 'c', default_value = "512K")]
+    pub chunk: String,
+    /// Number of raid5/raid6 sets for level 50/60.
+    #[arg(long, default_value_t = 2)]
+    pub sets: u32,
+    /// Rows (stripes) to show; default twice the number of devices.
+    #[arg(long)]
+    pub stripes: Option<u64>,
+    /// Print the table as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: LayoutArgs) -> Result<(), CliError> {
-    Err(CliError::failure("layout: not implemented yet"))
+/// Parse a chunk size like mdadm: `64K`, `1M`, `512` (KiB). Returns sectors.
+pub fn parse_chunk_sectors(text: &str) -> Result<u32, CliError> {
+    let t = text.trim();
+    let bad = || {
+        CliError::usage(format!(
+            "invalid chunk size '{text}' (examples: 64K, 512K, 1M)"
+        ))
+    };
+    let (digits, multiplier_kib): (&str, u64) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1024),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1024 * 1024),
+        Some(c) if c.is_ascii_digit() => (t, 1),
+        _ => return Err(bad()),
+    };
+    let value: u64 = digits.parse().map_err(|_| bad())?;
+    let sectors = value
+        .checked_mul(multiplier_kib)
+        .and_then(|kib| kib.checked_mul(2))
+        .ok_or_else(bad)?;
+    if sectors == 0 {
+        return Err(CliError::usage("chunk size must not be zero"));
+    }
+    u32::try_from(sectors).map_err(|_| bad())
+}
+
+/// What to draw, after parsing.
+enum LayoutRequest {
+    Plain(Geometry),
+    Stacked(StackedGeometry),
+}
+
+fn usage<E: std::fmt::Display>(err: E) -> CliError {
+    CliError::usage(err.to_string())
+}
+
+fn build(args: &LayoutArgs, rows: u64) -> Result<LayoutRequest, CliError> {
+    let level: Level = args.level.parse().map_err(usage)?;
+    let chunk_sectors = parse_chunk_sectors(&args.chunk)?;
+    let n = args.raid_devices;
+    let dev_sectors = u64::from(chunk_sectors)
+        .checked_mul(rows.max(1))
+        .ok_or_else(|| CliError::usage("too many rows for this chunk size"))?;
+    let layout_or = |default: &str| args.layout.clone().unwrap_or_else(|| default.to_string());
+    let md = |level: i32, layout: u32| MdParams {
+        level,
+        layout,
+        raid_disks: n,
+        chunk_sectors,
+        member_data_sectors: vec![dev_sectors; n as usize],
+    };
+    let plain = |params: MdParams| {
+        Geometry::from_md(&params)
+            .map(LayoutRequest::Plain)
+            .map_err(usage)
+    };
+    match level {
+        Level::Raid0 => {
+            let layout: Raid0Layout = layout_or("unset").parse().map_err(usage)?;
+            plain(md(0, layout.md_layout()))
+        }
+        Level::Raid1 => {
+            if args.layout.is_some() {
+                return Err(CliError::usage("raid1 has no layout"));
+            }
+            plain(md(1, 0))
+        }
+        Level::Raid4 => {
+            if let Some(l) = &args.layout {
+                if !matches!(l.to_ascii_lowercase().as_str(), "parity-last" | "5" | "0") {
+                    return Err(CliError::usage(format!(
+                        "raid4 keeps parity on the last device; layout '{l}' is not available"
+                    )));
+                }
+            }
+            plain(md(4, Raid5Algorithm::ParityLast.md_layout()))
+        }
+        Level::Raid5 => {
+            let alg: Raid5Algorithm = layout_or("left-symmetric").parse().map_err(usage)?;
+            plain(md(5, alg.md_layout()))
+        }
+        Level::Raid6 => {
+            let alg: Raid6Algorithm = layout_or("left-symmetric").parse().map_err(usage)?;
+            plain(md(6, alg.md_layout()))
+        }
+        Level::Raid10 => {
+            let layout: Raid10Layout = layout_or("n2").parse().map_err(usage)?;
+            plain(md(10, layout.md_layout()))
+        }
+        Level::Raid1E => {
+            let layout: Raid10Layout = layout_or("n2").parse().map_err(usage)?;
+            if layout != Raid10Layout::near(2) {
+                return Err(CliError::usage("RAID 1E is raid10 with layout n2"));
+            }
+            Geometry::raid1e(n, chunk_sectors, dev_sectors)
+                .map(LayoutRequest::Plain)
+                .map_err(usage)
+        }
+        Level::Raid50 | Level::Raid60 => {
+            let sets = args.sets;
+            if sets < 2 {
+                return Err(CliError::usage(format!(
+                    "a stacked array needs at least 2 sets, got {sets}"
+                )));
+            }
+            if !n.is_multiple_of(sets) {
+                return Err(CliError::usage(format!(
+                    "{n} raid-devices cannot be split into {sets} equal sets"
+                )));
+            }
+            let per_set = n / sets;
+            let stacked = if level == Level::Raid50 {
+                let alg: Raid5Algorithm = layout_or("left-symmetric").parse().map_err(usage)?;
+                StackedGeometry::raid50(alg, sets, per_set, chunk_sectors, dev_sectors)
+            } else {
+                let alg: Raid6Algorithm = layout_or("left-symmetric").parse().map_err(usage)?;
+                StackedGeometry::raid60(alg, sets, per_set, chunk_sectors, dev_sectors)
+            };
+            stacked.map(LayoutRequest::Stacked).map_err(usage)
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonOutput<'a> {
+    level: String,
+    md_level: i32,
+    md_layout: u32,
+    raid_devices: u32,
+    chunk_bytes: u64,
+    table: &'a raidkit_layout::LayoutTable,
+}
+
+/// Render the requested table as text or JSON.
+pub fn render(args: &LayoutArgs) -> Result<String, CliError> {
+    let rows = args
+        .stripes
+        .unwrap_or_else(|| 2 * u64::from(args.raid_devices));
+    let request = build(args, rows)?;
+    let (table, level, md_level, md_layout, chunk_sectors) = match &request {
+        LayoutRequest::Plain(g) => (
+            layout_table(g, rows).map_err(usage)?,
+            g.level(),
+            g.md_level(),
+            g.md_layout(),
+            g.chunk_sectors(),
+        ),
+        LayoutRequest::Stacked(s) => (
+            stacked_layout_table(s, rows).map_err(usage)?,
+            s.level(),
+            s.set_geometry().md_level(),
+            s.set_geometry().md_layout(),
+            s.set_geometry().chunk_sectors(),
+        ),
+    };
+    if args.json {
+        let out = JsonOutput {
+            level: level.to_string(),
+            md_level,
+            md_layout,
+            raid_devices: args.raid_devices,
+            chunk_bytes: u64::from(chunk_sectors) * 512,
+            table: &table,
+        };
+        serde_json::to_string_pretty(&out)
+            .map(|s| s + "\n")
+            .map_err(|e| CliError::failure(e.to_string()))
+    } else {
+        Ok(table.to_text())
+    }
+}
+
+pub fn run(args: LayoutArgs) -> Result<(), CliError> {
+    let text = render(&args)?;
+    print!("{text}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ExitCode;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: LayoutArgs,
+    }
+
+    fn parse(argv: &[&str]) -> LayoutArgs {
+        let mut full = vec!["layout"];
+        full.extend_from_slice(argv);
+        Wrapper::try_parse_from(full).expect("valid arguments").args
+    }
+
+    #[test]
+    fn parses_flags_and_defaults() {
+        let a = parse(&[
+            "--level",
+            "6",
+            "--layout",
+            "left-asymmetric",
+            "--raid-devices",
+            "5",
+            "--chunk",
+            "64K",
+        ]);
+        assert_eq!(a.level, "6");
+        assert_eq!(a.layout.as_deref(), Some("left-asymmetric"));
+        assert_eq!(a.raid_devices, 5);
+        assert_eq!(a.chunk, "64K");
+        assert!(!a.json);
+        let d = parse(&["--level", "5", "--raid-devices", "3"]);
+        assert_eq!(d.chunk, "512K");
+        assert_eq!(d.sets, 2);
+        assert_eq!(d.stripes, None);
+    }
+
+    #[test]
+    fn missing_raid_devices_is_a_parse_error() {
+        assert!(Wrapper::try_parse_from(["layout", "--level", "5"]).is_err());
+    }
+
+    #[test]
+    fn chunk_sizes_parse_like_mdadm() {
+        assert_eq!(parse_chunk_sectors("64K").unwrap(), 128);
+        assert_eq!(parse_chunk_sectors("64").unwrap(), 128);
+        assert_eq!(parse_chunk_sectors("1M").unwrap(), 2048);
+        assert_eq!(parse_chunk_sectors("4m").unwrap(), 8192);
+        assert!(parse_chunk_sectors("0").is_err());
+        assert!(parse_chunk_sectors("12Q").is_err());
+        assert!(parse_chunk_sectors("").is_err());
+    }
+
+    #[test]
+    fn renders_raid6_left_asymmetric() {
+        let a = parse(&[
+            "--level",
+            "6",
+            "--layout",
+            "la",
+            "-n",
+            "5",
+            "--chunk",
+            "64K",
+            "--stripes",
+            "2",
+        ]);
+        let text = render(&a).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "raid6 left-asymmetric, 5 members, chunk 64K");
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["0", "Q", "D0", "D1", "D2", "P"]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["1", "D3", "D4", "D5", "P", "Q"]
+        );
+    }
+
+    #[test]
+    fn invalid_geometry_is_a_usage_error() {
+        let a = parse(&["--level", "6", "-n", "3"]);
+        let err = render(&a).unwrap_err();
+        assert_eq!(err.code, ExitCode::Usage);
+        assert!(err.message.contains("at least 4"), "{}", err.message);
+        let b = parse(&["--level", "5", "-n", "4", "--chunk", "96K"]);
+        assert_eq!(render(&b).unwrap_err().code, ExitCode::Usage);
+        let c = parse(&["--level", "5", "-n", "4", "--layout", "sideways"]);
+        assert_eq!(render(&c).unwrap_err().code, ExitCode::Usage);
+    }
+
+    #[test]
+    fn json_output_is_valid() {
+        let a = parse(&["--level", "10", "--layout", "f2", "-n", "4", "--json"]);
+        let text = render(&a).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["md_level"], 10);
+        assert_eq!(v["md_layout"], 0x201);
+        assert_eq!(v["table"]["columns"].as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn raid60_splits_devices_into_sets() {
+        let a = parse(&["--level", "60", "-n", "8", "--sets", "2", "--stripes", "1"]);
+        let text = render(&a).unwrap();
+        assert!(text.starts_with("raid60 over 2 sets"), "{text}");
+        let bad = parse(&["--level", "60", "-n", "9", "--sets", "2"]);
+        assert_eq!(render(&bad).unwrap_err().code, ExitCode::Usage);
+    }
 }
