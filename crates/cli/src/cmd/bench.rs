@@ -1,13 +1,194 @@
-//! `raidkit bench …`: benchmarks that print figures.
+//! `raidkit bench …`: benchmarks that print figures. Each variant parses its flags into plain
+//! values, calls a benchmark in the raidkit-bench crate, and prints what it returns.
+
+use std::time::Duration;
+
+use raidkit_bench::parity::{self, ParityBenchConfig, ParityReport, ParityRow};
+use raidkit_parity::KernelId;
 
 use crate::CliError;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Parity kernels against ISA-L.
-    Parity,
+    /// Parity kernels (P, P+Q, two-failure recovery) in GB/s per core, side by side with
+    /// ISA-L's xor_gen, pq_gen and ec_encode_data when libisal is installed.
+    Parity(ParityArgs),
 }
 
-pub fn run(_cmd: BenchCommand) -> Result<(), CliError> {
-    Err(CliError::failure("bench: not implemented yet"))
+#[derive(clap::Args, Debug)]
+pub struct ParityArgs {
+    /// raidkit kernel to measure: reference, portable, avx2, avx512, gfni-avx2, gfni-avx512,
+    /// neon [default: the dispatcher's choice, see RAIDKIT_PARITY].
+    #[arg(long, value_parser = parse_kernel)]
+    pub kernel: Option<KernelId>,
+    /// Print a JSON array of result objects instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Timed runs per case; the median is reported (at least 5; one warm-up run comes first).
+    #[arg(long, default_value_t = 7, value_parser = parse_runs)]
+    pub runs: usize,
+    /// Size of the cold buffer set in MiB (keep it far above the last-level cache).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub cold_mib: u32,
+}
+
+fn parse_kernel(name: &str) -> Result<KernelId, String> {
+    KernelId::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = KernelId::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown kernel {name:?} (known: {})", known.join(", "))
+    })
+}
+
+fn parse_runs(s: &str) -> Result<usize, String> {
+    let runs: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if runs < 5 {
+        return Err(format!("{runs} runs: the median needs at least 5"));
+    }
+    Ok(runs)
+}
+
+pub fn run(cmd: BenchCommand) -> Result<(), CliError> {
+    match cmd {
+        BenchCommand::Parity(args) => run_parity(args),
+    }
+}
+
+fn run_parity(args: ParityArgs) -> Result<(), CliError> {
+    let cfg = ParityBenchConfig {
+        kernel: args.kernel,
+        runs: args.runs,
+        cold_pool_bytes: (args.cold_mib as usize) << 20,
+        warm_sample: Duration::from_millis(40),
+        ..ParityBenchConfig::default()
+    };
+    // Refuse an unsupported kernel before allocating anything.
+    let kernel = parity::choose_kernel(cfg.kernel).map_err(|e| CliError::usage(e.to_string()))?;
+    if !args.json {
+        println!("raidkit parity kernel: {}", kernel.name());
+        if let Some(note) = raidkit_parity::selection().fallback_reason.as_deref() {
+            println!("note: {note}");
+        }
+        match raidkit_bench::isal::Isal::load() {
+            Ok(lib) => println!("ISA-L: {} (loaded at run time)", lib.soname()),
+            Err(e) => println!("{e}; printing raidkit's figures alone"),
+        }
+        println!(
+            "GB/s of data per core, one thread, median of {} runs after a warm-up run; {} data members per stripe",
+            cfg.runs,
+            parity::DATA_MEMBERS
+        );
+        println!(
+            "recover-2data rebuilds data slots {:?}; ISA-L side: ec_encode_data with the 2x8 decode matrix of the same recovery",
+            parity::FAILED_SLOTS
+        );
+        println!();
+        println!("{}", header());
+    }
+    let mut last_case = String::new();
+    let report = parity::run_parity_bench(&cfg, |row| {
+        if !args.json {
+            if !last_case.is_empty() && row.case != last_case {
+                println!();
+            }
+            last_case = row.case.clone();
+            println!("{}", table_line(row));
+        }
+    })
+    .map_err(|e| CliError::failure(e.to_string()))?;
+    if args.json {
+        print_json(&report)?;
+    } else if report.rows.iter().any(|r| r.outputs_match == Some(false)) {
+        println!("\nwarning: some ISA-L outputs differ from raidkit's (see 'same' column)");
+    }
+    Ok(())
+}
+
+fn header() -> String {
+    format!(
+        "{:<14} {:<16} {:>12} {:>10} {:>7}  {}",
+        "op", "case", "raidkit GB/s", "ISA-L GB/s", "ratio", "same"
+    )
+}
+
+fn table_line(row: &ParityRow) -> String {
+    let isal = row
+        .isal_gbps
+        .map(|g| format!("{g:.2}"))
+        .unwrap_or_else(|| "-".into());
+    let ratio = row
+        .ratio
+        .map(|r| format!("{r:.2}x"))
+        .unwrap_or_else(|| "-".into());
+    let same = match row.outputs_match {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    };
+    format!(
+        "{:<14} {:<16} {:>12.2} {:>10} {:>7}  {}",
+        row.op, row.case, row.raidkit_gbps, isal, ratio, same
+    )
+}
+
+fn print_json(report: &ParityReport) -> Result<(), CliError> {
+    if let Err(e) = &report.isal {
+        eprintln!("raidkit: {e}; ISA-L figures are null");
+    }
+    let text = serde_json::to_string_pretty(&report.rows)
+        .map_err(|e| CliError::failure(format!("json: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Wrap {
+        #[command(subcommand)]
+        cmd: BenchCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<ParityArgs, clap::Error> {
+        let mut full = vec!["bench", "parity"];
+        full.extend_from_slice(args);
+        Wrap::try_parse_from(full).map(|w| match w.cmd {
+            BenchCommand::Parity(p) => p,
+        })
+    }
+
+    #[test]
+    fn parity_flags_parse_and_validate() {
+        let p = parse(&["--kernel", "portable", "--json", "--runs", "9"]).unwrap();
+        assert_eq!(p.kernel, Some(KernelId::Portable));
+        assert!(p.json);
+        assert_eq!(p.runs, 9);
+        assert_eq!(p.cold_mib, 256);
+        let d = parse(&[]).unwrap();
+        assert_eq!((d.kernel, d.json, d.runs), (None, false, 7));
+        assert!(parse(&["--kernel", "sse9"]).is_err());
+        assert!(parse(&["--runs", "4"]).is_err());
+        assert!(parse(&["--cold-mib", "0"]).is_err());
+    }
+
+    #[test]
+    fn table_line_shows_missing_isal_as_dashes() {
+        let row = ParityRow {
+            op: "pq",
+            case: "8x64KiB warm".into(),
+            raidkit_gbps: 12.5,
+            isal_gbps: None,
+            ratio: None,
+            raidkit_kernel: "avx2",
+            isal_function: None,
+            outputs_match: None,
+            raidkit_runs_gbps: vec![],
+            isal_runs_gbps: vec![],
+        };
+        let line = table_line(&row);
+        assert!(line.starts_with("pq"), "{line}");
+        assert!(line.contains("12.50") && line.contains(" - "), "{line}");
+    }
 }
