@@ -10,9 +10,9 @@ pub fn parse_level(text: &str) -> Result<i32, CliError> {
     let level: raidkit_layout::Level = text
         .parse()
         .map_err(|e| CliError::usage(format!("--level {text}: {e}")))?;
-    let md = level.md_level();
-    match md {
-        0 | 1 | 4 | 5 | 6 | 10 => Ok(md),
+    use raidkit_layout::Level as L;
+    match level {
+        L::Raid0 | L::Raid1 | L::Raid4 | L::Raid5 | L::Raid6 | L::Raid10 => Ok(level.md_level()),
         _ => Err(CliError::usage(format!(
             "--level {text}: not an md array level (use 0, 1, 4, 5, 6 or 10)"
         ))),
