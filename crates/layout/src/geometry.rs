@@ -412,6 +412,24 @@ impl Geometry {
         }
     }
 
+    /// How many members hold each array sector: raid_disks for raid1, near x far for raid10,
+    /// 1 otherwise.
+    pub fn copies(&self) -> u32 {
+        match self {
+            Geometry::Raid1(g) => g.raid_disks,
+            Geometry::Raid10(g) => g.layout.copies(),
+            Geometry::Raid0(_) | Geometry::Parity(_) => 1,
+        }
+    }
+
+    /// Data chunks per stripe for raid4/5/6 (raid_disks - max_degraded); `None` otherwise.
+    pub fn data_disks(&self) -> Option<u32> {
+        match self {
+            Geometry::Parity(g) => Some(g.data_disks()),
+            _ => None,
+        }
+    }
+
     /// Members that can fail without losing data, in the best case for the worst placement:
     /// raid0 0, raid1 n-1, raid4/5 1, raid6 2, raid10 copies-1.
     pub fn max_degraded(&self) -> u32 {

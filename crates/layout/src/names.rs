@@ -39,6 +39,16 @@ impl Level {
         }
     }
 
+    /// The md level of an array that is exactly this level, or `None` for the levels raidkit
+    /// builds from md parts (RAID 1E is raid10 with layout n2; RAID 50/60 are a raid0 over
+    /// several raid5/6 arrays), which have no level number of their own.
+    pub fn md_native_level(self) -> Option<i32> {
+        match self {
+            Level::Raid1E | Level::Raid50 | Level::Raid60 => None,
+            other => Some(other.md_level()),
+        }
+    }
+
     /// The level of an md superblock's `level` field.
     pub fn from_md(level: i32) -> Result<Level, GeometryError> {
         match level {

@@ -341,3 +341,16 @@ fn reshape_cursor_picks_the_side_like_md() {
     assert_eq!(shrinking.side_of(95), ReshapeSide::Old);
     assert_eq!(shrinking.side_of(96), ReshapeSide::New);
 }
+
+#[test]
+fn composite_levels_have_no_native_md_level() {
+    assert_eq!(Level::Raid1E.md_native_level(), None);
+    assert_eq!(Level::Raid50.md_native_level(), None);
+    assert_eq!(Level::Raid60.md_native_level(), None);
+    assert_eq!(Level::Raid10.md_native_level(), Some(10));
+    assert_eq!(Level::Raid0.md_native_level(), Some(0));
+    let r10 = Geometry::raid10(Raid10Layout::far(3), 4, 8, 800).unwrap();
+    assert_eq!((r10.copies(), r10.data_disks()), (3, None));
+    let r6 = Geometry::raid6(Raid6Algorithm::LeftSymmetric, 7, 8, 800).unwrap();
+    assert_eq!((r6.copies(), r6.data_disks()), (1, Some(5)));
+}
