@@ -125,6 +125,34 @@ fn fio_iops(socket: &Path, rw: &str, o: &Options) -> f64 {
     f[index].parse().unwrap_or(0.0)
 }
 
+/// User plus system CPU seconds of this process (the in-process server; the bench's own
+/// thread only waits for clients meanwhile).
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we pass; zero is a valid initial value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a local rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// User plus system CPU seconds of another process, from /proc/PID/stat.
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit(')').next().unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
 struct Peer {
     child: Child,
 }
@@ -195,23 +223,34 @@ fn main() {
         o.threads.map_or("default".to_string(), |t| t.to_string())
     );
     println!(
-        "{:<34} {:>14} {:>14} {:>7}",
-        "measurement", "raidkit", "nbdkit", "ratio"
+        "server CPU is user+system seconds the server process spent per run (lower is better)"
+    );
+    println!(
+        "{:<30} {:>12} {:>12} {:>6} {:>11} {:>11}",
+        "measurement", "raidkit", "nbdkit", "ratio", "raidkit CPU", "nbdkit CPU"
     );
 
+    let peer_pid = _peer.child.id();
     let gbps = |d: Duration| size_bytes as f64 / d.as_secs_f64() / 1e9;
     let best = |name: &str, unit: &str, f: &mut dyn FnMut(&Path) -> f64| {
         let (mut a, mut b) = (0f64, 0f64);
+        let (mut cpu_a, mut cpu_b) = (f64::MAX, f64::MAX);
         for _ in 0..o.repeat {
+            let before = own_cpu_seconds();
             a = a.max(f(&ours));
+            cpu_a = cpu_a.min(own_cpu_seconds() - before);
+            let before = process_cpu_seconds(peer_pid);
             b = b.max(f(&theirs));
+            cpu_b = cpu_b.min(process_cpu_seconds(peer_pid) - before);
         }
         println!(
-            "{:<34} {:>10.2} {unit:<3} {:>10.2} {unit:<3} {:>7.2}",
+            "{:<30} {:>7.2} {unit:<4} {:>7.2} {unit:<4} {:>6.2} {:>10.2}s {:>10.2}s",
             name,
             a,
             b,
-            a / b
+            a / b,
+            cpu_a,
+            cpu_b
         );
     };
     best("nbdcopy sequential write", "GB/s", &mut |s| {

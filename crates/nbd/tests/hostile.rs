@@ -409,3 +409,27 @@ fn write_zeroes_is_emulated_when_the_export_cannot_zero() {
     assert!(back[..4096].iter().all(|&b| b == 0xaa));
     assert!(back[4096..].iter().all(|&b| b == 0));
 }
+
+#[test]
+fn shutdown_cuts_a_client_that_never_reads_its_replies() {
+    let (_, exports) = exports();
+    let server = Running::start_with(exports, |b| b.shutdown_grace(Duration::from_millis(300)));
+    let mut stalled = RawClient::connect(&server.socket);
+    stalled.go("disk", false);
+    // 64 MiB of read replies that the client never reads: the server blocks sending them.
+    for cookie in 0..64 {
+        stalled.request(0, READ, cookie, 0, 1 << 20);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Other clients are unaffected while it stalls.
+    good_client_works(&server.socket, 5 << 20, 4);
+    let start = std::time::Instant::now();
+    let report = server.stop();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(report.connections_cut, 1, "{report:?}");
+    assert!(report.all_flushed());
+}
