@@ -3,10 +3,12 @@
 //! `__raid10_find_phys` (array sector -> every copy) and `raid10_find_virt` (member sector ->
 //! array sector).
 //!
-//! md's own quirks are kept on purpose, since arrays written by md must read back: for example
-//! an offset layout with near copies > 1 on a device count that is not a multiple of the near
-//! copies can place two chunks on the same member chunk in md itself; `unmap` then reports the
-//! member chunk as `Unused` because md's two functions disagree on it.
+//! md's own quirks are kept on purpose, since arrays written by md must read back. In two kinds
+//! of shapes md's find_phys and find_virt disagree, and `unmap` then reports the member chunk as
+//! `Unused` rather than guess: an offset layout with near copies > 1 on a device count that is not
+//! a multiple of the near copies (a wrapped near copy lands on another chunk's offset copy), and
+//! far sets (layout bits 17-18) that do not divide the devices evenly when near copies > 1
+//! (find_phys moves a far copy across into the last, larger set). mdadm creates neither shape.
 
 use crate::{GeometryError, MemberChunkRole, Placement, Raid10Layout};
 use serde::Serialize;

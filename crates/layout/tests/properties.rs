@@ -342,23 +342,25 @@ proptest! {
     #[test]
     fn stacked_bijection(raid6 in any::<bool>(), alg in 0usize..6, sets in 2u32..=4,
                          per_set in 4u32..=6, chunk in chunk_strategy(), rows in 1u64..=8,
-                         offset_chunks in 0u64..2) {
+                         outer_chunk in chunk_strategy(), offset_chunks in 0u64..2) {
         let c = u64::from(chunk);
         let set = if raid6 {
             Geometry::raid6(Raid6Algorithm::ALL[alg], per_set, chunk, rows * c).unwrap()
         } else {
             Geometry::raid5(Raid5Algorithm::ALL[alg], per_set, chunk, rows * c).unwrap()
         };
-        prop_assume!(set.array_sectors() > offset_chunks * c);
-        let st = StackedGeometry::new(set.clone(), sets, chunk, offset_chunks * c).unwrap();
-        let outer_member = (set.array_sectors() - offset_chunks * c) / c * c;
+        let oc = u64::from(outer_chunk);
+        prop_assume!(set.array_sectors() >= offset_chunks * c + oc);
+        let st = StackedGeometry::new(set.clone(), sets, outer_chunk, offset_chunks * c).unwrap();
+        let outer_member = (set.array_sectors() - offset_chunks * c) / oc * oc;
         prop_assert_eq!(st.array_sectors(), outer_member * u64::from(sets));
+        let unit = c.min(oc);
         let mut used = HashSet::new();
-        for ch in 0..st.array_sectors() / c {
-            let x = sector_in_chunk(ch, c);
+        for ch in 0..st.array_sectors() / unit {
+            let x = sector_in_chunk(ch, unit);
             let m = st.map(x).unwrap();
             for p in m.placements() {
-                prop_assert!(used.insert((p.set, p.member, p.member_sector / c)));
+                prop_assert!(used.insert((p.set, p.member, p.member_sector / unit)));
                 prop_assert_eq!(st.unmap(p.set, p.member, p.member_sector).unwrap(),
                                 MemberChunkRole::Data { array_sector: x, copy: 0 });
             }
