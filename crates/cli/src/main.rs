@@ -33,6 +33,8 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Seeded simulation: random geometry, workload and faults checked against a reference model.
+    Sim(cmd::sim::SimArgs),
     #[command(flatten)]
     Array(cmd::array::ArrayCommand),
 }
@@ -42,6 +44,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Layout(args) => cmd::layout::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Sim(args) => cmd::sim::run(args),
         Command::Array(args) => cmd::array::run(args),
     };
     match result {

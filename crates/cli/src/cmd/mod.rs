@@ -3,3 +3,4 @@
 pub mod array;
 pub mod bench;
 pub mod layout;
+pub mod sim;

@@ -1,0 +1,1 @@
+//! raidkit-sim (work in progress).
