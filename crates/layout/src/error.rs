@@ -22,7 +22,8 @@ pub enum GeometryError {
     TooManyDisks { raid_disks: u32, max: u32 },
     /// A striped level was given a chunk size of zero (md: "chunk size must be set").
     ChunkNotSet { level: i32 },
-    /// The chunk is not a power of two (md raid4/5/6/10 refuse it; raidkit also requires it for raid0).
+    /// The chunk is not a power of two (md raid4/5/6/10 refuse it; mdadm and raidkit refuse it
+    /// for raid0 too, although md's raid0 could use it).
     ChunkNotPowerOfTwo { level: i32, chunk_sectors: u32 },
     /// The chunk is smaller than md's minimum for the level (raid4/5/6/10: one 4 KiB page).
     ChunkTooSmall {
@@ -102,11 +103,18 @@ impl fmt::Display for GeometryError {
             ChunkNotPowerOfTwo {
                 level,
                 chunk_sectors,
-            } => write!(
-                f,
-                "chunk size of {} bytes is not a power of two (required for level {level})",
-                u64::from(*chunk_sectors) * 512
-            ),
+            } => {
+                write!(
+                    f,
+                    "chunk size of {} bytes is not a power of two (required for level {level}",
+                    u64::from(*chunk_sectors) * 512
+                )?;
+                if *level == 0 {
+                    // md itself accepts such raid0 chunks; mdadm never creates them.
+                    f.write_str(" by raidkit and by mdadm")?;
+                }
+                f.write_str(")")
+            }
             ChunkTooSmall {
                 level,
                 chunk_sectors,

@@ -354,3 +354,26 @@ fn composite_levels_have_no_native_md_level() {
     let r6 = Geometry::raid6(Raid6Algorithm::LeftSymmetric, 7, 8, 800).unwrap();
     assert_eq!((r6.copies(), r6.data_disks()), (1, Some(5)));
 }
+
+#[test]
+fn geometry_and_tables_serialize() {
+    let g = Geometry::raid6(Raid6Algorithm::RotatingNContinue, 5, 8, 80).unwrap();
+    let v = serde_json::to_value(&g).unwrap();
+    assert_eq!(v["kind"], "parity");
+    assert_eq!(v["algorithm"]["algorithm"], "ddf-N-continue");
+    let sm = serde_json::to_value(g.stripe_map(1).unwrap()).unwrap();
+    assert_eq!(
+        sm["syndrome_slots"],
+        serde_json::json!([0, 1, null, null, 4])
+    );
+    let role = serde_json::to_value(g.unmap(3, 8).unwrap()).unwrap();
+    assert_eq!(role, serde_json::json!({"role": "parity", "stripe": 1}));
+    let t = raidkit_layout::layout_table(&g, 2).unwrap();
+    let tv = serde_json::to_value(&t).unwrap();
+    assert_eq!(
+        tv["rows"][1]["cells"],
+        serde_json::json!(["D4", "D5", "Q", "P", "D3"])
+    );
+    let e = err(md(0, 1, 2, 24));
+    assert!(e.to_string().contains("by raidkit and by mdadm"), "{e}");
+}
