@@ -82,6 +82,13 @@ impl Listener {
         }
     }
 
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Listener::Unix { listener, .. } => listener.set_nonblocking(true),
+            Listener::Tcp(l) => l.set_nonblocking(true),
+        }
+    }
+
     fn accept(&self) -> io::Result<Transport> {
         match self {
             Listener::Unix { listener, .. } => {
@@ -514,13 +521,19 @@ impl Server {
         let handshake_failures = AtomicU64::new(0);
         let mut cut = 0u64;
         let mut next_id = 0u64;
+        // Non-blocking, so a client that vanishes between poll and accept cannot stall us.
+        listener.set_nonblocking().map_err(ServerError::Io)?;
         let result: io::Result<()> = std::thread::scope(|scope| {
+            let mut fatal = None;
             while !shutdown.load(Ordering::SeqCst) {
                 match poll_readable(listener.as_raw_fd(), 100) {
                     Ok(false) => continue,
                     Ok(true) => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        fatal = Some(e);
+                        break;
+                    }
                 }
                 let transport = match listener.accept() {
                     Ok(t) => t,
@@ -530,7 +543,10 @@ impl Server {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        fatal = Some(e);
+                        break;
+                    }
                 };
                 if active.load(Ordering::SeqCst) >= self.config.max_connections {
                     refused.fetch_add(1, Ordering::Relaxed);
@@ -573,7 +589,7 @@ impl Server {
                 cut += 1;
                 t.shutdown(Shutdown::Both);
             }
-            Ok(())
+            fatal.map_or(Ok(()), Err)
         });
         result.map_err(ServerError::Io)?;
         Ok(ServeReport {
@@ -613,6 +629,7 @@ impl Server {
             reader: Mutex::new(ReadBuffer::new()),
             writer: Mutex::new(()),
             stop: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
             violation: Mutex::new(None),
             budget: Budget::new(self.config.inflight_bytes_per_connection),
         };
@@ -621,10 +638,13 @@ impl Server {
                 let conn = &conn;
                 let _ = std::thread::Builder::new()
                     .name("nbd-worker".into())
-                    .spawn_scoped(scope, move || conn.work());
+                    .spawn_scoped(scope, move || conn.work_contained());
             }
-            conn.work();
+            conn.work_contained();
         });
+        if conn.panicked.load(Ordering::SeqCst) {
+            return ConnectionEnd::Panicked;
+        }
         let violation = lock(&conn.violation).take();
         match violation {
             Some(v) => ConnectionEnd::ProtocolViolation(v),
@@ -819,11 +839,25 @@ struct Connection<'a> {
     reader: Mutex<ReadBuffer>,
     writer: Mutex<()>,
     stop: AtomicBool,
+    panicked: AtomicBool,
     violation: Mutex<Option<String>>,
     budget: Budget,
 }
 
 impl Connection<'_> {
+    /// Runs a worker; if the export (or anything else) panics, ends this connection only:
+    /// the socket is shut so the other workers wake up and leave.
+    fn work_contained(&self) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.work()));
+        if result.is_err() {
+            self.panicked.store(true, Ordering::SeqCst);
+            self.stop_with(None);
+            // The panicking request may have held budget; free it all so no worker waits.
+            self.budget.release(u64::MAX);
+            self.t.shutdown(Shutdown::Both);
+        }
+    }
+
     fn work(&self) {
         let mut buf: Vec<u8> = Vec::new();
         let mut reply: Vec<u8> = Vec::new();

@@ -433,3 +433,46 @@ fn shutdown_cuts_a_client_that_never_reads_its_replies() {
     assert_eq!(report.connections_cut, 1, "{report:?}");
     assert!(report.all_flushed());
 }
+
+/// An export with a bug: it panics when reading its last block.
+struct Buggy(MemoryExport);
+
+impl Export for Buggy {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if offset + buf.len() as u64 == self.0.size_bytes() {
+            panic!("deliberate export bug");
+        }
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
+        self.0.write_at(offset, data, fua)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panicking_export_ends_only_the_connection_that_hit_it() {
+    let buggy: Arc<dyn Export> = Arc::new(Buggy(MemoryExport::new(SIZE)));
+    let (_, mut exports) = exports();
+    exports.push(("buggy", buggy));
+    let server = Running::start(exports);
+    let mut bystander = RawClient::connect(&server.socket);
+    bystander.go("buggy", false);
+    let mut victim = RawClient::connect(&server.socket);
+    victim.go("buggy", false);
+    victim.request(0, READ, 1, SIZE - 4096, 4096);
+    assert!(victim.closed_by_server());
+    // The same export still serves other connections and new ones.
+    bystander.request(0, READ, 2, 0, 4096);
+    assert_eq!(bystander.simple_reply(), (0, 2));
+    let mut back = vec![1u8; 4096];
+    bystander.stream.read_exact(&mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+    good_client_works(&server.socket, 0, 5);
+    assert!(server.stop().all_flushed());
+}
