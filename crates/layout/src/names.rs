@@ -159,16 +159,18 @@ impl fmt::Display for Raid5Algorithm {
 
 impl FromStr for Raid5Algorithm {
     type Err = GeometryError;
-    /// mdadm's names and short forms (`la`, `ra`, `ls`, `rs`, `default`), or md's number.
+    /// mdadm's names and short forms (`la`, `ra`, `ls`, `rs`, `default`, and the DDF aliases
+    /// `ddf-zero-restart`, `ddf-N-restart`, `ddf-N-continue`), or md's number.
     fn from_str(s: &str) -> Result<Raid5Algorithm, GeometryError> {
         let lower = s.trim().to_ascii_lowercase();
         if let Ok(n) = lower.parse::<u32>() {
             return Raid5Algorithm::from_md(n);
         }
+        // mdadm's r5layout also names the DDF raid5 layouts after the md algorithm they equal.
         let alias = match lower.as_str() {
-            "la" => Some(Raid5Algorithm::LeftAsymmetric),
-            "ra" => Some(Raid5Algorithm::RightAsymmetric),
-            "ls" | "default" => Some(Raid5Algorithm::LeftSymmetric),
+            "la" | "ddf-n-restart" => Some(Raid5Algorithm::LeftAsymmetric),
+            "ra" | "ddf-zero-restart" => Some(Raid5Algorithm::RightAsymmetric),
+            "ls" | "default" | "ddf-n-continue" => Some(Raid5Algorithm::LeftSymmetric),
             "rs" => Some(Raid5Algorithm::RightSymmetric),
             _ => None,
         };
@@ -509,13 +511,14 @@ impl fmt::Display for Raid0Layout {
 
 impl FromStr for Raid0Layout {
     type Err = GeometryError;
-    /// mdadm's `original`/`alternate` (also `o`, `a`, `alt-multizone`), or md's number.
+    /// mdadm's `original`/`alternate`/`dangerous` (also `o`, `a`, `alt-multizone`, `unset`), or
+    /// md's number.
     fn from_str(s: &str) -> Result<Raid0Layout, GeometryError> {
         let lower = s.trim().to_ascii_lowercase();
         match lower.as_str() {
             "original" | "o" | "orig" | "1" => Ok(Raid0Layout::Original),
             "alternate" | "a" | "alt" | "alt-multizone" | "2" => Ok(Raid0Layout::AltMultizone),
-            "unset" | "default" | "0" => Ok(Raid0Layout::Unset),
+            "unset" | "dangerous" | "0" => Ok(Raid0Layout::Unset),
             _ => Err(GeometryError::UnknownLayout {
                 level: "raid0".into(),
                 name: s.to_string(),

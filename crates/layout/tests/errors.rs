@@ -377,3 +377,26 @@ fn geometry_and_tables_serialize() {
     let e = err(md(0, 1, 2, 24));
     assert!(e.to_string().contains("by raidkit and by mdadm"), "{e}");
 }
+
+#[test]
+fn mdadm_raid5_ddf_aliases_and_raid0_names() {
+    use raidkit_layout::Raid0Layout;
+    assert_eq!(
+        "ddf-zero-restart".parse::<Raid5Algorithm>().unwrap(),
+        Raid5Algorithm::RightAsymmetric
+    );
+    assert_eq!(
+        "ddf-N-restart".parse::<Raid5Algorithm>().unwrap(),
+        Raid5Algorithm::LeftAsymmetric
+    );
+    assert_eq!(
+        "ddf-N-continue".parse::<Raid5Algorithm>().unwrap(),
+        Raid5Algorithm::LeftSymmetric
+    );
+    assert_eq!("original".parse::<Raid0Layout>().unwrap().md_layout(), 1);
+    assert_eq!("alternate".parse::<Raid0Layout>().unwrap().md_layout(), 2);
+    assert_eq!(
+        "dangerous".parse::<Raid0Layout>().unwrap(),
+        Raid0Layout::Unset
+    );
+}
