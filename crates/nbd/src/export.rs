@@ -13,7 +13,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// Size constraints advertised with `NBD_INFO_BLOCK_SIZE` and enforced on every request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,7 +191,7 @@ pub fn write_zeroes_by_writing<E: Export + ?Sized>(
     Ok(())
 }
 
-impl<E: Export + ?Sized> Export for std::sync::Arc<E> {
+impl<E: Export + ?Sized> Export for Arc<E> {
     fn size_bytes(&self) -> u64 {
         (**self).size_bytes()
     }
@@ -239,6 +239,49 @@ impl<E: Export + ?Sized> Export for std::sync::Arc<E> {
         may_trim: bool,
     ) -> io::Result<()> {
         (**self).write_zeroes(offset, len_bytes, fua, may_trim)
+    }
+}
+
+/// Serves any export read-only: a wrapper rather than a flag inside each export, so the
+/// server (and the CLI's `--read-only`) can apply it to arrays, files and memory alike.
+pub struct ReadOnly<E: ?Sized>(pub Arc<E>);
+
+impl<E: Export + ?Sized> Export for ReadOnly<E> {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn block_size(&self) -> BlockSize {
+        self.0.block_size()
+    }
+    fn description(&self) -> Option<String> {
+        self.0.description()
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn can_flush(&self) -> bool {
+        self.0.can_flush()
+    }
+    fn can_fua(&self) -> bool {
+        false
+    }
+    fn can_multi_conn(&self) -> bool {
+        self.0.can_multi_conn()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, _offset: u64, _data: &[u8], _fua: bool) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EROFS))
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn trim(&self, _offset: u64, _len_bytes: u64, _fua: bool) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EROFS))
+    }
+    fn write_zeroes(&self, _: u64, _: u64, _: bool, _: bool) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EROFS))
     }
 }
 
@@ -653,6 +696,21 @@ mod tests {
         assert_eq!(tail, [9u8; 512]);
         export.trim(0, export.size_bytes(), false).unwrap();
         assert_eq!(export.allocated_bytes(), 0);
+    }
+
+    #[test]
+    fn read_only_wrapper_refuses_writes_and_forwards_reads() {
+        let inner = Arc::new(MemoryExport::new(1 << 20));
+        inner.write_at(0, &[5u8; 512], false).unwrap();
+        let ro = ReadOnly(inner.clone());
+        assert!(ro.read_only() && !ro.can_fua());
+        assert!(ro.write_at(0, &[1u8; 512], false).is_err());
+        assert!(ro.trim(0, 512, false).is_err());
+        assert!(ro.write_zeroes(0, 512, false, true).is_err());
+        let mut back = [0u8; 512];
+        ro.read_at(0, &mut back).unwrap();
+        assert_eq!(back, [5u8; 512]);
+        assert_eq!(ro.size_bytes(), 1 << 20);
     }
 
     #[test]

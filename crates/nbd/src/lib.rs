@@ -40,7 +40,7 @@ pub mod server;
 pub mod signal;
 pub mod transmission;
 
-pub use export::{BlockSize, BlockSizeError, Export, FileExport, MemoryExport};
+pub use export::{BlockSize, BlockSizeError, Export, FileExport, MemoryExport, ReadOnly};
 pub use proto::NbdError;
 pub use server::{
     serve, ConnectionEnd, Listener, ServeReport, Server, ServerBuilder, ServerConfig, ServerError,
