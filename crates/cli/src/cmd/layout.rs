@@ -95,7 +95,8 @@ fn build(args: &LayoutArgs, rows: u64) -> Result<LayoutRequest, CliError> {
     };
     match level {
         Level::Raid0 => {
-            let layout: Raid0Layout = layout_or("unset").parse().map_err(usage)?;
+            // mdadm creates raid0 with the original layout unless told otherwise.
+            let layout: Raid0Layout = layout_or("original").parse().map_err(usage)?;
             plain(md(0, layout.md_layout()))
         }
         Level::Raid1 => {
@@ -319,6 +320,9 @@ mod tests {
         assert_eq!(v["md_level"], 10);
         assert_eq!(v["md_layout"], 0x201);
         assert_eq!(v["table"]["columns"].as_array().unwrap().len(), 4);
+        let r0 = parse(&["--level", "0", "-n", "3", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&render(&r0).unwrap()).unwrap();
+        assert_eq!(v["md_layout"], 1, "mdadm default raid0 layout is original");
     }
 
     #[test]
