@@ -47,11 +47,18 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Binds a unix socket at `path`, replacing a stale socket file left by a previous run.
+    /// Binds a unix socket at `path`, replacing a stale socket file left by a previous run
+    /// (but not one a live server still answers on: that is `AddrInUse`).
     pub fn bind_unix(path: &Path) -> io::Result<Listener> {
         use std::os::unix::fs::FileTypeExt;
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             if meta.file_type().is_socket() {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{} is in use by a running server", path.display()),
+                    ));
+                }
                 std::fs::remove_file(path)?;
             }
         }

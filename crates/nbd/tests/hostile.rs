@@ -476,3 +476,20 @@ fn a_panicking_export_ends_only_the_connection_that_hit_it() {
     good_client_works(&server.socket, 0, 5);
     assert!(server.stop().all_flushed());
 }
+
+#[test]
+fn binding_over_a_live_socket_is_refused_but_a_stale_one_is_replaced() {
+    let (_, exports) = exports();
+    let server = Running::start(exports);
+    let err = raidkit_nbd::Listener::bind_unix(&server.socket).err();
+    assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::AddrInUse));
+    good_client_works(&server.socket, 0, 6);
+    drop(server);
+
+    let dir = TempDir::new("stale");
+    let path = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists(), "a stale socket file is left behind");
+    let listener = raidkit_nbd::Listener::bind_unix(&path).unwrap();
+    assert_eq!(listener.describe(), path.display().to_string());
+}
