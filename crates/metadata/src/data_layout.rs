@@ -13,7 +13,7 @@
 
 use crate::bitmap::{bitmap_bits, BITMAP_SUPER_BYTES};
 use crate::error::MetadataError;
-use crate::superblock::{Level, SuperblockVersion};
+use crate::superblock::{Level, PplArea, SuperblockVersion};
 use serde::{Deserialize, Serialize};
 
 /// mdadm's default chunk size in sectors (`DEFAULT_CHUNK` 512 KiB).
@@ -24,6 +24,8 @@ pub const DEFAULT_BITMAP_DELAY_SECS: u32 = 5;
 pub const DEFAULT_INTERNAL_BITMAP_CHUNK_BYTES: u64 = 64 * 1024 * 1024;
 /// One MiB in sectors: mdadm rounds data offsets up to this (`validate_geometry1`, ONE_MEG).
 pub const ONE_MEG_SECTORS: u64 = 2048;
+/// Space mdadm reserves for partial parity logs: 1 MiB (`MULTIPLE_PPL_AREA_SIZE_SUPER1`).
+pub const PPL_AREA_SECTORS: u64 = 2048;
 /// mdadm reserves 8 sectors (4 KiB) for the bad-block log (`write_init_super1`).
 pub const BBLOG_SECTORS: u16 = 8;
 
@@ -63,11 +65,29 @@ pub fn mdadm_default_data_offset(
     device_sectors: u64,
     chunk_sectors: u32,
 ) -> u64 {
+    data_offset_for(version, device_sectors, chunk_sectors, false)
+}
+
+/// Space `validate_geometry1` reserves for a bitmap, or for PPL when that policy is chosen.
+fn reserved_bm_space(device_sectors: u64, ppl: bool) -> u64 {
+    if ppl {
+        PPL_AREA_SECTORS
+    } else {
+        choose_bm_space(device_sectors)
+    }
+}
+
+fn data_offset_for(
+    version: SuperblockVersion,
+    device_sectors: u64,
+    chunk_sectors: u32,
+    ppl: bool,
+) -> u64 {
     match version {
         SuperblockVersion::V1_0 => 0,
         SuperblockVersion::V1_1 | SuperblockVersion::V1_2 => {
             let raw = 12 * 2
-                + choose_bm_space(device_sectors)
+                + reserved_bm_space(device_sectors, ppl)
                 + mdadm_headroom_sectors(device_sectors, chunk_sectors);
             raw.div_ceil(ONE_MEG_SECTORS) * ONE_MEG_SECTORS
         }
@@ -81,12 +101,21 @@ pub fn mdadm_free_sectors(
     device_sectors: u64,
     chunk_sectors: u32,
 ) -> Result<u64, MetadataError> {
+    free_sectors_for(version, device_sectors, chunk_sectors, false)
+}
+
+fn free_sectors_for(
+    version: SuperblockVersion,
+    device_sectors: u64,
+    chunk_sectors: u32,
+    ppl: bool,
+) -> Result<u64, MetadataError> {
     match version {
         SuperblockVersion::V1_0 => {
             // Metadata at the end: round down to 4 KiB, then 8 KiB superblock area, 4 KiB
             // bad-block log and the bitmap space.
             let rounded = device_sectors & !7;
-            let overhead = 8 * 2 + 8 + choose_bm_space(device_sectors);
+            let overhead = 8 * 2 + 8 + reserved_bm_space(device_sectors, ppl);
             rounded
                 .checked_sub(overhead)
                 .ok_or(MetadataError::DeviceTooSmall {
@@ -95,7 +124,7 @@ pub fn mdadm_free_sectors(
                 })
         }
         SuperblockVersion::V1_1 | SuperblockVersion::V1_2 => {
-            let data_offset = mdadm_default_data_offset(version, device_sectors, chunk_sectors);
+            let data_offset = data_offset_for(version, device_sectors, chunk_sectors, ppl);
             device_sectors
                 .checked_sub(data_offset)
                 .ok_or(MetadataError::DeviceTooSmall {
@@ -156,6 +185,9 @@ pub struct DataLayout {
     pub size_sectors: u64,
     /// Internal bitmap, if requested.
     pub bitmap: Option<BitmapPlacement>,
+    /// Partial parity log area (`--consistency-policy=ppl`), stored in the superblock's
+    /// `bitmap_offset` union with the `PPL` feature bit.
+    pub ppl: Option<PplArea>,
     /// `bblog_offset` (signed sectors from the superblock), 0 when there is no log.
     pub bblog_offset: i32,
     /// `bblog_size` in sectors, 0 when there is no log.
@@ -190,7 +222,29 @@ impl DataLayout {
 
     /// mdadm's create-time placement for `shape`.
     pub fn mdadm_create(shape: &CreateShape) -> Result<DataLayout, MetadataError> {
+        Self::create(shape, false)
+    }
+
+    /// mdadm's placement for a RAID5 array with `--consistency-policy=ppl`: a 1 MiB partial
+    /// parity log area takes the place of the bitmap space (`validate_geometry1`,
+    /// `write_init_super1`). The caller records it with [`crate::Superblock::set_ppl_area`]
+    /// and the `PPL` feature bit.
+    pub fn mdadm_create_ppl(shape: &CreateShape) -> Result<DataLayout, MetadataError> {
+        Self::create(shape, true)
+    }
+
+    fn create(shape: &CreateShape, ppl: bool) -> Result<DataLayout, MetadataError> {
         let dsize = shape.device_sectors;
+        if ppl && shape.level != Level::Raid5 {
+            return Err(MetadataError::InvalidGeometry {
+                rule: "the PPL consistency policy is only supported for raid5 (mdadm)",
+            });
+        }
+        if ppl && shape.with_bitmap {
+            return Err(MetadataError::InvalidGeometry {
+                rule: "PPL and a write-intent bitmap exclude each other (md super_1_validate)",
+            });
+        }
         // store_super1 / write_init_super1: "if (dsize < 24) return 2".
         if dsize < 24 {
             return Err(MetadataError::DeviceTooSmall {
@@ -207,8 +261,8 @@ impl DataLayout {
         }
         let version = shape.version;
         // validate_geometry1: data offset (1.1/1.2) and free size.
-        let data_offset = mdadm_default_data_offset(version, dsize, shape.chunk_sectors);
-        let free_sectors = mdadm_free_sectors(version, dsize, shape.chunk_sectors)?;
+        let data_offset = data_offset_for(version, dsize, shape.chunk_sectors, ppl);
+        let free_sectors = free_sectors_for(version, dsize, shape.chunk_sectors, ppl)?;
 
         // Create.c: freesize in KiB, rounded down to the chunk; raid1 to 64 KiB; linear and
         // raid0 leave `size` unset (0) for the kernel to fill.
@@ -267,8 +321,20 @@ impl DataLayout {
         };
 
         // write_init_super1: bitmap space, then per-version placement.
+        let mut ppl_area = None;
         let (mut bm_space, bm_offset): (u64, i64) = match &bitmap {
             Some(b) => (b.space_sectors, i64::from(b.offset_sectors)),
+            None if ppl => {
+                let offset = match version {
+                    SuperblockVersion::V1_0 => -(PPL_AREA_SECTORS as i64) - 8,
+                    _ => 8,
+                };
+                ppl_area = Some(PplArea {
+                    offset_sectors: offset as i16,
+                    size_sectors: PPL_AREA_SECTORS as u16,
+                });
+                (PPL_AREA_SECTORS, offset)
+            }
             None => (choose_bm_space(size_sectors), 8),
         };
         let super_offset = version.superblock_sector(dsize);
@@ -312,6 +378,7 @@ impl DataLayout {
             data_size_sectors: data_size,
             size_sectors,
             bitmap,
+            ppl: ppl_area,
             bblog_offset,
             bblog_size_sectors: bblog_size,
         })

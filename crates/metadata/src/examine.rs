@@ -114,6 +114,8 @@ pub struct ExamineReport {
     pub device_uuid: String,
     /// "Internal Bitmap": sectors from the superblock.
     pub internal_bitmap_offset: Option<i32>,
+    /// "PPL": `(size in sectors, offset from the superblock)`.
+    pub ppl: Option<(u16, i16)>,
     /// "Flags": "write-mostly", "failfast".
     pub flags: Vec<&'static str>,
     /// "Update Time" (UTC).
@@ -294,6 +296,11 @@ impl ExamineReport {
             state: if sb.is_clean() { "clean" } else { "active" }.to_string(),
             device_uuid: sb.device_uuid.to_mdadm_string(),
             internal_bitmap_offset: sb.bitmap_offset(),
+            ppl: if sb.bitmap_offset().is_none() {
+                sb.ppl().map(|p| (p.size_sectors, p.offset_sectors))
+            } else {
+                None
+            },
             flags,
             update_time: sb.utime.to_ctime_string(),
             bad_block_log_entries: has_bblog.then(|| u32::from(sb.bblog_size_sectors) * 512 / 8),
@@ -378,6 +385,12 @@ impl ExamineReport {
         line("", "");
         if let Some(o) = self.internal_bitmap_offset {
             line("Internal Bitmap", &format!("{o} sectors from superblock"));
+        }
+        if let Some((size, offset)) = self.ppl {
+            line(
+                "PPL",
+                &format!("{size} sectors at offset {offset} sectors from superblock"),
+            );
         }
         if !self.flags.is_empty() {
             line("Flags", &self.flags.join(" "));
