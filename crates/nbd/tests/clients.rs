@@ -220,3 +220,28 @@ fn tcp_listener_serves_qemu_io() {
     assert_eq!(report.connections_accepted, 1);
     assert!(report.all_flushed());
 }
+
+#[test]
+fn qemu_img_converts_and_compares() {
+    if !client_available("qemu-img", "qemu-utils") {
+        return;
+    }
+    let dir = TempDir::new("qemu-img");
+    let image = dir.path().join("a.img");
+    // Data, then a zero tail qemu-img may send as WRITE_ZEROES.
+    let mut data = pattern(8 << 20, 77);
+    data.resize(16 << 20, 0);
+    std::fs::write(&image, &data).unwrap();
+    let server = Running::start(vec![("disk", memory(16 << 20))]);
+    let info = run(Command::new("qemu-img").arg("info").arg(server.uri("disk")));
+    assert!(info.contains("16 MiB (16777216 bytes)"), "{info}");
+    run(Command::new("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&image)
+        .arg(server.uri("disk")));
+    let out = run(Command::new("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&image)
+        .arg(server.uri("disk")));
+    assert!(out.contains("Images are identical"), "{out}");
+}
