@@ -49,10 +49,10 @@ impl Default for ParityBenchConfig {
     fn default() -> Self {
         ParityBenchConfig {
             kernel: None,
-            runs: 7,
+            runs: 11,
             cold_pool_bytes: 256 << 20,
             block_bytes: vec![4 << 10, 64 << 10, 1 << 20],
-            warm_sample: Duration::from_millis(40),
+            warm_sample: Duration::from_millis(25),
         }
     }
 }

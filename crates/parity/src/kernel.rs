@@ -178,7 +178,7 @@ impl Kernel {
         q: &mut [u8],
     ) -> Result<(), ParityError> {
         check_syndrome(data, p, q)?;
-        self.raw_gen_syndrome(data, p, q);
+        self.raw_gen_syndrome(data, p, q, true);
         Ok(())
     }
 
@@ -233,20 +233,28 @@ impl Kernel {
         }
     }
 
-    pub(crate) fn raw_gen_syndrome(self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+    /// `streaming`: large outputs may bypass the cache (final parity); pass `false` when
+    /// the outputs are read again at once (recovery's intermediate P and Q).
+    pub(crate) fn raw_gen_syndrome(
+        self,
+        data: &[&[u8]],
+        p: &mut [u8],
+        q: &mut [u8],
+        streaming: bool,
+    ) {
         match self.imp {
             Imp::Reference => reference::gen_syndrome(data, p, q, 0),
             Imp::Portable => portable::gen_syndrome(data, p, q, 0),
             #[cfg(target_arch = "x86_64")]
-            Imp::Avx2(k) => k.gen_syndrome(data, p, q),
+            Imp::Avx2(k) => k.gen_syndrome(data, p, q, streaming),
             #[cfg(target_arch = "x86_64")]
-            Imp::Avx512(k) => k.gen_syndrome(data, p, q),
+            Imp::Avx512(k) => k.gen_syndrome(data, p, q, streaming),
             #[cfg(target_arch = "x86_64")]
-            Imp::GfniAvx2(k) => k.gen_syndrome(data, p, q),
+            Imp::GfniAvx2(k) => k.gen_syndrome(data, p, q, streaming),
             #[cfg(target_arch = "x86_64")]
-            Imp::GfniAvx512(k) => k.gen_syndrome(data, p, q),
+            Imp::GfniAvx512(k) => k.gen_syndrome(data, p, q, streaming),
             #[cfg(target_arch = "aarch64")]
-            Imp::Neon(k) => k.gen_syndrome(data, p, q),
+            Imp::Neon(k) => k.gen_syndrome(data, p, q, streaming),
         }
     }
 

@@ -25,6 +25,15 @@ mod neon {
     unsafe fn st(p: *mut u8, v: V) {
         vst1q_u8(p, v)
     }
+    /// NEON has no streaming-store intrinsic; a plain store keeps the shared bodies simple.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn st_nt(p: *mut u8, v: V) {
+        vst1q_u8(p, v)
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn fence() {}
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn xor(a: V, b: V) -> V {

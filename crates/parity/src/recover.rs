@@ -94,7 +94,7 @@ pub(crate) fn recover(
                 // Two data blocks: md's raid6_2data_recov.
                 let s = split(blocks, &[a, b]);
                 let [dp, dq] = s.holes;
-                k.raw_gen_syndrome(&s.srcs[..n], dp, dq);
+                k.raw_gen_syndrome(&s.srcs[..n], dp, dq, false);
                 let pbmul = gf::EXI[b - a];
                 let qmul = gf::inv(gf::exp(a) ^ gf::exp(b));
                 k.raw_recov_2data(pbmul, qmul, s.p, s.q, dp, dq);
@@ -102,18 +102,18 @@ pub(crate) fn recover(
                 // Data and P: md's raid6_datap_recov.
                 let s = split(blocks, &[a]);
                 let [dq, _] = s.holes;
-                k.raw_gen_syndrome(&s.srcs[..n], s.p, dq);
+                k.raw_gen_syndrome(&s.srcs[..n], s.p, dq, false);
                 k.raw_recov_datap(gf::inv(gf::exp(a)), s.q, dq, s.p);
             } else if b == qi && a < n {
                 // Data and Q: the data block from P, then Q (and P, which comes out the same,
                 // because the rebuilt block makes the data XOR to P exactly).
                 recover_one(k, blocks, a);
                 let s = split(blocks, &[]);
-                k.raw_gen_syndrome(&s.srcs[..n], s.p, s.q);
+                k.raw_gen_syndrome(&s.srcs[..n], s.p, s.q, true);
             } else {
                 // P and Q.
                 let s = split(blocks, &[]);
-                k.raw_gen_syndrome(&s.srcs[..n], s.p, s.q);
+                k.raw_gen_syndrome(&s.srcs[..n], s.p, s.q, true);
             }
             Ok(())
         }

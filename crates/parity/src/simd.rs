@@ -3,6 +3,7 @@
 //!
 //! - `V`, `W`: the vector type and its width in bytes;
 //! - `zero()`, `ld(ptr)`, `st(ptr, v)` (unaligned), `xor(a, b)`;
+//! - `st_nt(ptr, v)` (streaming store, `W`-aligned) and `fence()` to order streaming stores;
 //! - `Consts`, `consts()`: whatever `mul2` needs, built once per call;
 //! - `mul2_xor(q, d, &Consts)`: `q·g ⊕ d`, the Horner step of md's `gen_syndrome`;
 //! - `mul2(q, &Consts)`: `q·g`, for zero slots and md's "left side" of `xor_syndrome`;
@@ -37,11 +38,32 @@ macro_rules! simd_kernel {
             }
         }
 
+        /// Stores that bypass the cache when `nt` (the pointer is then `W`-aligned).
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn st_n_maybe_nt(ptr: *mut u8, v: [V; UNROLL], nt: bool) {
+            if nt {
+                for (u, x) in v.iter().enumerate() {
+                    st_nt(ptr.add(u * W), *x);
+                }
+            } else {
+                st_n(ptr, v);
+            }
+        }
+
+        /// Whether parity written to `ptrs` over `len_bytes` should use non-temporal stores:
+        /// large blocks (parity goes to a member device next, not back through the CPU),
+        /// and every pointer aligned as the streaming store requires.
+        fn want_nt(ptrs: &[*mut u8], len_bytes: usize) -> bool {
+            len_bytes >= crate::simd::NT_MIN_BYTES && ptrs.iter().all(|p| (*p as usize) % W == 0)
+        }
+
         /// P = ⊕ sources (or P ⊕= … when `accumulate`), for bytes `0..returned`.
         #[target_feature(enable = $feat)]
         pub(super) unsafe fn gen_p(srcs: &[&[u8]], p: &mut [u8], accumulate: bool) -> usize {
             let end = p.len() / STEP * STEP;
             let pp = p.as_mut_ptr();
+            let nt = !accumulate && want_nt(&[pp], end);
             let mut i = 0;
             while i < end {
                 let mut acc = if accumulate {
@@ -55,21 +77,30 @@ macro_rules! simd_kernel {
                         acc[u] = xor(acc[u], d[u]);
                     }
                 }
-                st_n(pp.add(i), acc);
+                st_n_maybe_nt(pp.add(i), acc, nt);
                 i += STEP;
+            }
+            if nt {
+                fence();
             }
             end
         }
 
         /// md's `gen_syndrome`: Horner's rule from the highest slot down.
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn gen_syndrome(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) -> usize {
+        pub(super) unsafe fn gen_syndrome(
+            data: &[&[u8]],
+            p: &mut [u8],
+            q: &mut [u8],
+            streaming: bool,
+        ) -> usize {
             let end = p.len() / STEP * STEP;
             let Some((top, rest)) = data.split_last() else {
                 return 0;
             };
             let k = consts();
             let (pp, qp) = (p.as_mut_ptr(), q.as_mut_ptr());
+            let nt = streaming && want_nt(&[pp, qp], end);
             let mut i = 0;
             while i < end {
                 let mut wp = if top.is_empty() {
@@ -91,9 +122,12 @@ macro_rules! simd_kernel {
                         wq[u] = mul2_xor(wq[u], d[u], &k);
                     }
                 }
-                st_n(pp.add(i), wp);
-                st_n(qp.add(i), wq);
+                st_n_maybe_nt(pp.add(i), wp, nt);
+                st_n_maybe_nt(qp.add(i), wq, nt);
                 i += STEP;
+            }
+            if nt {
+                fence();
             }
             end
         }
@@ -209,6 +243,12 @@ macro_rules! simd_kernel {
 
 pub(crate) use simd_kernel;
 
+/// Smallest block for which `gen_p` and `gen_syndrome` write parity with non-temporal
+/// (streaming) stores. Below it parity stays in cache, which wins for 4 KiB blocks; above it
+/// streaming avoids reading each parity line before overwriting it and keeps the data in
+/// cache (ISA-L streams always; measured with `raidkit bench parity`).
+pub(crate) const NT_MIN_BYTES: usize = 16 << 10;
+
 /// A safe handle for one SIMD kernel module: constructing it proves the CPU has the features
 /// (`$detect`), and each method runs the SIMD body and finishes the tail portably.
 macro_rules! simd_token {
@@ -234,9 +274,15 @@ macro_rules! simd_token {
                 crate::portable::gen_p(srcs, p, accumulate, end);
             }
 
-            pub(crate) fn gen_syndrome(self, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+            pub(crate) fn gen_syndrome(
+                self,
+                data: &[&[u8]],
+                p: &mut [u8],
+                q: &mut [u8],
+                streaming: bool,
+            ) {
                 // SAFETY: as in `gen_p`.
-                let end = unsafe { $module::gen_syndrome(data, p, q) };
+                let end = unsafe { $module::gen_syndrome(data, p, q, streaming) };
                 crate::portable::gen_syndrome(data, p, q, end);
             }
 

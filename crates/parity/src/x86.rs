@@ -42,6 +42,16 @@ mod avx2 {
     }
     #[inline]
     #[target_feature(enable = "avx2")]
+    unsafe fn st_nt(p: *mut u8, v: V) {
+        _mm256_stream_si256(p as *mut V, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fence() {
+        _mm_sfence()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
     unsafe fn xor(a: V, b: V) -> V {
         _mm256_xor_si256(a, b)
     }
@@ -117,6 +127,16 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn st(p: *mut u8, v: V) {
         _mm512_storeu_si512(p as *mut V, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn st_nt(p: *mut u8, v: V) {
+        _mm512_stream_si512(p as *mut V, v)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn fence() {
+        _mm_sfence()
     }
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
@@ -198,6 +218,16 @@ mod gfni_avx2 {
     }
     #[inline]
     #[target_feature(enable = "gfni,avx2")]
+    unsafe fn st_nt(p: *mut u8, v: V) {
+        _mm256_stream_si256(p as *mut V, v)
+    }
+    #[inline]
+    #[target_feature(enable = "gfni,avx2")]
+    unsafe fn fence() {
+        _mm_sfence()
+    }
+    #[inline]
+    #[target_feature(enable = "gfni,avx2")]
     unsafe fn xor(a: V, b: V) -> V {
         _mm256_xor_si256(a, b)
     }
@@ -262,6 +292,16 @@ mod gfni_avx512 {
     #[target_feature(enable = "gfni,avx512f,avx512bw")]
     unsafe fn st(p: *mut u8, v: V) {
         _mm512_storeu_si512(p as *mut V, v)
+    }
+    #[inline]
+    #[target_feature(enable = "gfni,avx512f,avx512bw")]
+    unsafe fn st_nt(p: *mut u8, v: V) {
+        _mm512_stream_si512(p as *mut V, v)
+    }
+    #[inline]
+    #[target_feature(enable = "gfni,avx512f,avx512bw")]
+    unsafe fn fence() {
+        _mm_sfence()
     }
     #[inline]
     #[target_feature(enable = "gfni,avx512f,avx512bw")]
