@@ -389,7 +389,7 @@ impl ServerBuilder {
         self
     }
 
-    /// How long a client may take over each read during negotiation.
+    /// How long a client may take over the whole negotiation.
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.config.handshake_timeout = timeout;
         self
@@ -661,8 +661,9 @@ impl Server {
 
     fn negotiate(&self, t: &Transport) -> Result<Outcome, ConnectionEnd> {
         let closed = |e: io::Error| ConnectionEnd::HandshakeFailed(e.to_string());
-        t.set_read_timeout(Some(self.config.handshake_timeout))
-            .map_err(closed)?;
+        // The whole negotiation must finish in time, so a client trickling bytes cannot hold
+        // a connection slot forever.
+        let deadline = Instant::now() + self.config.handshake_timeout;
         let mut hs = Handshake::new();
         let mut buf = vec![0u8; 64 << 10];
         loop {
@@ -673,6 +674,13 @@ impl Server {
             if hs.outcome().is_some() {
                 break;
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ConnectionEnd::HandshakeFailed(
+                    "negotiation took longer than the handshake timeout".into(),
+                ));
+            }
+            t.set_read_timeout(Some(left)).map_err(closed)?;
             let want = hs.bytes_wanted().clamp(1, buf.len());
             let n = t.read(&mut buf[..want]).map_err(closed)?;
             if n == 0 {

@@ -493,3 +493,24 @@ fn binding_over_a_live_socket_is_refused_but_a_stale_one_is_replaced() {
     let listener = raidkit_nbd::Listener::bind_unix(&path).unwrap();
     assert_eq!(listener.describe(), path.display().to_string());
 }
+
+#[test]
+fn a_client_trickling_its_handshake_is_timed_out() {
+    let (_, exports) = exports();
+    let server = Running::start_with(exports, |b| b.handshake_timeout(Duration::from_millis(400)));
+    let mut c = RawClient::connect(&server.socket);
+    c.greet();
+    // One byte of an option header every 100 ms: each read is quick, the whole is too slow.
+    let start = std::time::Instant::now();
+    let mut closed = false;
+    for &b in b"IHAVEOPT\0\0\0\x03\0\0\0\0" {
+        if c.stream.write_all(&[b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(closed || c.closed_by_server());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    good_client_works(&server.socket, 0, 8);
+}
