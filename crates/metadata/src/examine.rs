@@ -124,6 +124,8 @@ pub struct ExamineReport {
     pub bad_block_log_entries: Option<u32>,
     /// "Bad Block Log" offset in sectors from the superblock.
     pub bad_block_log_offset: Option<i32>,
+    /// BAD_BLOCKS is set: the log holds entries.
+    pub bad_blocks_present: bool,
     /// "Checksum" as stored.
     pub checksum: String,
     /// Whether the checksum is correct ("- correct" vs "- expected ...").
@@ -305,6 +307,7 @@ impl ExamineReport {
             update_time: sb.utime.to_ctime_string(),
             bad_block_log_entries: has_bblog.then(|| u32::from(sb.bblog_size_sectors) * 512 / 8),
             bad_block_log_offset: has_bblog.then_some(sb.bblog_offset),
+            bad_blocks_present: sb.feature_map.contains(FeatureMap::BAD_BLOCKS),
             checksum: format!("{csum:x}"),
             checksum_correct: true,
             events: sb.events,
@@ -399,7 +402,14 @@ impl ExamineReport {
         if let (Some(n), Some(o)) = (self.bad_block_log_entries, self.bad_block_log_offset) {
             line(
                 "Bad Block Log",
-                &format!("{n} entries available at offset {o} sectors"),
+                &format!(
+                    "{n} entries available at offset {o} sectors{}",
+                    if self.bad_blocks_present {
+                        " - bad blocks present."
+                    } else {
+                        ""
+                    }
+                ),
             );
         }
         line(
