@@ -95,7 +95,8 @@ pub enum MemberChunkRole {
     Unused,
 }
 
-/// One raid4/5/6 stripe: which member holds what.
+/// One raid4/5/6 stripe: which member holds what. A stripe here is one chunk row (the `stripe`
+/// of md's raid5_compute_sector), not md's 4 KiB `stripe_head`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StripeMap {
     pub stripe: u64,
