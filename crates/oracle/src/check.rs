@@ -311,7 +311,16 @@ fn check_metadata<'a>(
     }
     if plan.level != 1 {
         let want_layout = first.layout.to_string();
-        if sys("layout") != Some(want_layout.as_str()) {
+        // md shows layout -1 for a raid0 whose members are all the same size (one zone,
+        // where the multi-zone layout does not apply) although the superblock keeps it.
+        let chunk = u64::from(first.chunk_sectors.max(1));
+        let one_zone = first.level == 0
+            && sbs
+                .iter()
+                .all(|sb| sb.data_size_sectors / chunk == first.data_size_sectors / chunk);
+        let layout_ok = sys("layout") == Some(want_layout.as_str())
+            || (one_zone && sys("layout") == Some("-1"));
+        if !layout_ok {
             f.push(format!(
                 "sysfs layout {:?}, superblock {want_layout}",
                 sys("layout")

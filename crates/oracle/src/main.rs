@@ -11,7 +11,7 @@
 //!
 //! Exit status: 0 all passed, 1 a check failed, 2 bad usage or unreadable input.
 
-use raidkit_oracle::check::check_array;
+use raidkit_oracle::check::{check_array, CheckOutcome};
 use raidkit_oracle::matrix::parse_matrix;
 use raidkit_oracle::plan::{make_plan, write_plan, Plan};
 use raidkit_oracle::records::parse_records;
@@ -114,9 +114,36 @@ fn check_cmd(a: &Args) -> Result<ExitCode, String> {
             reports.extend(parse_records(&text));
         }
     }
+    // Arrays are independent: check them on all cores, report in plan order.
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes = std::sync::Mutex::new(vec![None; plan.arrays.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(array) = plan.arrays.get(i) else {
+                    break;
+                };
+                let outcome = check_array(array, reports.get(&array.name));
+                if let Ok(mut v) = outcomes.lock() {
+                    v[i] = Some(outcome);
+                }
+            });
+        }
+    });
+    let outcomes = outcomes
+        .into_inner()
+        .map_err(|_| "a check thread panicked".to_string())?;
     let (mut passed, mut failed) = (0, 0);
-    for array in &plan.arrays {
-        let outcome = check_array(array, reports.get(&array.name));
+    for (array, outcome) in plan.arrays.iter().zip(outcomes) {
+        let outcome = outcome.unwrap_or_else(|| CheckOutcome {
+            name: array.name.clone(),
+            failures: vec!["host: the check did not run".into()],
+            ..CheckOutcome::default()
+        });
         if outcome.ok() {
             passed += 1;
             println!(

@@ -117,11 +117,23 @@ oracle_report() {
         sync
         mdadm --stop "/dev/$md" > /dev/null 2>&1 || emit "$name error mdadm --stop failed"
     fi
+    # One mdadm --examine for all members; its "/dev/vdX:" headers say whose lines follow.
+    map="" devs=""
     for s in "$@"; do
         d=$(dev_of "$s") || continue
-        mdadm --examine "$d" 2>&1 | while IFS= read -r line; do
-            emit "$name examine $s $line"
-        done
+        map="$map $d:=$s"
+        devs="$devs $d"
+    done
+    serial=""
+    # shellcheck disable=SC2086 # devs is a list of /dev paths without spaces
+    mdadm --examine $devs 2>&1 | while IFS= read -r line; do
+        case "$line" in
+            /dev/vd*:)
+                for pair in $map; do
+                    [ "${pair%%=*}" = "$line" ] && serial=${pair#*=}
+                done ;;
+        esac
+        emit "$name examine ${serial:-unknown} $line"
     done
     stamp "$name" examine
     emit "$name end"
