@@ -64,6 +64,26 @@ impl StackedGeometry {
         outer_chunk_sectors: u32,
         set_data_offset_sectors: u64,
     ) -> Result<StackedGeometry, GeometryError> {
+        let outer_member = set.array_sectors().saturating_sub(set_data_offset_sectors);
+        StackedGeometry::with_outer_member_sectors(
+            set,
+            sets,
+            outer_chunk_sectors,
+            set_data_offset_sectors,
+            outer_member,
+        )
+    }
+
+    /// Like [`StackedGeometry::new`], with the outer array's usable sectors per set given
+    /// explicitly (the outer superblocks' `data_size`), which may be less than what the set
+    /// holds after the data offset.
+    pub fn with_outer_member_sectors(
+        set: Geometry,
+        sets: u32,
+        outer_chunk_sectors: u32,
+        set_data_offset_sectors: u64,
+        outer_member_data_sectors: u64,
+    ) -> Result<StackedGeometry, GeometryError> {
         if sets < 2 {
             return Err(GeometryError::TooFewSets { sets });
         }
@@ -75,8 +95,8 @@ impl StackedGeometry {
                 ) => {}
             _ => return Err(GeometryError::UnequalSets),
         }
-        let set_sectors = set.array_sectors();
-        let outer_member = set_sectors.saturating_sub(set_data_offset_sectors);
+        let available = set.array_sectors().saturating_sub(set_data_offset_sectors);
+        let outer_member = outer_member_data_sectors.min(available);
         let outer = Geometry::raid0(
             Raid0Layout::Unset,
             outer_chunk_sectors,

@@ -400,3 +400,22 @@ fn mdadm_raid5_ddf_aliases_and_raid0_names() {
         Raid0Layout::Unset
     );
 }
+
+#[test]
+fn stacked_outer_size_can_be_given() {
+    let set = Geometry::raid5(Raid5Algorithm::LeftSymmetric, 4, 8, 800).unwrap();
+    assert_eq!(set.array_sectors(), 2400);
+    let full = StackedGeometry::new(set.clone(), 3, 16, 32).unwrap();
+    // (2400 - 32) rounded down to the 16-sector outer chunk, on each of 3 sets.
+    assert_eq!(full.array_sectors(), 3 * 2368);
+    let exact = StackedGeometry::with_outer_member_sectors(set.clone(), 3, 16, 32, 1000).unwrap();
+    assert_eq!(exact.array_sectors(), 3 * 992);
+    // Asking for more than the set holds is capped at what it holds.
+    let capped = StackedGeometry::with_outer_member_sectors(set, 3, 16, 32, 1 << 40).unwrap();
+    assert_eq!(capped.array_sectors(), full.array_sectors());
+    // Outer sector 0 lives in set 0 at set sector 32 (after the outer data offset).
+    let m = exact.map(0).unwrap();
+    assert_eq!((m.set, m.set_sector), (0, 32));
+    let m = exact.map(16).unwrap();
+    assert_eq!((m.set, m.set_sector), (1, 32));
+}
