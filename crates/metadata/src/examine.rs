@@ -6,7 +6,7 @@
 //! never prints. Times are rendered in UTC (mdadm uses local time).
 
 use crate::bitmap::BitmapSuper;
-use crate::superblock::{DevRole, FeatureMap, Level, Superblock, MD_SB_MAGIC};
+use crate::superblock::{DevRole, Examined, FeatureMap, Level, Superblock, MD_SB_MAGIC};
 use serde::Serialize;
 
 /// mdadm's name for a raid5 layout (`r5layout` in maps.c).
@@ -130,6 +130,10 @@ pub struct ExamineReport {
     pub checksum: String,
     /// Whether the checksum is correct ("- correct" vs "- expected ...").
     pub checksum_correct: bool,
+    /// The checksum the bytes should carry, when the stored one is wrong.
+    pub checksum_expected: Option<String>,
+    /// Rules of a strict decode that the superblock breaks (empty for a decoded superblock).
+    pub problems: Vec<String>,
     /// "Events".
     pub events: u64,
     /// "Layout", for raid0 (with RAID0_LAYOUT), raid5, raid6 and raid10.
@@ -164,9 +168,8 @@ pub struct BitmapReport {
 }
 
 impl ExamineReport {
-    /// Builds the report from a decoded superblock. `stored_checksum` is the `sb_csum` found on
-    /// disk (decode only succeeds with a correct one, so pass `None` for "as encoded").
-    /// `device_sectors`, when known, gives the unused space after the data.
+    /// Builds the report from a decoded (hence valid) superblock. `device_sectors`, when
+    /// known, gives the unused space after the data.
     pub fn from_superblock(
         sb: &Superblock,
         device_sectors: Option<u64>,
@@ -310,6 +313,8 @@ impl ExamineReport {
             bad_blocks_present: sb.feature_map.contains(FeatureMap::BAD_BLOCKS),
             checksum: format!("{csum:x}"),
             checksum_correct: true,
+            checksum_expected: None,
+            problems: Vec::new(),
             events: sb.events,
             layout,
             chunk_size_kib,
@@ -325,6 +330,22 @@ impl ExamineReport {
                 bits: b.bits(),
             }),
         }
+    }
+
+    /// Builds the report from a superblock read by [`Superblock::examine_bytes`], which may
+    /// break md's rules: the stored checksum is shown, with the expected one when they differ
+    /// (as mdadm does), and every broken rule is listed in `problems`.
+    pub fn from_examined(
+        ex: &Examined,
+        device_sectors: Option<u64>,
+        bitmap: Option<&BitmapSuper>,
+    ) -> Self {
+        let mut r = Self::from_superblock(&ex.superblock, device_sectors, bitmap);
+        r.checksum = format!("{:x}", ex.stored_checksum);
+        r.checksum_correct = ex.stored_checksum == ex.computed_checksum;
+        r.checksum_expected = (!r.checksum_correct).then(|| format!("{:x}", ex.computed_checksum));
+        r.problems = ex.problems.iter().map(|p| p.to_string()).collect();
+        r
     }
 
     /// The report in mdadm's `--examine` text layout (field names right-aligned before " : ").
@@ -414,15 +435,11 @@ impl ExamineReport {
         }
         line(
             "Checksum",
-            &format!(
-                "{} - {}",
-                self.checksum,
-                if self.checksum_correct {
-                    "correct"
-                } else {
-                    "wrong"
-                }
-            ),
+            &match (&self.checksum_expected, self.checksum_correct) {
+                (_, true) => format!("{} - correct", self.checksum),
+                (Some(e), false) => format!("{} - expected {e}", self.checksum),
+                (None, false) => format!("{} - wrong", self.checksum),
+            },
         );
         line("Events", &self.events.to_string());
         line("", "");

@@ -25,7 +25,7 @@ pub use data_layout::{BitmapPlacement, CreateShape, DataLayout};
 pub use error::MetadataError;
 pub use examine::ExamineReport;
 pub use superblock::{
-    calc_sb_1_csum, mdadm_max_dev, DevFlags, DevRole, FeatureMap, Level, Location, MdTime,
-    NewMember, PplArea, ReshapeFields, SetName, Superblock, SuperblockVersion, Uuid, MAX_DEV_LIMIT,
-    MD_SB_MAGIC, RESYNC_CLEAN,
+    calc_sb_1_csum, mdadm_max_dev, DevFlags, DevRole, Examined, FeatureMap, Level, Location,
+    MdTime, NewMember, PplArea, ReshapeFields, SetName, Superblock, SuperblockVersion, Uuid,
+    MAX_DEV_LIMIT, MD_SB_MAGIC, RESYNC_CLEAN,
 };

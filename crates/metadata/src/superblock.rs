@@ -795,6 +795,19 @@ pub fn mdadm_max_dev(devices: u32) -> u32 {
     ((rounded - SB_FIXED_BYTES as u32) / 2).min(MAX_DEV_LIMIT)
 }
 
+/// A superblock read for diagnosis by [`Superblock::examine_bytes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Examined {
+    /// The fields as found (feature bits kept even when unknown).
+    pub superblock: Superblock,
+    /// `sb_csum` as stored.
+    pub stored_checksum: u32,
+    /// `calc_sb_1_csum` of the bytes.
+    pub computed_checksum: u32,
+    /// Every rule of [`Superblock::decode`] the bytes break, in decode's order.
+    pub problems: Vec<MetadataError>,
+}
+
 impl Superblock {
     /// Builds a member superblock for a new array. No clock and no randomness: the caller
     /// supplies UUIDs and times.
@@ -1075,12 +1088,21 @@ impl Superblock {
             return Err(MetadataError::NonZeroPadding { field: "pad3" });
         }
 
+        let sb = Self::parse_fields(bytes, max_dev, feature_map);
+        sb.check_ranges(location)?;
+        Ok(sb)
+    }
+
+    /// Reads every field without checking anything; callers have checked the length
+    /// (`256 + 2*max_dev`).
+    fn parse_fields(bytes: &[u8], max_dev: u32, feature_map: FeatureMap) -> Superblock {
+        let super_offset = le64(bytes, OFF_SUPER_OFFSET);
         let mut name = [0u8; 32];
         name.copy_from_slice(&bytes[OFF_SET_NAME..OFF_SET_NAME + 32]);
         let dev_roles = (0..max_dev as usize)
             .map(|i| DevRole::from_raw(le16(bytes, OFF_DEV_ROLES + 2 * i)))
             .collect();
-        let sb = Superblock {
+        Superblock {
             feature_map,
             set_uuid: Uuid(arr16(bytes, OFF_SET_UUID)),
             set_name: SetName(name),
@@ -1114,9 +1136,89 @@ impl Superblock {
             events: le64(bytes, OFF_EVENTS),
             resync_offset_sectors: le64(bytes, OFF_RESYNC_OFFSET),
             dev_roles,
-        };
-        sb.check_ranges(location)?;
-        Ok(sb)
+        }
+    }
+
+    /// Reads a superblock for diagnosis, the way `mdadm --examine` does: only the length,
+    /// magic, major version and `max_dev` bound must hold; every other rule that
+    /// [`Superblock::decode`] enforces is reported in [`Examined::problems`] instead, and the
+    /// stored and computed checksums are both kept. Never use the result to run an array.
+    pub fn examine_bytes(
+        bytes: &[u8],
+        location: Option<Location>,
+    ) -> Result<Examined, MetadataError> {
+        if bytes.len() < SB_FIXED_BYTES {
+            return Err(MetadataError::Truncated {
+                what: "superblock",
+                needed_bytes: SB_FIXED_BYTES,
+                got_bytes: bytes.len(),
+            });
+        }
+        let magic = le32(bytes, OFF_MAGIC);
+        if magic != MD_SB_MAGIC {
+            return Err(MetadataError::BadMagic {
+                what: "md superblock",
+                expected: MD_SB_MAGIC,
+                found: magic,
+            });
+        }
+        let major = le32(bytes, OFF_MAJOR);
+        if major != 1 {
+            return Err(MetadataError::UnsupportedMajorVersion { found: major });
+        }
+        let max_dev = le32(bytes, OFF_MAX_DEV);
+        if max_dev > MAX_DEV_LIMIT {
+            return Err(MetadataError::MaxDevTooLarge {
+                max_dev,
+                limit: MAX_DEV_LIMIT,
+            });
+        }
+        let len = encoded_len(max_dev);
+        if bytes.len() < len {
+            return Err(MetadataError::Truncated {
+                what: "superblock role table",
+                needed_bytes: len,
+                got_bytes: bytes.len(),
+            });
+        }
+        let stored_checksum = le32(bytes, OFF_SB_CSUM);
+        let computed_checksum = calc_sb_1_csum(bytes);
+        let raw_features = le32(bytes, OFF_FEATURE);
+        let mut problems = Vec::new();
+        if stored_checksum != computed_checksum {
+            problems.push(MetadataError::ChecksumMismatch {
+                stored: stored_checksum,
+                computed: computed_checksum,
+            });
+        }
+        if let Err(e) = FeatureMap::from_bits(raw_features) {
+            problems.push(e);
+        }
+        if le32(bytes, OFF_PAD0) != 0 {
+            problems.push(MetadataError::NonZeroPadding { field: "pad0" });
+        }
+        if bytes[OFF_PAD3..OFF_PAD3 + 32].iter().any(|&b| b != 0) {
+            problems.push(MetadataError::NonZeroPadding { field: "pad3" });
+        }
+        let sb = Self::parse_fields(bytes, max_dev, FeatureMap(raw_features));
+        if let Some(location) = location {
+            let expected = location.superblock_sector();
+            if sb.super_offset_sectors != expected {
+                problems.push(MetadataError::SuperOffsetMismatch {
+                    recorded_sector: sb.super_offset_sectors,
+                    expected_sector: expected,
+                });
+            }
+            if let Err(e) = sb.check_ranges(location) {
+                problems.push(e);
+            }
+        }
+        Ok(Examined {
+            superblock: sb,
+            stored_checksum,
+            computed_checksum,
+            problems,
+        })
     }
 
     /// The range checks of md's `super_1_load` and mdadm's `load_super1`, against the device

@@ -386,9 +386,14 @@ fn mdadm_flags_a_corrupted_checksum() {
         text.contains("expected"),
         "mdadm should report a wrong checksum:\n{text}"
     );
-    // And our decoder refuses the same bytes.
+    // And our decoder refuses the same bytes, while the diagnostic report words the checksum
+    // line exactly as mdadm does.
     let loc = Location::new(SuperblockVersion::V1_2, b.layout.device_sectors);
     assert!(Superblock::decode(&bytes, loc).is_err());
+    let ex = Superblock::examine_bytes(&bytes, Some(loc)).unwrap();
+    let ours = ExamineReport::from_examined(&ex, Some(b.layout.device_sectors), None).to_text();
+    let line = ours.lines().find(|l| l.contains("Checksum")).unwrap();
+    assert!(text.lines().any(|t| t == line), "'{line}' not in:\n{text}");
 }
 
 /// Reading back: what mdadm accepted decodes to the value we built.
