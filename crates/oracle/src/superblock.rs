@@ -91,7 +91,7 @@ fn le64(b: &[u8], off: usize) -> u64 {
 }
 
 /// md's calc_sb_1_csum over `sb` (256 + 2*max_dev bytes), with the checksum field as zero.
-fn checksum(sb: &[u8]) -> u32 {
+pub fn checksum(sb: &[u8]) -> u32 {
     let mut sum: u64 = 0;
     let mut i = 0;
     while i + 4 <= sb.len() {
