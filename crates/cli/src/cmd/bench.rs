@@ -1,9 +1,10 @@
 //! `raidkit bench …`: benchmarks that print figures. Each variant parses its flags into plain
 //! values, calls a benchmark in the raidkit-bench crate, and prints what it returns.
 
+use std::io::Write;
 use std::time::Duration;
 
-use raidkit_bench::parity::{self, ParityBenchConfig, ParityReport, ParityRow};
+use raidkit_bench::parity::{self, ParityBenchConfig, ParityRow};
 use raidkit_parity::KernelId;
 
 use crate::CliError;
@@ -63,42 +64,60 @@ fn run_parity(args: ParityArgs) -> Result<(), CliError> {
     };
     // Refuse an unsupported kernel before allocating anything.
     let kernel = parity::choose_kernel(cfg.kernel).map_err(|e| CliError::usage(e.to_string()))?;
+    let mut out = std::io::stdout().lock();
     if !args.json {
-        println!("raidkit parity kernel: {}", kernel.name());
+        writeln!(out, "raidkit parity kernel: {}", kernel.name())?;
         if let Some(note) = raidkit_parity::selection().fallback_reason.as_deref() {
-            println!("note: {note}");
+            writeln!(out, "note: {note}")?;
         }
         match raidkit_bench::isal::Isal::load() {
-            Ok(lib) => println!("ISA-L: {} (loaded at run time)", lib.soname()),
-            Err(e) => println!("{e}; printing raidkit's figures alone"),
+            Ok(lib) => writeln!(out, "ISA-L: {} (loaded at run time)", lib.soname())?,
+            Err(e) => writeln!(out, "{e}; printing raidkit's figures alone")?,
         }
-        println!(
+        writeln!(
+            out,
             "GB/s of data per core, one thread, median of {} runs after a warm-up run; {} data members per stripe",
             cfg.runs,
             parity::DATA_MEMBERS
-        );
-        println!(
-            "recover-2data rebuilds data slots {:?}; ISA-L side: ec_encode_data with the 2x8 decode matrix of the same recovery",
+        )?;
+        writeln!(
+            out,
+            "recover-2data rebuilds data slots {:?}; ISA-L side: ec_encode_data with the 2x8 decode matrix of the same recovery\n",
             parity::FAILED_SLOTS
-        );
-        println!();
-        println!("{}", header());
+        )?;
+        writeln!(out, "{}", header())?;
+        out.flush()?;
     }
+    // Rows are printed as they are measured; the first write error stops the printing and
+    // is reported once the benchmark returns.
     let mut last_case = String::new();
+    let mut write_result: std::io::Result<()> = Ok(());
     let report = parity::run_parity_bench(&cfg, |row| {
-        if !args.json {
-            if !last_case.is_empty() && row.case != last_case {
-                println!();
-            }
-            last_case = row.case.clone();
-            println!("{}", table_line(row));
+        if args.json || write_result.is_err() {
+            return;
         }
+        let gap = if !last_case.is_empty() && row.case != last_case {
+            "\n"
+        } else {
+            ""
+        };
+        last_case = row.case.clone();
+        write_result = writeln!(out, "{gap}{}", table_line(row)).and_then(|()| out.flush());
     })
     .map_err(|e| CliError::failure(e.to_string()))?;
+    write_result?;
     if args.json {
-        print_json(&report)?;
+        if let Err(e) = &report.isal {
+            eprintln!("raidkit: {e}; ISA-L figures are null");
+        }
+        let text = serde_json::to_string_pretty(&report.rows)
+            .map_err(|e| CliError::failure(format!("json: {e}")))?;
+        writeln!(out, "{text}")?;
     } else if report.rows.iter().any(|r| r.outputs_match == Some(false)) {
-        println!("\nwarning: some ISA-L outputs differ from raidkit's (see 'same' column)");
+        writeln!(
+            out,
+            "\nwarning: some ISA-L outputs differ from raidkit's (see 'same' column)"
+        )?;
     }
     Ok(())
 }
@@ -128,16 +147,6 @@ fn table_line(row: &ParityRow) -> String {
         "{:<14} {:<16} {:>12.2} {:>10} {:>7}  {}",
         row.op, row.case, row.raidkit_gbps, isal, ratio, same
     )
-}
-
-fn print_json(report: &ParityReport) -> Result<(), CliError> {
-    if let Err(e) = &report.isal {
-        eprintln!("raidkit: {e}; ISA-L figures are null");
-    }
-    let text = serde_json::to_string_pretty(&report.rows)
-        .map_err(|e| CliError::failure(format!("json: {e}")))?;
-    println!("{text}");
-    Ok(())
 }
 
 #[cfg(test)]
