@@ -935,6 +935,40 @@ impl Superblock {
         Ok(())
     }
 
+    /// True when `other` describes the same array: md's `super_1_load` compares `set_uuid`,
+    /// `level`, `layout` and `chunksize` against the reference member and refuses a
+    /// "strangely different superblock" otherwise.
+    pub fn same_array_as(&self, other: &Superblock) -> bool {
+        self.set_uuid == other.set_uuid
+            && self.level == other.level
+            && self.layout == other.layout
+            && self.chunk_sectors == other.chunk_sectors
+    }
+
+    /// True when this device holds a slot (an active role or the journal): md's
+    /// `super_1_load` lets only such devices, never spares or faulty ones, supply the
+    /// array's state.
+    pub fn holds_a_slot(&self) -> bool {
+        matches!(self.role(), DevRole::Active(_) | DevRole::Journal)
+    }
+
+    /// Index of the superblock assembly should trust, as md's `super_1_load` chooses its
+    /// reference: the first member holding a slot, replaced by any later one holding a slot
+    /// with strictly more events. `None` when no member holds a slot.
+    pub fn freshest(members: &[Superblock]) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for (i, sb) in members.iter().enumerate() {
+            if !sb.holds_a_slot() {
+                continue;
+            }
+            match best {
+                Some(b) if members[b].events >= sb.events => {}
+                _ => best = Some(i),
+            }
+        }
+        best
+    }
+
     /// Increments `events` (every superblock update does) and sets `utime`.
     pub fn bump_events(&mut self, now: MdTime) {
         self.events = self.events.wrapping_add(1);

@@ -368,3 +368,34 @@ fn examine_bytes_reports_problems() {
     // Not a superblock at all: still an error.
     assert!(Superblock::examine_bytes(&[0u8; 512], None).is_err());
 }
+
+/// Assembly helpers agree with what md did: the survivors of the RAID6 failure are fresher
+/// than the failed member, spares never win, and members of other arrays are told apart.
+#[test]
+fn freshest_and_same_array() {
+    let all = fixtures();
+    let get = |name: &str| {
+        let fx = all.iter().find(|f| f.name == name).unwrap();
+        Superblock::decode(&fx.sb_bytes, Location::new(fx.version, fx.device_sectors)).unwrap()
+    };
+    let failed = get("v12_r6_dirty_3");
+    let live = get("v12_r6_dirty_0");
+    assert!(failed.same_array_as(&live));
+    assert_eq!(
+        Superblock::freshest(&[failed.clone(), live.clone()]),
+        Some(1)
+    );
+    assert_eq!(
+        Superblock::freshest(&[live.clone(), failed.clone()]),
+        Some(0)
+    );
+    let spare = get("v12_r5_spare_3");
+    assert!(!spare.holds_a_slot());
+    assert_eq!(Superblock::freshest(std::slice::from_ref(&spare)), None);
+    assert!(!spare.same_array_as(&live));
+    let member = get("v12_r5_20000_1");
+    assert!(
+        !member.same_array_as(&get("v12_r5_spare_3")),
+        "different set_uuid"
+    );
+}
