@@ -490,30 +490,53 @@ impl Array {
                 });
             }
         }
-        // 4. The newest superblock speaks for the array.
+        // 4. The members must agree on the array's shape. The shape most members share is
+        //    the reference (ties go to the newest), so the odd member out is the one named.
         let newest = (0..found.len())
             .max_by_key(|&i| found[i].sb.events)
             .unwrap_or(0);
-        let nsb = found[newest].sb.clone();
-        let version = found[newest].version;
+        let shape = |f: &crate::meta::FoundSuperblock| {
+            (
+                f.sb.level.to_md(),
+                f.sb.layout,
+                f.sb.chunk_sectors,
+                f.sb.raid_disks,
+                f.version.name(),
+            )
+        };
+        let count =
+            |k: &(i32, u32, u32, u32, &str)| found.iter().filter(|f| shape(f) == *k).count();
+        let mut reference = newest;
+        for i in 0..found.len() {
+            if count(&shape(&found[i])) > count(&shape(&found[reference])) {
+                reference = i;
+            }
+        }
+        let rsb = found[reference].sb.clone();
+        let rname = members[reference].name().to_string();
         for (m, f) in members.iter().zip(&found) {
             let s = &f.sb;
-            let checks: [(&'static str, String, String); 4] = [
+            let checks: [(&'static str, String, String); 5] = [
                 (
                     "level",
                     s.level.to_md().to_string(),
-                    nsb.level.to_md().to_string(),
+                    rsb.level.to_md().to_string(),
                 ),
-                ("layout", s.layout.to_string(), nsb.layout.to_string()),
+                ("layout", s.layout.to_string(), rsb.layout.to_string()),
                 (
                     "chunk size (sectors)",
                     s.chunk_sectors.to_string(),
-                    nsb.chunk_sectors.to_string(),
+                    rsb.chunk_sectors.to_string(),
                 ),
                 (
                     "raid devices",
                     s.raid_disks.to_string(),
-                    nsb.raid_disks.to_string(),
+                    rsb.raid_disks.to_string(),
+                ),
+                (
+                    "metadata version",
+                    f.version.name().to_string(),
+                    found[reference].version.name().to_string(),
                 ),
             ];
             for (field, a, b) in checks {
@@ -523,18 +546,14 @@ impl Array {
                         field,
                         member_value: a,
                         array_value: b,
+                        reference: rname.clone(),
                     });
                 }
             }
-            if f.version != version {
-                return Err(EngineError::Mismatched {
-                    member: m.name().to_string(),
-                    field: "metadata version",
-                    member_value: f.version.name().to_string(),
-                    array_value: version.name().to_string(),
-                });
-            }
         }
+        // The newest superblock speaks for the array's state.
+        let nsb = found[newest].sb.clone();
+        let version = found[newest].version;
         let level = nsb.level.to_md();
         if let Some(asked) = opts.level {
             if asked != level {

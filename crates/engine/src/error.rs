@@ -23,6 +23,8 @@ pub enum EngineError {
         field: &'static str,
         member_value: String,
         array_value: String,
+        /// The member whose value is taken as the array's.
+        reference: String,
     },
     /// The same member (same device UUID) is listed more than once.
     Duplicate {
@@ -72,9 +74,9 @@ impl fmt::Display for EngineError {
                 f,
                 "{member}: belongs to another array (array UUID {member_uuid}, but {reference} has {array_uuid}); members of one array share the array UUID"
             ),
-            EngineError::Mismatched { member, field, member_value, array_value } => write!(
+            EngineError::Mismatched { member, field, member_value, array_value, reference } => write!(
                 f,
-                "{member}: {field} is {member_value} but the newest member says {array_value}; all members of an array must agree on level, layout, chunk and raid devices"
+                "{member}: {field} is {member_value} but {reference} (and the majority of members) says {array_value}; all members of an array must agree on level, layout, chunk, raid devices and metadata version"
             ),
             EngineError::Duplicate { member, other, device_uuid } => write!(
                 f,

@@ -14,8 +14,15 @@ fn mul2(v: u64) -> u64 {
     ((v << 1) & !LOW) ^ (hi * 0x1d)
 }
 
-/// dst ^= src
+/// dst ^= src (through raidkit-parity's dispatched kernel; the word loop is the fallback).
 pub fn xor_into(dst: &mut [u8], src: &[u8]) {
+    if raidkit_parity::xor_into(dst, &[src]).is_ok() {
+        return;
+    }
+    xor_into_words(dst, src)
+}
+
+fn xor_into_words(dst: &mut [u8], src: &[u8]) {
     debug_assert_eq!(dst.len(), src.len());
     let (d8, dr) = dst.split_at_mut(dst.len() / 8 * 8);
     let (s8, sr) = src.split_at(src.len() / 8 * 8);
@@ -37,7 +44,27 @@ fn load(b: &[u8], i: usize) -> u64 {
 }
 
 /// P and Q of `slots` (md's slot order; `None` is a zero block). `q` may be `None` (RAID 4/5).
-pub fn gen_pq(slots: &[Option<&[u8]>], p: &mut [u8], mut q: Option<&mut [u8]>) {
+/// Uses raidkit-parity's dispatched (SIMD) kernels; the portable word loop below is the
+/// fallback and the reference the tests compare with.
+pub fn gen_pq(slots: &[Option<&[u8]>], p: &mut [u8], q: Option<&mut [u8]>) {
+    let data: Vec<&[u8]> = slots.iter().map(|s| s.unwrap_or(&[])).collect();
+    let done = match q {
+        Some(q) => {
+            if raidkit_parity::gen_syndrome(&data, p, q).is_ok() {
+                return;
+            }
+            gen_pq_words(slots, p, Some(q));
+            true
+        }
+        None => raidkit_parity::gen_p(&data, p).is_ok(),
+    };
+    if !done {
+        gen_pq_words(slots, p, None);
+    }
+}
+
+/// The portable word-at-a-time P+Q (lib/raid6 int.uc).
+pub fn gen_pq_words(slots: &[Option<&[u8]>], p: &mut [u8], mut q: Option<&mut [u8]>) {
     let len = p.len();
     let words = len / 8 * 8;
     let mut i = 0;
@@ -77,6 +104,9 @@ pub fn gen_pq(slots: &[Option<&[u8]>], p: &mut [u8], mut q: Option<&mut [u8]>) {
 
 /// XOR of the slots only (P); faster than [`gen_pq`] when there is no Q.
 pub fn gen_p(blocks: &[&[u8]], p: &mut [u8]) {
+    if raidkit_parity::gen_p(blocks, p).is_ok() {
+        return;
+    }
     p.fill(0);
     for b in blocks {
         xor_into(p, b);
@@ -144,6 +174,18 @@ pub fn mul_in_place(dst: &mut [u8], c: u8) {
 
 /// Read-modify-write update of P and Q for data in slot `slot` changing by `delta` (old ^ new).
 pub fn apply_delta(delta: &[u8], slot: usize, p: Option<&mut [u8]>, q: Option<&mut [u8]>) {
+    let (p, q) = match (p, q) {
+        (Some(p), Some(q)) => {
+            let data: Vec<&[u8]> = (0..=slot)
+                .map(|i| if i == slot { delta } else { &[][..] })
+                .collect();
+            if raidkit_parity::xor_syndrome(&data, slot, slot, p, q).is_ok() {
+                return;
+            }
+            (Some(p), Some(q))
+        }
+        other => other,
+    };
     if let Some(p) = p {
         xor_into(p, delta);
     }
@@ -278,6 +320,14 @@ mod tests {
         let mut q = vec![0; 37];
         gen_pq(&refs, &mut p, Some(&mut q));
         assert_eq!(q, reference_q(&slots));
+        let mut p3 = vec![0; 37];
+        let mut q3 = vec![0; 37];
+        gen_pq_words(&refs, &mut p3, Some(&mut q3));
+        assert_eq!(
+            (&p3, &q3),
+            (&p, &q),
+            "portable loop and dispatched kernel agree"
+        );
         let mut p2 = vec![0; 37];
         gen_p(
             &slots.iter().map(|s| s.as_slice()).collect::<Vec<_>>(),

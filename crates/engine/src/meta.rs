@@ -43,7 +43,25 @@ pub fn read_superblock(disk: &dyn Disk) -> Result<FoundSuperblock> {
                     device_sectors,
                 })
             }
-            Err(e) => reasons.push(format!("{}: {e}", version.name())),
+            Err(e) => {
+                // 1.1 and 1.2 sit at fixed places: a superblock that decodes when the device
+                // is assumed large enough belongs to a member that has been cut short.
+                if version != SuperblockVersion::V1_0 {
+                    if let Ok(sb) = Superblock::decode(&buf, Location::new(version, u64::MAX >> 12))
+                    {
+                        return Err(EngineError::SizeMismatch {
+                            member: disk.name().to_string(),
+                            detail: format!(
+                                "truncated: its md {} superblock places data up to sector {}, but the member has only {} sectors",
+                                version.name(),
+                                sb.data_offset_sectors + sb.data_size_sectors,
+                                device_sectors
+                            ),
+                        });
+                    }
+                }
+                reasons.push(format!("{}: {e}", version.name()))
+            }
         }
     }
     Err(EngineError::NoSuperblock {

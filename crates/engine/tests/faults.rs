@@ -1,0 +1,211 @@
+//! Member I/O errors: the member is marked faulty (role 0xfffe in the survivors' superblocks,
+//! events + 1) and the array goes on degraded; beyond what the level can lose, requests fail
+//! with a clear error and nothing more is written.
+
+use raidkit_disk::{Disk, DiskError, DiskErrorKind, MemDisk};
+use raidkit_engine::{Array, AssembleOptions, CreateOptions, EngineConfig, EngineError};
+use raidkit_metadata::SuperblockVersion;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A MemDisk that fails every I/O once `broken` is set, and counts writes.
+#[derive(Debug, Clone)]
+struct Breakable {
+    inner: MemDisk,
+    broken: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+}
+
+impl Breakable {
+    fn err(&self, op: &'static str, off: u64) -> DiskError {
+        DiskError::new(
+            self.inner.name(),
+            op,
+            off,
+            DiskErrorKind::Io(std::io::Error::other("injected medium error")),
+        )
+    }
+}
+
+impl Disk for Breakable {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<(), DiskError> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(self.err("read", off));
+        }
+        self.inner.read_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> Result<(), DiskError> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(self.err("write", off));
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.write_at(buf, off)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(self.err("flush", 0));
+        }
+        Ok(())
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.inner.discard(off, len)
+    }
+    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.inner.write_zeroes(off, len)
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn logical_block_size(&self) -> u32 {
+        512
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn is_read_only(&self) -> bool {
+        false
+    }
+}
+
+fn setup(level: i32, n: usize) -> (Vec<Breakable>, Array) {
+    let disks: Vec<Breakable> = (0..n)
+        .map(|i| Breakable {
+            inner: MemDisk::new(&format!("d{i}"), 4 << 20),
+            broken: Arc::new(AtomicBool::new(false)),
+            writes: Arc::new(AtomicU64::new(0)),
+        })
+        .collect();
+    let array = Array::create(
+        disks
+            .iter()
+            .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+            .collect(),
+        CreateOptions {
+            level,
+            layout: None,
+            chunk_sectors: 16,
+            raid_devices: n,
+            metadata: SuperblockVersion::V1_2,
+            size_sectors: None,
+            name: "f".into(),
+            set_uuid: [9; 16],
+            device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+            ctime_seconds: 1,
+            members_zeroed: true,
+            config: EngineConfig::default(),
+        },
+    )
+    .unwrap();
+    (disks, array)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn raid6_survives_two_member_errors_and_fails_cleanly_on_the_third() {
+    let (disks, array) = setup(6, 5);
+    let size = array.size_bytes() as usize;
+    let data = pattern(size, 1);
+    array.write_at(&data, 0, false).unwrap();
+    let events_before = array.status().events;
+
+    // first member breaks: a read notices, marks it faulty and reconstructs
+    disks[1].broken.store(true, Ordering::SeqCst);
+    let mut back = vec![0u8; size];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(
+        back == data,
+        "read after one member error must still return the data"
+    );
+    let st = array.status();
+    assert_eq!(st.missing_slots, vec![1]);
+    assert!(st.events > events_before, "the failure bumps events");
+    assert!(
+        st.log
+            .iter()
+            .any(|l| l.contains("d1") && l.contains("injected")),
+        "{:?}",
+        st.log
+    );
+
+    // second member breaks during a write
+    disks[3].broken.store(true, Ordering::SeqCst);
+    let data2 = pattern(size, 2);
+    array.write_at(&data2, 0, false).unwrap();
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == data2);
+    assert_eq!(array.status().missing_slots, vec![1, 3]);
+
+    // the survivors' superblocks record both as faulty: reassemble from them
+    let survivors: Vec<Box<dyn Disk>> = [0, 2, 4]
+        .iter()
+        .map(|&i| Box::new(disks[i].inner.clone()) as Box<dyn Disk>)
+        .collect();
+    let (re, _) = Array::assemble(
+        survivors,
+        AssembleOptions {
+            read_only: true,
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut again = vec![0u8; size];
+    re.read_at(&mut again, 0).unwrap();
+    assert!(again == data2);
+    drop(re);
+
+    // a third member breaks: beyond RAID 6's redundancy
+    disks[0].broken.store(true, Ordering::SeqCst);
+    let writes_before: Vec<u64> = disks
+        .iter()
+        .map(|d| d.writes.load(Ordering::SeqCst))
+        .collect();
+    let err = array.write_at(&pattern(65536, 3), 0, false).unwrap_err();
+    assert!(matches!(err, EngineError::ArrayFailed { .. }), "{err}");
+    assert!(err.to_string().contains("array failed"), "{err}");
+    let st = array.status();
+    assert!(st.failed);
+    // nothing further is written
+    let err = array.write_at(&pattern(512, 4), 0, false).unwrap_err();
+    assert!(matches!(err, EngineError::ArrayFailed { .. }));
+    // stopping a failed array reports the failure and writes no superblock
+    assert!(matches!(array.stop(), Err(EngineError::ArrayFailed { .. })));
+    let writes_after: Vec<u64> = disks
+        .iter()
+        .map(|d| d.writes.load(Ordering::SeqCst))
+        .collect();
+    // the failing write may have reached some members before the failure was seen; after it,
+    // nothing (the stop above wrote nothing either)
+    let after_fail = writes_after.clone();
+    let _ = array.write_at(&pattern(512, 5), 4096, false);
+    assert_eq!(
+        disks
+            .iter()
+            .map(|d| d.writes.load(Ordering::SeqCst))
+            .collect::<Vec<_>>(),
+        after_fail
+    );
+    assert!(writes_after.iter().zip(&writes_before).all(|(a, b)| a >= b));
+}
+
+#[test]
+fn raid1_read_error_falls_back_to_another_mirror() {
+    let (disks, array) = setup(1, 2);
+    let data = pattern(1 << 20, 7);
+    array.write_at(&data, 0, false).unwrap();
+    disks[0].broken.store(true, Ordering::SeqCst);
+    let mut back = vec![0u8; 1 << 20];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == data);
+    assert_eq!(array.status().missing_slots, vec![0]);
+    disks[1].broken.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        array.read_at(&mut back, 0),
+        Err(EngineError::ArrayFailed { .. })
+    ));
+}
