@@ -282,6 +282,12 @@ impl SetName {
     }
 }
 
+impl Serialize for SetName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.as_string())
+    }
+}
+
 impl fmt::Debug for SetName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "SetName({:?})", self.as_string())
@@ -639,8 +645,9 @@ pub struct PplArea {
     pub size_sectors: u16,
 }
 
-/// A decoded md v1.x superblock: every field of `struct mdp_superblock_1`, typed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A decoded md v1.x superblock: every field of `struct mdp_superblock_1`, typed. Serialises
+/// (for `--json` output) with UUIDs and the name as text and times as seconds + micros.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Superblock {
     /// `feature_map`.
     pub feature_map: FeatureMap,

@@ -324,6 +324,19 @@ fn padded_encoding_reads_spare_beyond_max_dev() {
 }
 
 #[test]
+fn superblock_serializes_to_json() {
+    let sb = sample(SuperblockVersion::V1_2);
+    let v = serde_json::to_value(&sb).unwrap();
+    assert_eq!(v["set_uuid"], "abababab:abababab:abababab:abababab");
+    assert_eq!(v["set_name"], "host:md0");
+    assert_eq!(v["level"], "Raid6");
+    assert_eq!(v["ctime"]["micros"], 123_456);
+    assert_eq!(v["events"], 42);
+    assert_eq!(v["dev_roles"][1]["Active"], 1);
+    assert_eq!(v["dev_roles"].as_array().unwrap().len(), 128);
+}
+
+#[test]
 fn ctime_text() {
     assert_eq!(format_ctime_utc(0), "Thu Jan  1 00:00:00 1970");
     assert_eq!(format_ctime_utc(1_790_000_000), "Mon Sep 21 14:13:20 2026");
