@@ -43,7 +43,7 @@ pub mod transmission;
 pub use export::{BlockSize, BlockSizeError, Export, FileExport, MemoryExport, ReadOnly};
 pub use proto::NbdError;
 pub use server::{
-    serve, ConnectionEnd, Listener, ServeReport, Server, ServerBuilder, ServerConfig, ServerError,
-    Transport,
+    serve, ConnectionEnd, Listener, Observer, ServeReport, Server, ServerBuilder, ServerConfig,
+    ServerError, ServerEvent, Transport,
 };
 pub use signal::shutdown_on_signals;

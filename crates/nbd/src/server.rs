@@ -328,6 +328,30 @@ pub enum ConnectionEnd {
     Panicked,
 }
 
+/// What happened on the server, for a caller that wants to log it (the library itself never
+/// prints). Connection ids count up from 0 per `serve` call.
+#[derive(Debug)]
+pub enum ServerEvent<'a> {
+    /// A connection was accepted and is negotiating.
+    Accepted { connection: u64 },
+    /// A connection was closed at once because `max_connections` were open.
+    Refused,
+    /// A connection entered the transmission phase on `export`.
+    Negotiated {
+        connection: u64,
+        export: &'a str,
+        structured_replies: bool,
+    },
+    /// A connection ended.
+    Closed {
+        connection: u64,
+        end: &'a ConnectionEnd,
+    },
+}
+
+/// Receives [`ServerEvent`]s; called from connection threads, so it must be quick.
+pub type Observer = Arc<dyn Fn(&ServerEvent<'_>) + Send + Sync>;
+
 /// Tunables, with defaults suited to a two-core machine and fio at queue depth 32.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -355,6 +379,7 @@ pub struct ServerBuilder {
     exports: Vec<(String, Arc<dyn Export>)>,
     default_export: Option<String>,
     config: ServerConfig,
+    observer: Option<Observer>,
 }
 
 impl ServerBuilder {
@@ -401,6 +426,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Calls `observer` for every [`ServerEvent`].
+    pub fn observer(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Checks the exports and limits.
     pub fn build(self) -> Result<Server, ServerError> {
         if self.exports.is_empty() {
@@ -440,6 +471,7 @@ impl ServerBuilder {
             exports,
             default_export,
             config: self.config,
+            observer: self.observer,
         })
     }
 }
@@ -449,6 +481,7 @@ pub struct Server {
     exports: BTreeMap<String, Arc<dyn Export>>,
     default_export: Option<String>,
     config: ServerConfig,
+    observer: Option<Observer>,
 }
 
 impl Catalog for Server {
@@ -485,11 +518,18 @@ impl Server {
             exports: Vec::new(),
             default_export: None,
             config: ServerConfig::default(),
+            observer: None,
         }
     }
 
     pub fn config(&self) -> &ServerConfig {
         &self.config
+    }
+
+    fn notify(&self, event: ServerEvent<'_>) {
+        if let Some(observer) = &self.observer {
+            observer(&event);
+        }
     }
 
     fn lookup(&self, name: &str) -> Option<(&String, &Arc<dyn Export>)> {
@@ -557,6 +597,7 @@ impl Server {
                 };
                 if active.load(Ordering::SeqCst) >= self.config.max_connections {
                     refused.fetch_add(1, Ordering::Relaxed);
+                    self.notify(ServerEvent::Refused);
                     continue;
                 }
                 let Ok(handle) = transport.try_clone() else {
@@ -572,7 +613,12 @@ impl Server {
                 let spawned = std::thread::Builder::new()
                     .name(format!("nbd-conn-{id}"))
                     .spawn_scoped(scope, move || {
-                        let end = self.serve_connection(transport);
+                        self.notify(ServerEvent::Accepted { connection: id });
+                        let end = self.serve_connection_numbered(transport, id);
+                        self.notify(ServerEvent::Closed {
+                            connection: id,
+                            end: &end,
+                        });
                         if matches!(end, ConnectionEnd::HandshakeFailed(_)) {
                             handshake_failures.fetch_add(1, Ordering::Relaxed);
                         }
@@ -610,19 +656,28 @@ impl Server {
 
     /// Serves one already connected client to the end, containing any panic.
     pub fn serve_connection(&self, transport: Transport) -> ConnectionEnd {
+        self.serve_connection_numbered(transport, u64::MAX)
+    }
+
+    fn serve_connection_numbered(&self, transport: Transport, id: u64) -> ConnectionEnd {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.serve_connection_inner(&transport)
+            self.serve_connection_inner(&transport, id)
         }));
         transport.shutdown(Shutdown::Both);
         result.unwrap_or(ConnectionEnd::Panicked)
     }
 
-    fn serve_connection_inner(&self, t: &Transport) -> ConnectionEnd {
+    fn serve_connection_inner(&self, t: &Transport, id: u64) -> ConnectionEnd {
         let negotiated = match self.negotiate(t) {
             Ok(Outcome::Transmission(n)) => n,
             Ok(Outcome::Aborted) => return ConnectionEnd::Aborted,
             Err(end) => return end,
         };
+        self.notify(ServerEvent::Negotiated {
+            connection: id,
+            export: &negotiated.export.name,
+            structured_replies: negotiated.structured_replies,
+        });
         let Some((_, export)) = self.lookup(&negotiated.export.name) else {
             return ConnectionEnd::HandshakeFailed("export vanished".into());
         };

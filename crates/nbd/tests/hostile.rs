@@ -514,3 +514,38 @@ fn a_client_trickling_its_handshake_is_timed_out() {
     assert!(start.elapsed() < Duration::from_secs(5));
     good_client_works(&server.socket, 0, 8);
 }
+
+#[test]
+fn the_observer_sees_each_connection_from_accept_to_close() {
+    use std::sync::Mutex;
+    let log: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    let (_, exports) = exports();
+    let server = Running::start_with(exports, move |b| {
+        b.observer(Arc::new(move |e: &raidkit_nbd::ServerEvent<'_>| {
+            let line = match e {
+                raidkit_nbd::ServerEvent::Accepted { connection } => {
+                    format!("accepted {connection}")
+                }
+                raidkit_nbd::ServerEvent::Negotiated {
+                    connection, export, ..
+                } => {
+                    format!("negotiated {connection} {export}")
+                }
+                raidkit_nbd::ServerEvent::Closed { connection, end } => {
+                    format!("closed {connection} {end:?}")
+                }
+                raidkit_nbd::ServerEvent::Refused => "refused".to_string(),
+            };
+            sink.lock().unwrap().push(line);
+        }))
+    });
+    good_client_works(&server.socket, 0, 10);
+    server.stop();
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        vec!["accepted 0", "negotiated 0 disk", "closed 0 Closed"],
+        "{log:?}"
+    );
+}
