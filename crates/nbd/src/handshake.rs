@@ -29,14 +29,22 @@ const UNSUPPORTED_MESSAGE: &str = "option not supported by this server";
 pub struct ExportInfo {
     /// The canonical name.
     pub name: String,
+    /// Shown by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
     pub description: Option<String>,
     pub size_bytes: u64,
+    /// Advertised with `NBD_INFO_BLOCK_SIZE` and enforced on every request.
     pub block_size: BlockSize,
+    /// `NBD_FLAG_READ_ONLY`; also withdraws FUA, trim and zeroing.
     pub read_only: bool,
+    /// `NBD_FLAG_SEND_FLUSH`.
     pub can_flush: bool,
+    /// `NBD_FLAG_SEND_FUA`.
     pub can_fua: bool,
+    /// `NBD_FLAG_SEND_TRIM`.
     pub can_trim: bool,
+    /// The export zeroes cheaply (zeroing is offered to clients either way when writable).
     pub can_zero: bool,
+    /// `NBD_FLAG_CAN_MULTI_CONN`.
     pub can_multi_conn: bool,
 }
 
@@ -100,8 +108,11 @@ pub trait Catalog {
 /// The result of a successful negotiation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Negotiated {
+    /// The export chosen, under its canonical name.
     pub export: ExportInfo,
+    /// `NBD_OPT_STRUCTURED_REPLY` was acknowledged.
     pub structured_replies: bool,
+    /// The flags sent to the client with this export.
     pub transmission_flags: u16,
     /// True if the client asked for `NBD_INFO_BLOCK_SIZE` in `NBD_OPT_GO`, and so promised to
     /// honour the constraints.

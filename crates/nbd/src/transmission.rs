@@ -161,10 +161,15 @@ pub enum Decision {
 /// The negotiated parameters the transmission phase checks requests against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Session {
+    /// Requests must end at or before this offset.
     pub size_bytes: u64,
+    /// Offsets and lengths must be multiples of this.
     pub minimum_block_bytes: u32,
+    /// READ and WRITE lengths must not exceed this.
     pub maximum_payload_bytes: u32,
+    /// The flags advertised; commands and flags not advertised are refused.
     pub transmission_flags: u16,
+    /// READ replies (and error replies) use structured chunks.
     pub structured_replies: bool,
 }
 
