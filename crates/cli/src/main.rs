@@ -33,6 +33,10 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Export arrays as Network Block Device disks (unix socket or TCP on loopback).
+    Serve(cmd::serve::ServeArgs),
+    /// Manage a served array (status, fail, remove, add) through the server's control socket.
+    Control(cmd::control::ControlArgs),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
     Sim(cmd::sim::SimArgs),
     #[command(flatten)]
@@ -44,6 +48,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Layout(args) => cmd::layout::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Control(args) => cmd::control::run(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Array(args) => cmd::array::run(args),
     };

@@ -2,5 +2,7 @@
 
 pub mod array;
 pub mod bench;
+pub mod control;
 pub mod layout;
+pub mod serve;
 pub mod sim;
