@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 pub const BITMAP_MAGIC: u32 = 0x6d74_6962;
 /// Size of `bitmap_super_t`.
 pub const BITMAP_SUPER_BYTES: usize = 256;
+/// Most bits a [`BitmapBits`] holds (512 MiB of bits; a 4 KiB chunk over 16 TiB).
+pub const MAX_BITMAP_BITS: u64 = 1 << 32;
 /// md's largest write-behind count (`COUNTER_MAX`, 14-bit counters).
 pub const BITMAP_MAX_WRITE_BEHIND: u32 = (1 << 14) - 1;
 
@@ -289,28 +291,39 @@ pub struct BitmapBits {
 }
 
 impl BitmapBits {
-    /// `bits` bits, all clear.
-    pub fn new_clear(bits: u64) -> Self {
-        Self {
+    /// `bits` bits, all clear. At most [`MAX_BITMAP_BITS`], so a hostile `sync_size` cannot
+    /// make it allocate without bound.
+    pub fn new_clear(bits: u64) -> Result<Self, MetadataError> {
+        Ok(Self {
             bits,
-            bytes: vec![0; bits.div_ceil(8) as usize],
-        }
+            bytes: vec![0; Self::check_len(bits)?],
+        })
     }
 
     /// `bits` bits, all set (mdadm's `write_bitmap1` fills a new bitmap with 0xff so the
     /// first assembly resyncs everything).
-    pub fn new_set(bits: u64) -> Self {
+    pub fn new_set(bits: u64) -> Result<Self, MetadataError> {
         let mut b = Self {
             bits,
-            bytes: vec![0xff; bits.div_ceil(8) as usize],
+            bytes: vec![0xff; Self::check_len(bits)?],
         };
         b.clear_tail();
-        b
+        Ok(b)
+    }
+
+    fn check_len(bits: u64) -> Result<usize, MetadataError> {
+        if bits > MAX_BITMAP_BITS {
+            return Err(MetadataError::Bitmap {
+                rule: "more bits than raidkit holds in memory (2^32)",
+                value: bits,
+            });
+        }
+        Ok(bits.div_ceil(8) as usize)
     }
 
     /// Reads `bits` bits from `bytes` (which must hold at least `ceil(bits/8)` bytes).
     pub fn from_bytes(bits: u64, bytes: &[u8]) -> Result<Self, MetadataError> {
-        let need = bits.div_ceil(8) as usize;
+        let need = Self::check_len(bits)?;
         if bytes.len() < need {
             return Err(MetadataError::Truncated {
                 what: "bitmap bits",

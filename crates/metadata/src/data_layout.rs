@@ -22,6 +22,9 @@ pub const DEFAULT_CHUNK_SECTORS: u32 = 1024;
 pub const DEFAULT_BITMAP_DELAY_SECS: u32 = 5;
 /// mdadm's minimum default bitmap chunk for internal bitmaps: 64 MiB (`add_internal_bitmap1`).
 pub const DEFAULT_INTERNAL_BITMAP_CHUNK_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest device (or bitmap) size these rules accept: 2^52 sectors (2 EiB), so that byte
+/// counts (`sectors * 512`) cannot overflow.
+pub const MAX_DEVICE_SECTORS: u64 = 1 << 52;
 /// One MiB in sectors: mdadm rounds data offsets up to this (`validate_geometry1`, ONE_MEG).
 pub const ONE_MEG_SECTORS: u64 = 2048;
 /// Space mdadm reserves for partial parity logs: 1 MiB (`MULTIPLE_PPL_AREA_SIZE_SUPER1`).
@@ -235,6 +238,11 @@ impl DataLayout {
 
     fn create(shape: &CreateShape, ppl: bool) -> Result<DataLayout, MetadataError> {
         let dsize = shape.device_sectors;
+        if dsize > MAX_DEVICE_SECTORS {
+            return Err(MetadataError::InvalidGeometry {
+                rule: "device larger than 2^52 sectors (2 EiB)",
+            });
+        }
         if ppl && shape.level != Level::Raid5 {
             return Err(MetadataError::InvalidGeometry {
                 rule: "the PPL consistency policy is only supported for raid5 (mdadm)",
@@ -307,7 +315,14 @@ impl DataLayout {
                         rule: "raid10 layout has zero copies",
                     });
                 }
-                size_kib * u64::from(shape.raid_disks) / copies * 2
+                let sectors =
+                    u128::from(size_kib) * u128::from(shape.raid_disks) / u128::from(copies) * 2;
+                u64::try_from(sectors)
+                    .ok()
+                    .filter(|s| *s <= MAX_DEVICE_SECTORS)
+                    .ok_or(MetadataError::InvalidGeometry {
+                        rule: "raid10 array too large for a bitmap",
+                    })?
             } else {
                 size_sectors
             };
@@ -394,7 +409,8 @@ pub fn calc_bitmap_size_bytes(
 ) -> u64 {
     let bits = bitmap_bits(sync_size_sectors, chunk_bytes);
     let bytes = bits.div_ceil(8) + BITMAP_SUPER_BYTES as u64;
-    bytes.div_ceil(boundary_bytes) * boundary_bytes
+    let boundary = boundary_bytes.max(1);
+    bytes.div_ceil(boundary).saturating_mul(boundary)
 }
 
 /// mdadm's default bitmap chunk when `room_sectors` are available for bits and
@@ -404,6 +420,11 @@ pub fn default_internal_bitmap_chunk_bytes(
     room_sectors: u64,
     bitmap_size_sectors: u64,
 ) -> Result<u64, MetadataError> {
+    if bitmap_size_sectors > MAX_DEVICE_SECTORS {
+        return Err(MetadataError::InvalidGeometry {
+            rule: "bitmap larger than 2^52 sectors",
+        });
+    }
     // "Limit to 128K of bitmap when chunk size not requested".
     let room = room_sectors.min(128 * 2);
     if room <= 1 {

@@ -254,13 +254,19 @@ impl ExamineReport {
             } else {
                 0
             };
-        let mut array_state = String::new();
-        for d in 0..raid_disks.saturating_add(delta_extra).min(0xff00) {
-            let cnt = sb
-                .dev_roles()
-                .iter()
-                .filter(|r| matches!(r, DevRole::Active(x) if u32::from(*x) == d))
-                .count();
+        // How many devices claim each slot (mdadm counts per slot; counting once keeps a
+        // hostile raid_disks from costing slots x max_dev).
+        let slots = raid_disks.saturating_add(delta_extra).min(0xff00) as usize;
+        let mut claims = vec![0u32; slots];
+        for r in sb.dev_roles() {
+            if let DevRole::Active(x) = r {
+                if let Some(c) = claims.get_mut(usize::from(*x)) {
+                    *c += 1;
+                }
+            }
+        }
+        let mut array_state = String::with_capacity(slots);
+        for cnt in claims {
             array_state.push(match cnt {
                 2 if level > 0 => 'R',
                 1 => 'A',
@@ -496,19 +502,16 @@ fn unused_space(
             end = end.min(bb);
         }
         end = end.min(super_offset.wrapping_add_signed(bitmap_offset + ppl_offset));
-        let after = if data_offset + data_size < end {
-            end - data_size - data_offset
-        } else {
-            0
-        };
+        // mdadm's unsigned arithmetic, without its wrap-around on hostile values.
+        let after = end.saturating_sub(data_offset.saturating_add(data_size));
         (data_offset, after)
     } else {
-        let mut earliest = super_offset + (32 + 4) * 2;
+        let mut earliest = super_offset.saturating_add((32 + 4) * 2);
         if bitmap_offset > 0 {
             let space = bitmap.map(|b| b.space_sectors()).unwrap_or(8);
-            earliest = earliest.max(bitmap_offset as u64 + space);
+            earliest = earliest.max((bitmap_offset as u64).saturating_add(space));
         } else if ppl_offset > 0 {
-            earliest = earliest.max(ppl_offset as u64 + ppl_size);
+            earliest = earliest.max((ppl_offset as u64).saturating_add(ppl_size));
         }
         if has_bblog {
             let bbend = super_offset

@@ -85,7 +85,7 @@ fn bitmap_sizes() {
 
 #[test]
 fn bit_array() {
-    let mut bits = BitmapBits::new_clear(21);
+    let mut bits = BitmapBits::new_clear(21).unwrap();
     assert_eq!(bits.as_bytes().len(), 3);
     assert!(bits.set(0));
     assert!(bits.set(9));
@@ -99,7 +99,7 @@ fn bit_array() {
     assert!(bits.test(20));
     assert_eq!(bits.count_dirty(), 2);
 
-    let full = BitmapBits::new_set(21);
+    let full = BitmapBits::new_set(21).unwrap();
     assert_eq!(full.count_dirty(), 21);
     assert_eq!(full.as_bytes(), &[0xff, 0xff, 0x1f]);
     let back = BitmapBits::from_bytes(21, &[0xff, 0xff, 0xff, 0xff]).unwrap();
@@ -312,4 +312,16 @@ fn examine_report_serializes() {
         text.contains("   Device Role : Active device 0\n"),
         "{text}"
     );
+}
+
+#[test]
+fn hostile_bitmap_sizes_are_refused() {
+    // A decoded bitmap superblock can claim any sync size; allocating for it must be bounded.
+    let mut b = bms();
+    b.sync_size_sectors = u64::MAX;
+    b.chunk_bytes = 512;
+    assert!(BitmapBits::new_clear(b.bits()).is_err());
+    assert!(BitmapBits::new_set(u64::MAX).is_err());
+    assert!(BitmapBits::from_bytes(u64::MAX, &[0; 8]).is_err());
+    let _ = b.space_sectors();
 }

@@ -239,3 +239,58 @@ fn layouts_never_overlap_metadata() {
         }
     }
 }
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn level() -> impl Strategy<Value = Level> {
+        prop_oneof![
+            Just(Level::Raid0),
+            Just(Level::Raid1),
+            Just(Level::Raid4),
+            Just(Level::Raid5),
+            Just(Level::Raid6),
+            Just(Level::Raid10),
+            Just(Level::Linear),
+            any::<i32>().prop_map(Level::from_md),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        /// Any input gives a layout or an error, never a panic; layouts never overlap metadata.
+        #[test]
+        fn any_shape_is_an_answer_or_an_error(
+            v in 0usize..3,
+            device_sectors in prop_oneof![any::<u64>(), 0u64..100_000, (1u64 << 50)..u64::MAX],
+            level in level(),
+            layout in any::<u32>(),
+            raid_disks in any::<u32>(),
+            chunk_shift in prop_oneof![Just(None), (0u32..32).prop_map(Some)],
+            with_bitmap in any::<bool>(),
+            ppl in any::<bool>(),
+        ) {
+            let shape = CreateShape {
+                version: SuperblockVersion::ALL[v],
+                device_sectors,
+                level,
+                layout,
+                raid_disks,
+                chunk_sectors: chunk_shift.map(|s| 1u32 << s).unwrap_or(0),
+                with_bitmap,
+            };
+            let r = if ppl { DataLayout::mdadm_create_ppl(&shape) } else { DataLayout::mdadm_create(&shape) };
+            if let Ok(l) = r {
+                if shape.version == SuperblockVersion::V1_0 {
+                    prop_assert!(l.data_size_sectors <= l.super_offset_sectors);
+                } else {
+                    prop_assert!(l.data_offset_sectors + l.data_size_sectors <= device_sectors);
+                    prop_assert!(l.data_offset_sectors >= l.super_offset_sectors + 8);
+                }
+                prop_assert!(l.size_sectors <= l.data_size_sectors);
+            }
+        }
+    }
+}

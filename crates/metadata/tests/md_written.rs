@@ -399,3 +399,46 @@ fn freshest_and_same_array() {
         "different set_uuid"
     );
 }
+
+mod hostile {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Damaged md-written superblocks never panic the diagnostic path (examine_bytes,
+        /// the report, its text and JSON).
+        #[test]
+        fn examine_never_panics(
+            idx in 0usize..20,
+            edits in proptest::collection::vec((0usize..512, any::<u8>()), 1..12),
+            dev in proptest::option::of(any::<u64>()),
+            fields in proptest::collection::vec(
+                (prop::sample::select(vec![0x50usize, 0x58, 0x5c, 0x60, 0x68, 0x70, 0x7c,
+                    0x80, 0x88, 0x90, 0x98, 0xa0, 0xbc, 0xc8, 0xd0]),
+                 prop_oneof![Just(u64::MAX), Just(1u64 << 63), Just(0), any::<u64>()]),
+                0..6),
+        ) {
+            let all = fixtures();
+            let fx = &all[idx % all.len()];
+            let mut bytes = fx.sb_bytes.clone();
+            for (pos, val) in edits {
+                let len = bytes.len();
+                bytes[pos % len] = val;
+            }
+            for (off, val) in fields {
+                let len = bytes.len();
+                if off + 8 <= len {
+                    bytes[off..off + 8].copy_from_slice(&val.to_le_bytes());
+                }
+            }
+            let loc = dev.map(|d| Location::new(fx.version, d));
+            if let Ok(ex) = Superblock::examine_bytes(&bytes, loc) {
+                let r = ExamineReport::from_examined(&ex, dev, None);
+                let _ = r.to_text();
+                let _ = serde_json::to_string(&r).unwrap();
+            }
+        }
+    }
+}

@@ -160,7 +160,7 @@ fn write_member(img: &TempImage, b: &Built) -> Option<(BitmapSuper, u64)> {
     );
     bms.events = b.sb.events;
     bms.events_cleared = b.sb.events;
-    let mut bits = BitmapBits::new_clear(bms.bits());
+    let mut bits = BitmapBits::new_clear(bms.bits()).unwrap();
     bits.set(0);
     bits.set(bms.bits() - 1);
     let mut area = bms.encode().to_vec();
