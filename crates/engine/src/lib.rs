@@ -11,6 +11,7 @@
 //! [`Disk`]: raidkit_disk::Disk
 
 pub mod array;
+pub mod bench;
 pub mod core;
 pub mod error;
 pub mod geo;

@@ -159,7 +159,7 @@ fn survivable_sets(level: i32, layout: u32, n: usize) -> Vec<Vec<usize>> {
 
 fn run_level(level: i32, layouts: &[u32], n: usize, chunk_sectors: u32) {
     for &layout in layouts {
-        let member_bytes = 3 << 20;
+        let member_bytes = 2 << 20;
         let seed = (level as u64) << 32 | (layout as u64) << 8 | n as u64;
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let ctx = format!("RAID {level} layout {layout:#x} n {n} chunk {chunk_sectors}");
@@ -202,7 +202,7 @@ fn run_level(level: i32, layouts: &[u32], n: usize, chunk_sectors: u32) {
             }
             assert!(array.status().degraded);
             verify_all(&array, &model, &ctx);
-            random_phase(&array, &mut model, &mut rng, 12, &ctx);
+            random_phase(&array, &mut model, &mut rng, 8, &ctx);
             verify_all(&array, &model, &ctx);
             array.stop().unwrap();
             drop(array);
