@@ -2,7 +2,6 @@
 //! values, calls a benchmark in the raidkit-bench crate, and prints what it returns.
 
 use std::io::Write;
-use std::time::Duration;
 
 use raidkit_bench::parity::{self, ParityBenchConfig, ParityRow};
 use raidkit_parity::KernelId;
@@ -26,7 +25,7 @@ pub struct ParityArgs {
     #[arg(long)]
     pub json: bool,
     /// Timed runs per case; the median is reported (at least 5; one warm-up run comes first).
-    #[arg(long, default_value_t = 11, value_parser = parse_runs)]
+    #[arg(long, default_value_t = 21, value_parser = parse_runs)]
     pub runs: usize,
     /// Size of the cold buffer set in MiB (keep it far above the last-level cache).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
@@ -59,7 +58,6 @@ fn run_parity(args: ParityArgs) -> Result<(), CliError> {
         kernel: args.kernel,
         runs: args.runs,
         cold_pool_bytes: (args.cold_mib as usize) << 20,
-        warm_sample: Duration::from_millis(25),
         ..ParityBenchConfig::default()
     };
     // Refuse an unsupported kernel before allocating anything.
@@ -76,7 +74,7 @@ fn run_parity(args: ParityArgs) -> Result<(), CliError> {
         }
         writeln!(
             out,
-            "GB/s of data per core, one thread, median of {} runs after a warm-up run; {} data members per stripe",
+            "GB/s of data per core (thread CPU time), one thread, median of {} alternating runs after a warm-up run; {} data members per stripe; ratio = median of per-run ratios",
             cfg.runs,
             parity::DATA_MEMBERS
         )?;
@@ -176,7 +174,7 @@ mod tests {
         assert_eq!(p.runs, 9);
         assert_eq!(p.cold_mib, 256);
         let d = parse(&[]).unwrap();
-        assert_eq!((d.kernel, d.json, d.runs), (None, false, 11));
+        assert_eq!((d.kernel, d.json, d.runs), (None, false, 21));
         assert!(parse(&["--kernel", "sse9"]).is_err());
         assert!(parse(&["--runs", "4"]).is_err());
         assert!(parse(&["--cold-mib", "0"]).is_err());
