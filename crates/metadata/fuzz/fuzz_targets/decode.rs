@@ -1,12 +1,14 @@
 //! Fuzz target: every md metadata decoder either refuses its input with an error or accepts
 //! it and re-encodes exactly the bytes it read (superblock, bitmap superblock), and never
-//! panics (bad-block log).
+//! panics (bad-block log, the examine report of a damaged superblock).
 //!
 //! Run from crates/metadata/fuzz: `cargo +nightly fuzz run decode`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use raidkit_metadata::{badblocks, BitmapSuper, Location, Superblock, SuperblockVersion};
+use raidkit_metadata::{
+    badblocks, BitmapSuper, ExamineReport, Location, Superblock, SuperblockVersion,
+};
 
 fuzz_target!(|data: &[u8]| {
     // The first 9 bytes choose where the superblock is taken to have been read from.
@@ -27,4 +29,8 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&bms.encode()[..], &body[..256], "bitmap superblock re-encoding differs");
     }
     let _ = badblocks::decode(&body[..body.len().min(4096) & !7], data[0]);
+    // The diagnostic path accepts more; it must still never panic.
+    if let Ok(ex) = Superblock::examine_bytes(body, Some(location)) {
+        let _ = ExamineReport::from_examined(&ex, Some(location.device_sectors), None).to_text();
+    }
 });
