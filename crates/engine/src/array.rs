@@ -1545,17 +1545,23 @@ impl Array {
                     self.read_at(&mut out, ms * SECTOR as u64)?;
                     return Ok(out);
                 }
-                let chunk = self.geo.chunk_sectors;
-                let chunk_base = ms / chunk * chunk;
-                let array_chunks = self.geo.array_sectors() / chunk;
-                // The array chunk held here is near ms/chunk * raid_disks / copies; search
-                // a window around it (copies sit at most `far` strides apart).
-                for c in 0..array_chunks {
-                    let (copies, _) = self.geo.copies(c * chunk);
-                    if copies.iter().any(|&(m, s)| m == slot && s == chunk_base) {
-                        self.read_at(&mut out, (c * chunk + (ms - chunk_base)) * SECTOR as u64)?;
-                        return Ok(out);
+                // RAID 10: ask the layout crate's inverse map (md's raid10 unmap) which array
+                // sector this member sector holds.
+                let theirs = raidkit_layout::Geometry::from_md(&raidkit_layout::MdParams {
+                    level: self.geo.level,
+                    layout: self.geo.layout,
+                    raid_disks: self.geo.raid_disks as u32,
+                    chunk_sectors: self.geo.chunk_sectors as u32,
+                    member_data_sectors: vec![self.geo.member_data_sectors; self.geo.raid_disks],
+                })
+                .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                match theirs.unmap(slot as u32, ms) {
+                    Ok(raidkit_layout::MemberChunkRole::Data { array_sector, .. }) => {
+                        self.read_at(&mut out, array_sector * SECTOR as u64)?;
                     }
+                    // Past the used area: nothing of the array lives there.
+                    Ok(_) => {}
+                    Err(e) => return Err(EngineError::Invalid(e.to_string())),
                 }
                 Ok(out)
             }
@@ -1564,7 +1570,6 @@ impl Array {
                 let lo = ms % self.geo.chunk_sectors;
                 let info = self.geo.stripe(stripe);
                 let d = info.data_members.len();
-                let chunk_bytes = self.geo.chunk_sectors as usize * SECTOR;
                 // Read the whole band of data through the array (degraded reads recover the
                 // lost slot if it is data), then derive P/Q or pick the data block.
                 let mut data = vec![vec![0u8; len]; d];
@@ -1573,7 +1578,6 @@ impl Array {
                     let array_sector = base + dd as u64 * self.geo.chunk_sectors + lo;
                     self.read_at(blk, array_sector * SECTOR as u64)?;
                 }
-                let _ = chunk_bytes;
                 if let Some(dd) = info.data_members.iter().position(|&m| m == slot) {
                     return Ok(std::mem::take(&mut data[dd]));
                 }

@@ -264,3 +264,79 @@ fn other_metadata_versions() {
         verify_all(&array, &model, &ctx);
     }
 }
+
+#[test]
+fn spares_rebuild_failed_slots() {
+    for (level, layout, n, lose) in [
+        (1, 0u32, 3usize, vec![0usize, 2]),
+        (5, 2, 4, vec![1]),
+        (6, 2, 5, vec![0, 3]),
+        (6, 9, 5, vec![2, 4]),
+        (10, 0x102, 4, vec![1, 2]),
+        (10, 0x201, 5, vec![0]),
+        (4, 0, 4, vec![3]),
+    ] {
+        let ctx = format!("rebuild RAID {level} layout {layout:#x} n {n} losing {lose:?}");
+        let (disks, array) = create(
+            level,
+            layout,
+            n,
+            if level == 1 { 0 } else { 16 },
+            2 << 20,
+            SuperblockVersion::V1_2,
+            5,
+        );
+        let mut rng = Rng(level as u64 * 31 + 7);
+        let mut model = vec![0u8; array.size_bytes() as usize];
+        random_phase(&array, &mut model, &mut rng, 20, &ctx);
+        for &m in &lose {
+            array.fail_member(m).unwrap();
+        }
+        let spares: Vec<MemDisk> = lose
+            .iter()
+            .map(|i| MemDisk::new(&format!("spare{i}"), 2 << 20))
+            .collect();
+        for (k, s) in spares.iter().enumerate() {
+            array
+                .add_spare(Box::new(s.clone()), [0xa0 + k as u8; 16])
+                .unwrap_or_else(|e| panic!("{ctx}: add: {e}"));
+        }
+        let st = array.status();
+        assert!(
+            !st.degraded,
+            "{ctx}: still degraded after rebuild: {:?}",
+            st.missing_slots
+        );
+        verify_all(&array, &model, &ctx);
+        array.stop().unwrap();
+        drop(array);
+        // the rebuilt members alone (with the survivors) form a whole array
+        let mut set: Vec<MemDisk> = (0..n)
+            .filter(|i| !lose.contains(i))
+            .map(|i| disks[i].clone())
+            .collect();
+        set.extend(spares.iter().cloned());
+        let array = reassemble(&set, &ctx);
+        assert!(
+            !array.status().degraded,
+            "{ctx}: reassembled rebuilt array is degraded"
+        );
+        verify_all(&array, &model, &format!("{ctx} after reassembly"));
+        // and reads that must use the rebuilt members (fail the survivors the level can lose)
+        let survivors: Vec<usize> = array
+            .status()
+            .members
+            .iter()
+            .filter(|m| !m.name.starts_with("spare"))
+            .map(|m| m.index)
+            .collect();
+        for &i in survivors.iter().take(lose.len()) {
+            array.fail_member(i).unwrap();
+        }
+        verify_all(
+            &array,
+            &model,
+            &format!("{ctx} reading from rebuilt members"),
+        );
+    }
+}
