@@ -181,3 +181,29 @@ impl Isal {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_library_message_says_how_to_install_it() {
+        let msg = IsalError::NotFound {
+            detail: "libisal.so.2: cannot open shared object file".into(),
+        }
+        .to_string();
+        assert!(
+            msg.starts_with("ISA-L not found (apt-get install libisal2)"),
+            "{msg}"
+        );
+        assert!(msg.contains("libisal.so.2, libisal.so"), "{msg}");
+    }
+
+    #[test]
+    fn loads_when_installed_and_reports_its_soname() {
+        match Isal::load() {
+            Ok(lib) => assert!(SONAMES.contains(&lib.soname())),
+            Err(e) => assert!(matches!(e, IsalError::NotFound { .. }), "{e}"),
+        }
+    }
+}

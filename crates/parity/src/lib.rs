@@ -10,6 +10,10 @@
 //! - An empty slice in a data position is an all-zero block (md's DDF layouts put zero pages
 //!   where P and Q sit inside the syndrome's data range); it is never read.
 //! - Blocks may have any length and alignment; md passes pages, the engine 4 KiB multiples.
+//!   SIMD kernels run whole steps of 2–4 cache lines and finish the tail with the portable
+//!   kernel. `gen_p` and `gen_syndrome` write P and Q with streaming (non-temporal) stores
+//!   when a block is at least 16 KiB and P/Q are vector-aligned: parity then goes to a member
+//!   device without displacing the data from cache.
 //! - Recovery addresses blocks as data `0..n`, P = `n`, Q = `n + 1`.
 //! - Bad arguments (mismatched lengths, slot ranges, impossible recoveries) are a
 //!   [`ParityError`]; nothing is written then.
