@@ -65,6 +65,24 @@ macro_rules! simd_kernel {
             let pp = p.as_mut_ptr();
             let nt = !accumulate && want_nt(&[pp], end);
             let mut i = 0;
+            // Fast path for the usual case, every source real and P overwritten: start from
+            // the first source and keep the zero-slot test out of the inner loop (at L2
+            // speed the loop overhead per source shows).
+            if let (false, Some((first, rest))) = (accumulate, srcs.split_first()) {
+                if srcs.iter().all(|s| !s.is_empty()) {
+                    while i < end {
+                        let mut acc = ld_n(first.as_ptr().add(i));
+                        for s in rest {
+                            let d = ld_n(s.as_ptr().add(i));
+                            for u in 0..UNROLL {
+                                acc[u] = xor(acc[u], d[u]);
+                            }
+                        }
+                        st_n_maybe_nt(pp.add(i), acc, nt);
+                        i += STEP;
+                    }
+                }
+            }
             while i < end {
                 let mut acc = if accumulate {
                     ld_n(pp.add(i))
@@ -102,6 +120,23 @@ macro_rules! simd_kernel {
             let (pp, qp) = (p.as_mut_ptr(), q.as_mut_ptr());
             let nt = streaming && want_nt(&[pp, qp], end);
             let mut i = 0;
+            // Fast path without zero slots (see `gen_p`).
+            if data.iter().all(|s| !s.is_empty()) {
+                while i < end {
+                    let mut wp = ld_n(top.as_ptr().add(i));
+                    let mut wq = wp;
+                    for s in rest.iter().rev() {
+                        let d = ld_n(s.as_ptr().add(i));
+                        for u in 0..UNROLL {
+                            wp[u] = xor(wp[u], d[u]);
+                            wq[u] = mul2_xor(wq[u], d[u], &k);
+                        }
+                    }
+                    st_n_maybe_nt(pp.add(i), wp, nt);
+                    st_n_maybe_nt(qp.add(i), wq, nt);
+                    i += STEP;
+                }
+            }
             while i < end {
                 let mut wp = if top.is_empty() {
                     [zero(); UNROLL]
