@@ -700,3 +700,138 @@ fn stop(args: MembersArgs) -> Result<(), CliError> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// Parses like the binary does (the array commands are flattened into the top level).
+    #[derive(clap::Parser, Debug)]
+    struct Top {
+        #[command(subcommand)]
+        cmd: ArrayCommand,
+    }
+
+    fn run_args(args: &[&str]) -> Result<(), CliError> {
+        let mut full = vec!["raidkit"];
+        full.extend_from_slice(args);
+        let top = Top::try_parse_from(full).map_err(|e| CliError::usage(e.to_string()))?;
+        run(top.cmd)
+    }
+
+    struct Dir(PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_dir(tag: &str) -> Dir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let p =
+            std::env::temp_dir().join(format!("raidkit-cli-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+
+    fn s(p: &Path) -> &str {
+        p.to_str().unwrap()
+    }
+
+    use std::path::Path;
+
+    #[test]
+    fn create_write_read_degraded_and_refusals() {
+        let dir = temp_dir("cli");
+        let m: Vec<PathBuf> = (0..5).map(|i| dir.0.join(format!("m{i}.img"))).collect();
+        let ms: Vec<&str> = m.iter().map(|p| s(p)).collect();
+        let mut args = vec!["create", "--level", "6", "--size", "8M", "--chunk", "64K"];
+        args.extend(&ms);
+        run_args(&args).unwrap();
+
+        let input = dir.0.join("in.bin");
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&input, &data).unwrap();
+        let mut args = vec!["write", "--offset", "4096", "--input", s(&input)];
+        args.extend(&ms);
+        run_args(&args).unwrap();
+
+        // read with two members missing: degraded, read-only, members unchanged
+        let before: Vec<Vec<u8>> = m.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let out = dir.0.join("out.bin");
+        let len = data.len().to_string();
+        let mut args = vec![
+            "read",
+            "--offset",
+            "4096",
+            "--length",
+            &len,
+            "--output",
+            s(&out),
+        ];
+        args.extend(&ms[1..4]);
+        run_args(&args).unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == data,
+            "degraded read returns what was written"
+        );
+        let after: Vec<Vec<u8>> = m.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        assert!(before == after, "read must not change any member");
+
+        // one more missing: unavailable (exit 4)
+        let mut args = vec!["read", "--output", s(&out)];
+        args.extend(&ms[2..4]);
+        assert_eq!(run_args(&args).unwrap_err().code, ExitCode::Unavailable);
+
+        // a member twice: refused (exit 3)
+        let mut args = vec!["detail"];
+        args.extend(&ms);
+        args.push(ms[0]);
+        assert_eq!(run_args(&args).unwrap_err().code, ExitCode::Refused);
+
+        // fail a member: the others record it; detail still works and reads are degraded
+        let mut args = vec!["fail", "--member", ms[2]];
+        args.extend(&ms);
+        run_args(&args).unwrap();
+        let (array, report) = assemble(&m, true, false).unwrap();
+        assert_eq!(array.status().missing_slots, vec![2]);
+        assert!(report.excluded.iter().any(|(n, _)| n.ends_with("m2.img")));
+        drop(array);
+
+        // add a new member: rebuilt into the failed slot
+        let new = dir.0.join("new.img");
+        let mut args = vec!["add", "--member", s(&new), "--size", "8M"];
+        args.extend(&ms);
+        run_args(&args).unwrap();
+        let mut whole: Vec<PathBuf> = m
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 2)
+            .map(|(_, p)| p.clone())
+            .collect();
+        whole.push(new.clone());
+        let (array, _) = assemble(&whole, true, false).unwrap();
+        assert!(!array.status().degraded);
+        let mut back = vec![0u8; data.len()];
+        array.read_at(&mut back, 4096).unwrap();
+        assert!(back == data);
+
+        // examine works on every member and refuses a non-member (exit 3)
+        let mut args = vec!["examine", "--json"];
+        args.extend(&ms);
+        run_args(&args).unwrap();
+        assert_eq!(
+            run_args(&["examine", s(&input)]).unwrap_err().code,
+            ExitCode::Refused
+        );
+
+        // a wrong flag value is a usage error (exit 2)
+        let mut args = vec!["create", "--level", "7", "--size", "8M"];
+        args.extend(&ms);
+        assert_eq!(run_args(&args).unwrap_err().code, ExitCode::Usage);
+    }
+}
