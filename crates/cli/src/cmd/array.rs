@@ -473,7 +473,15 @@ fn detail(args: MembersArgs) -> Result<(), CliError> {
         status.array_bytes as f64 / 1048576.0
     );
     println!("   Raid Devices : {}", status.raid_disks);
-    println!("         Layout : {}", status.layout);
+    let layout_name = match status.level {
+        5 => raidkit_metadata::examine::raid5_layout_name(status.layout).map(str::to_string),
+        6 => raidkit_metadata::examine::raid6_layout_name(status.layout).map(str::to_string),
+        10 => Some(raidkit_metadata::examine::raid10_layout_name(status.layout)),
+        _ => None,
+    };
+    if let Some(name) = layout_name {
+        println!("         Layout : {name}");
+    }
     println!("     Chunk Size : {}K", status.chunk_sectors / 2);
     println!("           UUID : {}", status.uuid);
     println!("           Name : {}", status.name);
