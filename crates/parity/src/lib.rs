@@ -26,7 +26,7 @@
 mod error;
 pub mod gf;
 mod kernel;
-#[cfg(target_arch = "aarch64")]
+#[cfg(any(target_arch = "aarch64", all(test, target_arch = "x86_64")))]
 mod neon;
 mod portable;
 mod recover;
