@@ -1,0 +1,850 @@
+//! One seeded run: geometry, workload, fault schedule, crashes and reassembly, all drawn from
+//! one `u64`, checked against the reference model and the independent encoder.
+//!
+//! Fault budget: each run picks a set of "fault-prone" slots that the array survives losing
+//! (checked with raidkit-layout's placement, not the engine's); every fault that costs a member
+//! (death, latent sector errors, write errors, fail-after-N, an administrative fail) goes only
+//! to those slots' disks. Within budget every request must succeed and every read must match.
+//! About one run in ten goes over budget on purpose: then requests may fail, but a read that
+//! succeeds must still return the right data.
+//!
+//! The write hole: RAID 4/5/6 without a journal or partial parity log can lose data outside
+//! the write in flight when a crash is followed by the loss of a member (or happens while
+//! degraded), and md needs a resync after every unclean stop. The engine has neither yet, so
+//! unless [`SimOptions::write_hole`] is set, a run on a parity level skips crashes while
+//! degraded and every member fault after a crash, and says so in [`SeedReport::excluded`].
+
+use crate::check::{check_members, SlotMember};
+use crate::disk::SimWorld;
+use crate::model::{sector_pattern, Model, Verdict, SECTOR};
+use crate::rng::{mix, Rng};
+use raidkit_disk::Disk;
+use raidkit_engine::{Array, AssembleOptions, CreateOptions, EngineConfig, EngineError};
+use raidkit_layout::{Geometry, MdParams};
+use raidkit_metadata::SuperblockVersion;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// Knobs of a run (everything else comes from the seed).
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Allow crash-then-degrade on RAID 4/5/6 (the write hole); failures are then expected
+    /// until the engine closes it.
+    pub write_hole: bool,
+    /// Workload operations per run.
+    pub ops: u32,
+    /// Keep a step-by-step trace in the report.
+    pub trace: bool,
+    /// Run the engine with a 1 MiB stripe cache, so its batches (bands) are shorter than the
+    /// larger chunks. Off by default: rebuild then writes wrong data (crates/sim/KNOWN_FAILURES.md).
+    pub small_stripe_cache: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            write_hole: false,
+            ops: 120,
+            trace: false,
+            small_stripe_cache: false,
+        }
+    }
+}
+
+/// What one seed did and found.
+#[derive(Clone, Debug, Default)]
+pub struct SeedReport {
+    pub seed: u64,
+    /// "RAID 5 left-symmetric, 4 disks, chunk 16 sectors, ...".
+    pub scenario: String,
+    pub ops: u64,
+    /// Faults injected: member faults applied plus disk-level errors returned plus crashes.
+    pub faults: u64,
+    pub crashes: u64,
+    pub rebuilds: u64,
+    pub member_checks: u64,
+    pub over_budget: bool,
+    /// Why parts of the schedule were left out (write-hole class), empty when nothing was.
+    pub excluded: Vec<String>,
+    pub failure: Option<String>,
+    pub trace: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+enum FaultKind {
+    Die,
+    Latent(u32),
+    WriteErrors(u32),
+    FailAfter(u64),
+    AdminFail,
+    Slow,
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Fault { disk: usize, kind: FaultKind },
+    Crash { mid_flush: bool },
+}
+
+struct Scenario {
+    level: i32,
+    layout: u32,
+    raid_disks: usize,
+    chunk_sectors: u32,
+    size_sectors: u64,
+    metadata: SuperblockVersion,
+    fault_prone: Vec<usize>,
+    over_budget: bool,
+    spares: u32,
+    events: Vec<(u32, Event)>,
+}
+
+fn layout_geometry(s: &Scenario) -> Result<Geometry, String> {
+    Geometry::from_md(&MdParams {
+        level: s.level,
+        layout: s.layout,
+        raid_disks: s.raid_disks as u32,
+        chunk_sectors: s.chunk_sectors,
+        member_data_sectors: vec![s.size_sectors; s.raid_disks],
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Whether every array chunk keeps a copy (or enough of its stripe) without `lost` slots,
+/// answered from raidkit-layout's placement.
+fn survives(geo: &Geometry, lost: &[usize]) -> bool {
+    match geo {
+        Geometry::Parity(_) => lost.len() as u32 <= geo.max_degraded(),
+        _ => {
+            let total = geo.array_sectors();
+            let step = (geo.chunk_sectors() as u64).max(1);
+            let mut s = 0;
+            while s < total {
+                match geo.map(s) {
+                    Ok(m) => {
+                        if m.placements
+                            .iter()
+                            .all(|p| lost.contains(&(p.member as usize)))
+                        {
+                            return false;
+                        }
+                    }
+                    Err(_) => return false,
+                }
+                s += step;
+            }
+            true
+        }
+    }
+}
+
+fn gen_scenario(rng: &mut Rng, opts: &SimOptions) -> Result<(Scenario, Geometry), String> {
+    let level = *rng.pick(&[0, 1, 4, 5, 5, 6, 6, 10, 10]);
+    let (raid_disks, layout) = match level {
+        0 => (rng.range(2, 5) as usize, 0),
+        1 => (rng.range(2, 4) as usize, 0),
+        4 => (rng.range(3, 6) as usize, 0),
+        5 => (rng.range(3, 6) as usize, rng.range(0, 5) as u32),
+        6 => (
+            rng.range(4, 7) as usize,
+            *rng.pick(&[0, 1, 2, 3, 4, 5, 8, 9, 10, 16, 17, 18, 19, 20]),
+        ),
+        _ => {
+            let n = rng.range(2, 6) as usize;
+            let copies = if n >= 3 && rng.chance(250) { 3 } else { 2 };
+            let layout = match rng.below(3) {
+                0 => 0x100 | copies,
+                1 => (copies << 8) | 1,
+                _ => 0x10000 | (copies << 8) | 1,
+            };
+            (n, layout)
+        }
+    };
+    let chunk_sectors = if level == 1 { 0 } else { 8u32 << rng.below(5) };
+    let data_disks = match level {
+        0 => raid_disks,
+        1 => 1,
+        4 | 5 => raid_disks - 1,
+        6 => raid_disks - 2,
+        _ => raid_disks.div_ceil(2),
+    } as u64;
+    let size_sectors = if level == 1 {
+        rng.range(64, 2048)
+    } else {
+        let chunk = chunk_sectors as u64;
+        let max_chunks = (4096 / (chunk * data_disks)).max(2);
+        let far_mult = if level == 10 { 4 } else { 1 };
+        rng.range(2, max_chunks.clamp(2, 16)) * chunk * far_mult
+    };
+    let metadata = *rng.pick(&[
+        SuperblockVersion::V1_2,
+        SuperblockVersion::V1_2,
+        SuperblockVersion::V1_1,
+        SuperblockVersion::V1_0,
+    ]);
+    let mut sc = Scenario {
+        level,
+        layout,
+        raid_disks,
+        chunk_sectors,
+        size_sectors,
+        metadata,
+        fault_prone: Vec::new(),
+        over_budget: false,
+        spares: rng.range(0, 2) as u32,
+        events: Vec::new(),
+    };
+    let geo = layout_geometry(&sc)?;
+    // Fault-prone slots: a random set the array survives losing; sometimes one more.
+    let mut order: Vec<usize> = (0..raid_disks).collect();
+    for i in (1..order.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+    let want = rng.range(0, raid_disks as u64) as usize;
+    for &slot in &order {
+        if sc.fault_prone.len() >= want {
+            break;
+        }
+        let mut trial = sc.fault_prone.clone();
+        trial.push(slot);
+        if survives(&geo, &trial) {
+            sc.fault_prone = trial;
+        }
+    }
+    if rng.chance(100) {
+        if let Some(&extra) = order.iter().find(|s| !sc.fault_prone.contains(s)) {
+            let mut trial = sc.fault_prone.clone();
+            trial.push(extra);
+            if !survives(&geo, &trial) {
+                sc.fault_prone = trial;
+                sc.over_budget = true;
+            }
+        }
+    }
+    let ops = opts.ops.max(1);
+    for &slot in &sc.fault_prone {
+        if rng.chance(850) {
+            let kind = match rng.below(5) {
+                0 => FaultKind::Die,
+                1 => FaultKind::Latent(rng.range(1, 4) as u32),
+                2 => FaultKind::WriteErrors(rng.range(100, 500) as u32),
+                3 => FaultKind::FailAfter(rng.range(1, 300)),
+                _ => FaultKind::AdminFail,
+            };
+            sc.events.push((
+                rng.below(ops as u64) as u32,
+                Event::Fault { disk: slot, kind },
+            ));
+        }
+    }
+    if rng.chance(300) {
+        let disk = rng.below(raid_disks as u64) as usize;
+        sc.events.push((
+            rng.below(ops as u64) as u32,
+            Event::Fault {
+                disk,
+                kind: FaultKind::Slow,
+            },
+        ));
+    }
+    let crashes = *rng.pick(&[0, 0, 1, 1, 1, 2]);
+    for _ in 0..crashes {
+        let mid_flush = rng.chance(300);
+        sc.events
+            .push((rng.range(1, ops as u64) as u32, Event::Crash { mid_flush }));
+    }
+    sc.events.sort_by_key(|(at, _)| *at);
+    Ok((sc, geo))
+}
+
+fn describe(sc: &Scenario) -> String {
+    let meta = match sc.metadata {
+        SuperblockVersion::V1_0 => "1.0",
+        SuperblockVersion::V1_1 => "1.1",
+        SuperblockVersion::V1_2 => "1.2",
+    };
+    format!(
+        "RAID {} layout {:#x}, {} disks, chunk {} sectors, {} sectors per member, metadata {}, fault-prone slots {:?}{}, {} spare(s), events {:?}",
+        sc.level,
+        sc.layout,
+        sc.raid_disks,
+        sc.chunk_sectors,
+        sc.size_sectors,
+        meta,
+        sc.fault_prone,
+        if sc.over_budget { " (over budget)" } else { "" },
+        sc.spares,
+        sc.events
+    )
+}
+
+struct Run<'a> {
+    opts: &'a SimOptions,
+    sc: Scenario,
+    geo: Geometry,
+    world: SimWorld,
+    /// World disk index of each scenario slot's original disk.
+    model: Model,
+    unsynced: BTreeSet<u64>,
+    next_id: u32,
+    array: Option<Array>,
+    crashed_parity: bool,
+    report: SeedReport,
+    scratch: Vec<u8>,
+    rng: Rng,
+    uuid_rng: Rng,
+}
+
+type Step = Result<(), String>;
+
+impl Run<'_> {
+    fn trace(&mut self, line: impl FnOnce() -> String) {
+        if self.opts.trace {
+            self.report.trace.push(line());
+        }
+    }
+
+    fn parity(&self) -> bool {
+        matches!(self.sc.level, 4..=6)
+    }
+
+    fn in_budget(&self) -> bool {
+        !self.sc.over_budget
+    }
+
+    fn uuid(&mut self) -> [u8; 16] {
+        let a = self.uuid_rng.next_u64().to_le_bytes();
+        let b = self.uuid_rng.next_u64().to_le_bytes();
+        let mut u = [0u8; 16];
+        u[..8].copy_from_slice(&a);
+        u[8..].copy_from_slice(&b);
+        u
+    }
+
+    fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            // 4 MiB over 2 requests keeps the engine's band at least one 64 KiB chunk wide
+            // for every geometry drawn here.
+            stripe_cache_bytes: if self.opts.small_stripe_cache {
+                1 << 20
+            } else {
+                4 << 20
+            },
+            max_inflight: 2,
+        }
+    }
+
+    fn device_bytes(&self) -> u64 {
+        (self.sc.size_sectors + 4096 + 128) * SECTOR as u64
+    }
+
+    fn create(&mut self) -> Step {
+        let bytes = self.device_bytes();
+        let mut members: Vec<Box<dyn Disk>> = Vec::new();
+        for _ in 0..self.sc.raid_disks {
+            members.push(Box::new(self.world.add_disk(bytes)));
+        }
+        let device_uuids = (0..self.sc.raid_disks).map(|_| self.uuid()).collect();
+        let set_uuid = self.uuid();
+        let opts = CreateOptions {
+            level: self.sc.level,
+            layout: Some(self.sc.layout),
+            chunk_sectors: self.sc.chunk_sectors,
+            raid_devices: self.sc.raid_disks,
+            metadata: self.sc.metadata,
+            size_sectors: Some(self.sc.size_sectors),
+            name: "sim:0".into(),
+            set_uuid,
+            device_uuids,
+            ctime_seconds: 1_700_000_000,
+            members_zeroed: true,
+            config: self.engine_config(),
+        };
+        let array = Array::create(members, opts).map_err(|e| format!("create failed: {e}"))?;
+        let engine_sectors = array.size_bytes() / SECTOR as u64;
+        if engine_sectors != self.geo.array_sectors() {
+            return Err(format!(
+                "array size disagrees: engine {engine_sectors} sectors, raidkit-layout {}",
+                self.geo.array_sectors()
+            ));
+        }
+        self.model = Model::new(engine_sectors);
+        self.array = Some(array);
+        Ok(())
+    }
+
+    /// World disk index of the member the array knows by `name`.
+    fn disk_index(name: &str) -> Option<usize> {
+        name.strip_prefix("sim").and_then(|n| n.parse().ok())
+    }
+
+    fn slot_disk(&self, slot: usize) -> Option<(usize, usize, u64)> {
+        // (world disk, array member index, data offset) of the member in `slot`.
+        let st = self.array.as_ref()?.status();
+        st.members
+            .iter()
+            .find(|m| m.slot == Some(slot))
+            .and_then(|m| Some((Self::disk_index(&m.name)?, m.index, m.data_offset_sectors)))
+    }
+
+    fn fill(&self, start: u64, n: u64, id: u32) -> Vec<u8> {
+        let mut buf = vec![0u8; n as usize * SECTOR];
+        for i in 0..n {
+            sector_pattern(
+                id,
+                start + i,
+                &mut buf[i as usize * SECTOR..(i as usize + 1) * SECTOR],
+            );
+        }
+        buf
+    }
+
+    fn random_range(&mut self) -> (u64, u64) {
+        let total = self.model.sectors();
+        let stripe = match self.sc.level {
+            1 => 64,
+            _ => {
+                self.sc.chunk_sectors as u64
+                    * self.geo.data_disks().unwrap_or(self.sc.raid_disks as u32) as u64
+            }
+        };
+        if self.rng.chance(250) {
+            // Stripe-aligned, whole stripes: full-stripe writes.
+            let stripes = (total / stripe).max(1);
+            let k = self.rng.range(1, 2.min(stripes));
+            let start = self.rng.below(stripes - k + 1) * stripe;
+            return (start, (k * stripe).min(total - start));
+        }
+        let n = self.rng.range(1, (2 * stripe).min(total).min(512));
+        let start = self.rng.below(total - n + 1);
+        (start, n)
+    }
+
+    fn read_check(&mut self, start: u64, n: u64, what: &str) -> Step {
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let mut buf = vec![0u8; n as usize * SECTOR];
+        let r = array.read_at(&mut buf, start * SECTOR as u64);
+        if what == "read" {
+            self.trace(|| {
+                format!(
+                    "  read {start}+{n}: {}",
+                    if r.is_ok() { "ok" } else { "error" }
+                )
+            });
+        }
+        match r {
+            Ok(()) => {
+                for i in 0..n {
+                    let s = start + i;
+                    let sec = &buf[i as usize * SECTOR..(i as usize + 1) * SECTOR];
+                    if let Verdict::Wrong {
+                        expected, found, ..
+                    } = self.model.judge(s, sec, &mut self.scratch)
+                    {
+                        return Err(format!(
+                            "{what}: array sector {s} returned wrong data (expected write id(s) {expected:?}, got {})",
+                            match found {
+                                Some((id, at)) => format!("write {id}'s data for sector {at}"),
+                                None => "bytes of no write".into(),
+                            }
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Err(e) if self.in_budget() => Err(format!(
+                "{what}: read of {n} sectors at {start} failed within the fault budget: {e}"
+            )),
+            Err(e) => {
+                self.trace(|| format!("  read {start}+{n}: clean error (over budget): {e}"));
+                Ok(())
+            }
+        }
+    }
+
+    fn op_write(&mut self, zeroes: bool, fua: bool) -> Step {
+        let (start, n) = self.random_range();
+        let id = if zeroes {
+            0
+        } else {
+            self.next_id += 1;
+            self.next_id
+        };
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let r = if zeroes {
+            array.write_zeroes(start * SECTOR as u64, n * SECTOR as u64)
+        } else {
+            let buf = self.fill(start, n, id);
+            array.write_at(&buf, start * SECTOR as u64, fua)
+        };
+        self.trace(|| format!("  write id {id} at {start}+{n} fua={fua}: {r:?}"));
+        match r {
+            Ok(()) => {
+                self.model.write_acked(start, n, id, fua);
+                Ok(())
+            }
+            Err(e) => {
+                self.model.write_failed(start, n, id);
+                if self.in_budget() {
+                    Err(format!(
+                        "write of {n} sectors at {start} failed within the fault budget: {e}"
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    fn op_flush(&mut self) -> Step {
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let r = array.flush();
+        self.trace(|| format!("  flush: {r:?}"));
+        match r {
+            Ok(()) => {
+                self.model.flushed();
+                Ok(())
+            }
+            Err(e) if self.in_budget() => Err(format!("flush failed within the fault budget: {e}")),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn quiet_check(&mut self, why: &str) -> Step {
+        if self.array.is_none() {
+            return Ok(());
+        }
+        let total = self.model.sectors();
+        let mut s = 0;
+        while s < total {
+            let n = (total - s).min(256);
+            self.read_check(s, n, why)?;
+            s += n;
+        }
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let st = array.status();
+        if st.degraded || st.failed {
+            return Ok(());
+        }
+        let mut slots = Vec::with_capacity(self.sc.raid_disks);
+        for slot in 0..self.sc.raid_disks {
+            match self.slot_disk(slot) {
+                Some((d, _, off)) => slots.push((d, off)),
+                None => return Ok(()),
+            }
+        }
+        let members: Vec<SlotMember<'_>> = slots
+            .iter()
+            .map(|&(d, off)| SlotMember {
+                disk: self.world.disk(d),
+                data_offset_sectors: off,
+            })
+            .collect();
+        let stats = check_members(&self.geo, &members, &self.model, &mut self.unsynced)
+            .map_err(|e| format!("{why}: members disagree with the independent encoding: {e}"))?;
+        self.report.member_checks += 1;
+        self.trace(|| {
+            format!(
+                "  {why}: members match the independent encoding ({} sectors checked, {} skipped, {} not yet consistent since a crash)",
+                stats.sectors_checked, stats.sectors_skipped, stats.sectors_unsynced
+            )
+        });
+        Ok(())
+    }
+
+    fn apply_fault(&mut self, slot: usize, kind: FaultKind) -> Step {
+        if !matches!(kind, FaultKind::Slow)
+            && self.parity()
+            && self.crashed_parity
+            && !self.opts.write_hole
+        {
+            {
+                self.report.excluded.push(format!(
+                    "{kind:?} on slot {slot} after a crash on RAID {} (write hole)",
+                    self.sc.level
+                ));
+                return Ok(());
+            }
+        }
+        let Some((disk, member_index, off)) = self.slot_disk(slot) else {
+            return Ok(());
+        };
+        self.report.faults += 1;
+        self.trace(|| format!("  fault {kind:?} on slot {slot} (sim{disk})"));
+        let d = self.world.disk(disk).clone();
+        match kind {
+            FaultKind::Die => d.update_faults(|f| f.dead = true),
+            FaultKind::Latent(k) => {
+                let mut bad = Vec::new();
+                for _ in 0..k {
+                    bad.push(off + self.rng.below(self.sc.size_sectors));
+                }
+                d.update_faults(|f| f.bad_sectors.extend(bad));
+            }
+            FaultKind::WriteErrors(r) => d.update_faults(|f| f.write_error_per_mille = r),
+            FaultKind::FailAfter(n) => d.update_faults(|f| f.fail_after_ops = Some(n)),
+            FaultKind::AdminFail => {
+                if let Some(a) = self.array.as_ref() {
+                    let _ = a.fail_member(member_index);
+                }
+            }
+            FaultKind::Slow => d.update_faults(|f| {
+                f.latency_ns = 100_000;
+                f.slow_factor = 20;
+                f.stall_per_mille = 20;
+                f.stall_ns = 2_000_000_000;
+            }),
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self, mid_flush: bool) -> Step {
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let degraded = array.status().degraded;
+        if self.parity() && degraded && !self.opts.write_hole {
+            self.report.excluded.push(format!(
+                "crash while degraded on RAID {} (write hole)",
+                self.sc.level
+            ));
+            return Ok(());
+        }
+        let hardened: Vec<usize> = if mid_flush {
+            (0..self.world.disks().len())
+                .filter(|_| self.rng.below(2) == 0)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.trace(|| format!("  crash (hardened first: {hardened:?})"));
+        self.world.crash(&hardened);
+        self.report.crashes += 1;
+        self.report.faults += 1;
+        self.array = None; // dropped without stop: dirty, like the power loss it is
+        let doubt = self.model.crashed();
+        self.unsynced.extend(doubt);
+        self.world.power_on();
+        if self.parity() {
+            self.crashed_parity = true;
+            if !self.opts.write_hole {
+                // Latent faults already planted would degrade the array after the crash.
+                for &slot in &self.sc.fault_prone {
+                    if let Some(d) = self.world.disks().get(slot) {
+                        let f = d.faults();
+                        if !f.dead
+                            && (!f.bad_sectors.is_empty()
+                                || f.write_error_per_mille > 0
+                                || f.fail_after_ops.is_some())
+                        {
+                            d.update_faults(|f| {
+                                f.bad_sectors.clear();
+                                f.write_error_per_mille = 0;
+                                f.fail_after_ops = None;
+                            });
+                            self.report.excluded.push(format!(
+                                "pending faults on sim{slot} cleared at a crash on RAID {} (write hole)",
+                                self.sc.level
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        self.assemble("after crash")
+    }
+
+    fn assemble(&mut self, why: &str) -> Step {
+        let mut disks = self.world.surviving_disks();
+        let result = loop {
+            let members: Vec<Box<dyn Disk>> = disks
+                .iter()
+                .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+                .collect();
+            let opts = AssembleOptions {
+                force: self.opts.write_hole,
+                config: self.engine_config(),
+                ..AssembleOptions::default()
+            };
+            match Array::assemble(members, opts) {
+                // A member that fails I/O while its superblock is read is left out and assembly
+                // tried again, as an operator would (the engine refuses the whole set).
+                Err(EngineError::Disk(e)) if disks.iter().any(|d| d.name() == e.member) => {
+                    self.trace(|| format!("  assembly {why}: {e}; retrying without that member"));
+                    disks.retain(|d| d.name() != e.member);
+                }
+                r => break r,
+            }
+        };
+        match result {
+            Ok((a, rep)) => {
+                self.trace(|| format!("  assembled {why}: {rep:?}"));
+                self.array = Some(a);
+                Ok(())
+            }
+            Err(e) => {
+                let dirty_degraded = matches!(e, EngineError::DirtyDegraded { .. });
+                if self.in_budget() && !dirty_degraded {
+                    Err(format!(
+                        "assembly {why} failed within the fault budget: {e}"
+                    ))
+                } else {
+                    self.trace(|| format!("  assembly {why} refused: {e}"));
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    fn maybe_add_spare(&mut self) -> Step {
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let st = array.status();
+        if !st.degraded || st.failed || self.sc.spares == 0 {
+            return Ok(());
+        }
+        self.sc.spares -= 1;
+        let disk = self.world.add_disk(self.device_bytes());
+        let uuid = self.uuid();
+        let r = self
+            .array
+            .as_ref()
+            .map(|a| a.add_spare(Box::new(disk), uuid));
+        self.trace(|| format!("  add spare: {r:?}"));
+        match r {
+            Some(Ok(())) => {
+                self.report.rebuilds += 1;
+                Ok(())
+            }
+            Some(Err(e)) if self.in_budget() => Err(format!(
+                "rebuild onto a spare failed within the fault budget: {e}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn step(&mut self, op_index: u32) -> Step {
+        while self
+            .sc
+            .events
+            .first()
+            .is_some_and(|(at, _)| *at <= op_index)
+        {
+            let (_, ev) = self.sc.events.remove(0);
+            match ev {
+                Event::Fault { disk, kind } => self.apply_fault(disk, kind)?,
+                Event::Crash { mid_flush } => self.crash(mid_flush)?,
+            }
+        }
+        if self.array.is_none() {
+            return Ok(());
+        }
+        self.report.ops += 1;
+        let roll = self.rng.below(100);
+        match roll {
+            0..=39 => self.op_write(false, false),
+            40..=44 => self.op_write(false, true),
+            45..=49 => self.op_write(true, false),
+            50..=79 => {
+                let (s, n) = self.random_range();
+                self.read_check(s, n, "read")
+            }
+            80..=91 => self.op_flush(),
+            92..=95 => self.maybe_add_spare(),
+            _ => self.quiet_check("quiet point"),
+        }
+    }
+
+    fn finish(&mut self) -> Step {
+        self.quiet_check("final check")?;
+        self.maybe_add_spare()?;
+        self.quiet_check("final check after rebuild")?;
+        let Some(array) = self.array.take() else {
+            return Ok(());
+        };
+        if array.status().failed {
+            return Ok(());
+        }
+        if let Err(e) = array.stop() {
+            if self.in_budget() {
+                return Err(format!("clean stop failed within the fault budget: {e}"));
+            }
+            return Ok(());
+        }
+        drop(array);
+        self.model.flushed();
+        self.assemble("after a clean stop")?;
+        if let Some(a) = self.array.as_ref() {
+            let st = a.status();
+            if st.state != raidkit_engine::ArrayState::Clean && self.in_budget() {
+                return Err("reassembled after a clean stop but not clean".into());
+            }
+        }
+        self.quiet_check("check after a clean stop and reassembly")
+    }
+}
+
+/// Runs one seed.
+pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
+    let rng = Rng::new(seed);
+    let mut gen = rng.fork(1);
+    let mut report = SeedReport {
+        seed,
+        ..SeedReport::default()
+    };
+    let (sc, geo) = match gen_scenario(&mut gen, opts) {
+        Ok(x) => x,
+        Err(e) => {
+            report.failure = Some(format!("scenario geometry refused by raidkit-layout: {e}"));
+            return report;
+        }
+    };
+    report.scenario = describe(&sc);
+    report.over_budget = sc.over_budget;
+    let mut run = Run {
+        opts,
+        world: SimWorld::new(mix(seed, 2)),
+        sc,
+        geo,
+        model: Model::new(0),
+        unsynced: BTreeSet::new(),
+        next_id: 0,
+        array: None,
+        crashed_parity: false,
+        report,
+        scratch: vec![0u8; SECTOR],
+        rng: rng.fork(3),
+        uuid_rng: rng.fork(4),
+    };
+    let mut result = run.create();
+    if result.is_ok() {
+        for i in 0..opts.ops {
+            result = run.step(i);
+            if result.is_err() {
+                break;
+            }
+        }
+    }
+    if result.is_ok() {
+        result = run.finish();
+    }
+    run.array = None;
+    let c = run.world.counters();
+    run.report.faults += c.injected_errors + c.stalls;
+    if let Err(e) = result {
+        let mut msg = e;
+        let _ = write!(msg, " [after {} ops]", run.report.ops);
+        run.report.failure = Some(msg);
+    }
+    run.report
+}
