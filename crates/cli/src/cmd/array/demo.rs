@@ -38,6 +38,36 @@ pub struct DemoArgs {
     /// Seed of the pseudo-random data.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Print the steps as one JSON document instead of sentences.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints each step as a sentence, or collects them for one JSON document at the end.
+struct Reporter {
+    json: bool,
+    steps: Vec<serde_json::Value>,
+}
+
+impl Reporter {
+    fn say(&mut self, text: String, figures: serde_json::Value) {
+        if self.json {
+            self.steps
+                .push(serde_json::json!({ "text": text, "figures": figures }));
+        } else {
+            println!("{text}");
+        }
+    }
+
+    fn finish(self) -> Result<(), CliError> {
+        if self.json {
+            let doc = serde_json::json!({ "steps": self.steps });
+            let text =
+                serde_json::to_string_pretty(&doc).map_err(|e| CliError::failure(e.to_string()))?;
+            println!("{text}");
+        }
+        Ok(())
+    }
 }
 
 const BLOCK: usize = 1 << 20;
@@ -148,6 +178,10 @@ fn check(o: &Outcome, expect_sum: u64, what: &str) -> Result<(), CliError> {
 
 pub fn run(args: DemoArgs) -> Result<(), CliError> {
     // Parse, then act.
+    let mut out = Reporter {
+        json: args.json,
+        steps: Vec::new(),
+    };
     let level = super::parse_level(&args.level)?;
     let layout = match &args.layout {
         Some(l) => Some(super::parse_layout(level, l)?),
@@ -189,10 +223,13 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         }
     }
 
-    println!(
-        "raidkit demo: RAID {level} over {n} image files of {} MiB in {}",
-        image_bytes >> 20,
-        args.dir.display()
+    out.say(
+        format!(
+            "raidkit demo: RAID {level} over {n} image files of {} MiB in {}",
+            image_bytes >> 20,
+            args.dir.display()
+        ),
+        serde_json::json!({}),
     );
     let config = EngineConfig::default();
     let plan = CreatePlan {
@@ -207,7 +244,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let t = Instant::now();
     let array = create_array(&paths, &plan, config)?;
     let st = array.status();
-    println!(
+    out.say(format!(
         "1. created: md v1.2 superblocks on {} members, layout {}, chunk {} KiB, {} MiB usable, data at sector {} of each member ({:.0} ms)",
         n,
         st.layout,
@@ -215,11 +252,14 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         st.array_bytes >> 20,
         st.members.first().map(|m| m.data_offset_sectors).unwrap_or(0),
         t.elapsed().as_secs_f64() * 1e3
-    );
-    println!(
-        "   array UUID {} (check it with: mdadm --examine {})",
-        st.uuid,
-        paths[0].display()
+    ), serde_json::json!({}));
+    out.say(
+        format!(
+            "   array UUID {} (check it with: mdadm --examine {})",
+            st.uuid,
+            paths[0].display()
+        ),
+        serde_json::json!({}),
     );
 
     let blocks = array.size_bytes() / BLOCK as u64;
@@ -229,23 +269,29 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         ));
     }
     let w = write_all(&array, args.seed, 0, blocks)?;
-    println!(
+    out.say(format!(
         "2. wrote {} MiB of pseudo-random data in 1 MiB requests: {:.0} MB/s (checksum {:016x})",
         w.bytes >> 20,
         mbps(w.bytes, w.secs),
         w.sum
-    );
+    ), serde_json::json!({ "step": "write", "bytes": w.bytes, "mb_per_s": mbps(w.bytes, w.secs), "checksum": format!("{:016x}", w.sum) }));
     let r = verify_all(&array, args.seed, 0, blocks)?;
     check(&r, w.sum, "read back")?;
-    println!(
-        "3. read it back and compared every byte: {:.0} MB/s, all {} MiB match",
-        mbps(r.bytes, r.secs),
-        r.bytes >> 20
+    out.say(
+        format!(
+            "3. read it back and compared every byte: {:.0} MB/s, all {} MiB match",
+            mbps(r.bytes, r.secs),
+            r.bytes >> 20
+        ),
+        serde_json::json!({ "step": "read", "bytes": r.bytes, "mb_per_s": mbps(r.bytes, r.secs) }),
     );
     array.stop().map_err(engine_error)?;
-    println!(
-        "4. stopped cleanly (superblocks marked clean, events {})",
-        array.status().events
+    out.say(
+        format!(
+            "4. stopped cleanly (superblocks marked clean, events {})",
+            array.status().events
+        ),
+        serde_json::json!({}),
     );
     drop(array);
 
@@ -259,7 +305,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     .map_err(engine_error)?;
     let r = verify_all(&array, args.seed, 0, blocks)?;
     check(&r, w.sum, "after reassembly")?;
-    println!(
+    out.say(format!(
         "5. reassembled from the files ({}), data verified: {:.0} MB/s",
         if report.was_dirty {
             "was dirty"
@@ -267,14 +313,16 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             "was clean"
         },
         mbps(r.bytes, r.secs)
-    );
+    ), serde_json::json!({ "step": "reassembled-read", "bytes": r.bytes, "mb_per_s": mbps(r.bytes, r.secs) }));
 
     if can_lose == 0 {
         array.stop().map_err(engine_error)?;
-        println!(
+        out.say(
             "RAID 0 has no redundancy, so the demo stops here: losing any member loses the array."
+                .to_string(),
+            serde_json::json!({}),
         );
-        return Ok(());
+        return out.finish();
     }
     // Fail members spread over the array: the second and the last.
     let mut victims = vec![1.min(n - 1)];
@@ -285,7 +333,8 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         array.fail_member(v).map_err(engine_error)?;
     }
     let st = array.status();
-    println!(
+    out.say(
+        format!(
         "6. failed {} member(s): {} — the other superblocks now record them as faulty (events {})",
         victims.len(),
         victims
@@ -294,20 +343,22 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             .collect::<Vec<_>>()
             .join(", "),
         st.events
+    ),
+        serde_json::json!({}),
     );
     let r = verify_all(&array, args.seed, 0, blocks)?;
     check(&r, w.sum, "degraded read")?;
-    println!("7. degraded read of all {} MiB, rebuilt from parity/copies on the fly: {:.0} MB/s, every byte matches", r.bytes >> 20, mbps(r.bytes, r.secs));
+    out.say(format!("7. degraded read of all {} MiB, rebuilt from parity/copies on the fly: {:.0} MB/s, every byte matches", r.bytes >> 20, mbps(r.bytes, r.secs)), serde_json::json!({ "step": "degraded-read", "bytes": r.bytes, "mb_per_s": mbps(r.bytes, r.secs) }));
     let seed2 = args.seed.wrapping_add(1000);
     let half = blocks / 2;
     let w2 = write_all(&array, seed2, half, blocks - half)?;
     let r2 = verify_all(&array, seed2, half, blocks - half)?;
     check(&r2, w2.sum, "degraded write")?;
-    println!(
+    out.say(format!(
         "8. degraded write of {} MiB (new data over the second half): {:.0} MB/s, read back and verified",
         w2.bytes >> 20,
         mbps(w2.bytes, w2.secs)
-    );
+    ), serde_json::json!({ "step": "degraded-write", "bytes": w2.bytes, "mb_per_s": mbps(w2.bytes, w2.secs) }));
     array.stop().map_err(engine_error)?;
     drop(array);
 
@@ -329,11 +380,11 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     }
     check(&first, expect_first, "degraded reassembly (first half)")?;
     check(&second, w2.sum, "degraded reassembly (second half)")?;
-    println!(
+    out.say(format!(
         "9. reassembled from all {} files: {} left out as faulty, array runs degraded, all data verified",
         n,
         report.excluded.len()
-    );
+    ), serde_json::json!({}));
 
     // Replace the failed members with new images and rebuild.
     let t = Instant::now();
@@ -353,14 +404,14 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let r2 = verify_all(&array, seed2, half, blocks - half)?;
     check(&r1, expect_first, "after rebuild (first half)")?;
     check(&r2, w2.sum, "after rebuild (second half)")?;
-    println!(
+    out.say(format!(
         "10. added {} new member(s) and rebuilt onto them in {:.1} s ({:.0} MB/s per member); array {}; data verified",
         new_paths.len(),
         secs,
         mbps(rebuilt.member_data_sectors * 512 * new_paths.len() as u64, secs),
         if rebuilt.degraded { "still degraded" } else { "whole again" }
-    );
+    ), serde_json::json!({ "step": "rebuild", "seconds": secs, "members": new_paths.len() }));
     array.stop().map_err(engine_error)?;
-    println!("Done. Members are in {}; inspect them with `raidkit examine {}/demo-*.img` or mdadm --examine.", args.dir.display(), args.dir.display());
-    Ok(())
+    out.say(format!("Done. Members are in {}; inspect them with `raidkit examine {}/demo-*.img` or mdadm --examine.", args.dir.display(), args.dir.display()), serde_json::json!({}));
+    out.finish()
 }
