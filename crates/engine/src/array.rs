@@ -730,6 +730,23 @@ impl Array {
                 ),
             });
         }
+        if level == 0 && nsb.chunk_sectors > 0 {
+            let sizes: Vec<u64> = found
+                .iter()
+                .map(|f| f.sb.data_size_sectors / nsb.chunk_sectors as u64)
+                .collect();
+            if sizes.iter().min() != sizes.iter().max() {
+                report.notes.push(format!(
+                    "RAID 0 over members of different sizes: only the first zone ({} bytes, where md's ORIGINAL and ALTERNATE layouts agree) is served",
+                    geo.array_sectors() * 512
+                ));
+            }
+        }
+        if nsb.bitmap_offset().is_some() {
+            report.notes.push(
+                "the array has an internal write-intent bitmap; raidkit does not update it, so after an unclean stop under raidkit run a full resync in md (not a bitmap resync)".into(),
+            );
+        }
         report.was_dirty = !nsb.is_clean();
         if report.was_dirty {
             report
