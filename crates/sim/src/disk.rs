@@ -185,6 +185,20 @@ impl SimDisk {
         st.durable[o..o + len_bytes].to_vec()
     }
 
+    /// Silent corruption: overwrites bytes in both images without any error, bypassing the
+    /// cache and the faults (bit rot, a misdirected write by the drive). For checker tests.
+    pub fn scribble(&self, offset_bytes: u64, data: &[u8]) {
+        let mut st = self.lock();
+        let o = offset_bytes as usize;
+        st.live[o..o + data.len()].copy_from_slice(data);
+        st.durable[o..o + data.len()].copy_from_slice(data);
+    }
+
+    /// The whole durable image: what the disk would hold after a crash now.
+    pub fn durable_image(&self) -> Vec<u8> {
+        self.lock().durable.clone()
+    }
+
     /// Writes back the whole cache (what a completed flush does).
     pub fn harden(&self) {
         let mut st = self.lock();

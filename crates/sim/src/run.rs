@@ -38,6 +38,11 @@ pub struct SimOptions {
     /// Run the engine with a 1 MiB stripe cache, so its batches (bands) are shorter than the
     /// larger chunks. Off by default: rebuild then writes wrong data (crates/sim/KNOWN_FAILURES.md).
     pub small_stripe_cache: bool,
+    /// Keep members removed with `remove_member` attached at later assemblies (an operator who
+    /// never pulled the old disk). Off by default: the engine then refuses to assemble
+    /// (crates/sim/KNOWN_FAILURES.md); by default a removed member is detached, as when the
+    /// disk is replaced.
+    pub keep_removed: bool,
 }
 
 impl Default for SimOptions {
@@ -47,6 +52,7 @@ impl Default for SimOptions {
             ops: 120,
             trace: false,
             small_stripe_cache: false,
+            keep_removed: false,
         }
     }
 }
@@ -290,6 +296,8 @@ struct Run<'a> {
     next_id: u32,
     array: Option<Array>,
     crashed_parity: bool,
+    /// Names of members removed from the array and pulled from the machine.
+    detached: BTreeSet<String>,
     report: SeedReport,
     scratch: Vec<u8>,
     rng: Rng,
@@ -611,7 +619,9 @@ impl Run<'_> {
         let Some(array) = self.array.as_ref() else {
             return Ok(());
         };
-        let degraded = array.status().degraded;
+        let status = array.status();
+        let degraded = status.degraded;
+        let insync = Self::insync_members(&status);
         if self.parity() && degraded && !self.opts.write_hole {
             self.report.excluded.push(format!(
                 "crash while degraded on RAID {} (write hole)",
@@ -634,6 +644,13 @@ impl Run<'_> {
         let doubt = self.model.crashed();
         self.unsynced.extend(doubt);
         self.world.power_on();
+        if self.only_stale_left(&insync) {
+            // Every member still in sync has died: what is left are members the array had
+            // already failed. md (and any RAID without outside knowledge) would assemble their
+            // stale contents; the array is lost, so the run ends here.
+            self.trace(|| "  array lost: only members failed earlier remain".into());
+            return Ok(());
+        }
         if self.parity() {
             self.crashed_parity = true;
             if !self.opts.write_hole {
@@ -663,8 +680,31 @@ impl Run<'_> {
         self.assemble("after crash")
     }
 
+    /// (slot, world disk) of every member in sync.
+    fn insync_members(status: &raidkit_engine::Status) -> Vec<(usize, usize)> {
+        status
+            .members
+            .iter()
+            .filter(|m| m.role == "active")
+            .filter_map(|m| Some((m.slot?, Self::disk_index(&m.name)?)))
+            .collect()
+    }
+
+    /// True when the members in sync that are still alive no longer hold the array.
+    fn only_stale_left(&self, insync: &[(usize, usize)]) -> bool {
+        let lost: Vec<usize> = (0..self.sc.raid_disks)
+            .filter(|&slot| {
+                !insync
+                    .iter()
+                    .any(|&(s, d)| s == slot && !self.world.disk(d).faults().dead)
+            })
+            .collect();
+        !survives(&self.geo, &lost)
+    }
+
     fn assemble(&mut self, why: &str) -> Step {
         let mut disks = self.world.surviving_disks();
+        disks.retain(|d| !self.detached.contains(d.name()));
         let result = loop {
             let members: Vec<Box<dyn Disk>> = disks
                 .iter()
@@ -714,6 +754,22 @@ impl Run<'_> {
             return Ok(());
         }
         self.sc.spares -= 1;
+        if self.rng.below(2) == 0 {
+            // md's usual order: remove the faulty member first, then add the replacement.
+            for m in st.members.iter().filter(|m| m.role == "faulty") {
+                let r = self.array.as_ref().map(|a| a.remove_member(m.index));
+                self.trace(|| format!("  remove faulty member {} ({}): {r:?}", m.index, m.name));
+                match r {
+                    Some(Ok(())) if !self.opts.keep_removed => {
+                        self.detached.insert(m.name.clone());
+                    }
+                    Some(Err(e)) if self.in_budget() => {
+                        return Err(format!("removing faulty member {} failed: {e}", m.name));
+                    }
+                    _ => {}
+                }
+            }
+        }
         let disk = self.world.add_disk(self.device_bytes());
         let uuid = self.uuid();
         let r = self
@@ -772,9 +828,11 @@ impl Run<'_> {
         let Some(array) = self.array.take() else {
             return Ok(());
         };
-        if array.status().failed {
+        let status = array.status();
+        if status.failed {
             return Ok(());
         }
+        let insync = Self::insync_members(&status);
         if let Err(e) = array.stop() {
             if self.in_budget() {
                 return Err(format!("clean stop failed within the fault budget: {e}"));
@@ -783,6 +841,9 @@ impl Run<'_> {
         }
         drop(array);
         self.model.flushed();
+        if self.only_stale_left(&insync) {
+            return Ok(());
+        }
         self.assemble("after a clean stop")?;
         if let Some(a) = self.array.as_ref() {
             let st = a.status();
@@ -821,6 +882,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         next_id: 0,
         array: None,
         crashed_parity: false,
+        detached: BTreeSet::new(),
         report,
         scratch: vec![0u8; SECTOR],
         rng: rng.fork(3),

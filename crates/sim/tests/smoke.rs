@@ -5,7 +5,7 @@ use raidkit_sim::{run_seed, run_seeds, SimOptions};
 
 fn smoke(range: std::ops::Range<u64>) {
     let opts = SimOptions {
-        ops: 80,
+        ops: 60,
         ..SimOptions::default()
     };
     let t = run_seeds(range.clone(), &opts);
@@ -23,12 +23,12 @@ fn smoke(range: std::ops::Range<u64>) {
 
 #[test]
 fn smoke_seeds_a() {
-    smoke(0..600);
+    smoke(0..1000);
 }
 
 #[test]
 fn smoke_seeds_b() {
-    smoke(600..1200);
+    smoke(1000..2000);
 }
 
 #[test]

@@ -35,6 +35,10 @@ pub struct SimArgs {
     /// the rebuild failure listed in crates/sim/KNOWN_FAILURES.md).
     #[arg(long)]
     small_stripe_cache: bool,
+    /// Leave removed members attached at later assemblies (exposes the assembly refusal listed
+    /// in crates/sim/KNOWN_FAILURES.md).
+    #[arg(long)]
+    keep_removed: bool,
 }
 
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -104,6 +108,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         ops: args.ops,
         trace: args.seed.is_some(),
         small_stripe_cache: args.small_stripe_cache,
+        keep_removed: args.keep_removed,
     };
     let began = Instant::now();
     if let Some(seed) = args.seed {
