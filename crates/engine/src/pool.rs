@@ -85,6 +85,25 @@ pub struct Job {
 // until the batch completes (module invariant).
 unsafe impl Send for Job {}
 
+/// Performs one job on `disk` and completes it (on a worker, or inline on the submitting
+/// thread, which saves a thread handoff).
+pub fn execute(disk: &dyn Disk, job: Job) {
+    let result = match job.kind {
+        JobKind::Read => {
+            // SAFETY: see Job; the buffer is exclusively ours until completion.
+            let buf = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
+            disk.read_at(buf, job.offset_bytes)
+        }
+        JobKind::Write => {
+            // SAFETY: see Job; the buffer is only read.
+            let buf = unsafe { std::slice::from_raw_parts(job.ptr as *const u8, job.len) };
+            disk.write_at(buf, job.offset_bytes)
+        }
+        JobKind::Flush => disk.flush(),
+    };
+    job.batch.complete(job.tag, result);
+}
+
 pub struct Worker {
     tx: Option<mpsc::Sender<Job>>,
     handle: Option<JoinHandle<()>>,
@@ -95,21 +114,7 @@ impl Worker {
         let (tx, rx) = mpsc::channel::<Job>();
         let handle = std::thread::Builder::new().name(name).spawn(move || {
             for job in rx {
-                let result = match job.kind {
-                    JobKind::Read => {
-                        // SAFETY: see Job; the buffer is exclusively ours until completion.
-                        let buf = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
-                        disk.read_at(buf, job.offset_bytes)
-                    }
-                    JobKind::Write => {
-                        // SAFETY: see Job; the buffer is only read.
-                        let buf =
-                            unsafe { std::slice::from_raw_parts(job.ptr as *const u8, job.len) };
-                        disk.write_at(buf, job.offset_bytes)
-                    }
-                    JobKind::Flush => disk.flush(),
-                };
-                job.batch.complete(job.tag, result);
+                execute(disk.as_ref(), job);
             }
         })?;
         Ok(Worker {
