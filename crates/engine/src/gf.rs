@@ -215,6 +215,57 @@ pub fn recover(
     p: Option<&[u8]>,
     q: Option<&[u8]>,
 ) {
+    if recover_dispatched(slots, zero, lost, p, q) {
+        return;
+    }
+    recover_portable(slots, zero, lost, p, q)
+}
+
+/// Recovery through raidkit-parity's dispatched kernels (md's raid6 recovery routines). Its
+/// block list is data slots (zero slots as empty slices), then P, then Q; a missing parity
+/// block is regenerated, which is how RAID 4/5 (no Q) uses it.
+fn recover_dispatched(
+    slots: &mut [Vec<u8>],
+    zero: &[bool],
+    lost: Lost,
+    p: Option<&[u8]>,
+    q: Option<&[u8]>,
+) -> bool {
+    let len = slots.iter().map(|s| s.len()).max().unwrap_or(0);
+    let n = slots.len();
+    let mut pbuf = p.map(|b| b.to_vec()).unwrap_or_else(|| vec![0u8; len]);
+    let mut qbuf = q.map(|b| b.to_vec()).unwrap_or_else(|| vec![0u8; len]);
+    let missing: Vec<usize> = match lost {
+        Lost::DataViaP(x) if q.is_some() => vec![x],
+        Lost::DataViaP(x) => vec![x, n + 1],
+        Lost::DataViaQ(x) => vec![x, n],
+        Lost::TwoData(a, b) => vec![a, b],
+    };
+    for &m in &missing {
+        if m < n {
+            slots[m].resize(len, 0);
+        }
+    }
+    let mut blocks: Vec<&mut [u8]> = Vec::with_capacity(n + 2);
+    for (i, s) in slots.iter_mut().enumerate() {
+        if zero[i] {
+            blocks.push(&mut []);
+        } else {
+            blocks.push(&mut s[..]);
+        }
+    }
+    blocks.push(&mut pbuf);
+    blocks.push(&mut qbuf);
+    raidkit_parity::recover(&mut blocks, &missing).is_ok()
+}
+
+fn recover_portable(
+    slots: &mut [Vec<u8>],
+    zero: &[bool],
+    lost: Lost,
+    p: Option<&[u8]>,
+    q: Option<&[u8]>,
+) {
     let len = slots.iter().map(|s| s.len()).max().unwrap_or(0);
     match lost {
         Lost::DataViaP(x) => {
@@ -350,14 +401,27 @@ mod tests {
             for lost in [Lost::DataViaP(a), Lost::DataViaQ(a)] {
                 let mut s = orig.clone();
                 s[a] = vec![0xee; len];
-                recover(&mut s, &zero, lost, Some(&p), Some(&q));
+                assert!(
+                    recover_dispatched(&mut s, &zero, lost, Some(&p), Some(&q)),
+                    "the dispatched kernel handles {lost:?}"
+                );
                 assert_eq!(s, orig, "{lost:?}");
+                let mut s = orig.clone();
+                s[a] = vec![0xee; len];
+                recover_portable(&mut s, &zero, lost, Some(&p), Some(&q));
+                assert_eq!(s, orig, "portable {lost:?}");
             }
             for b in a + 1..n {
                 let mut s = orig.clone();
                 s[a] = vec![0x55; len];
                 s[b] = vec![0xaa; len];
-                recover(&mut s, &zero, Lost::TwoData(a, b), Some(&p), Some(&q));
+                assert!(recover_dispatched(
+                    &mut s,
+                    &zero,
+                    Lost::TwoData(a, b),
+                    Some(&p),
+                    Some(&q)
+                ));
                 assert_eq!(s, orig, "pair {a},{b}");
             }
         }
