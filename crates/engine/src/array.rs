@@ -610,7 +610,12 @@ impl Array {
         let mut slot_state = vec![MemberState::Missing; raid_disks];
         let mut stale: Vec<usize> = Vec::new();
         let mut use_member = vec![true; members.len()];
-        for (i, (m, f)) in members.iter().zip(&found).enumerate() {
+        // Newest members first, so that when two claim one slot (a removed member whose
+        // device number was reused for its replacement), the newer keeps it, as mdadm does.
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(found[i].sb.events));
+        for i in order {
+            let (m, f) = (&members[i], &found[i]);
             let role = nsb.role_of(f.sb.dev_number);
             match role {
                 DevRole::Active(slot) => {
@@ -624,6 +629,18 @@ impl Array {
                         continue;
                     }
                     if let Some(other) = slot_member[slot] {
+                        if f.sb.events < found[other].sb.events {
+                            report.excluded.push((
+                                m.name().into(),
+                                format!(
+                                    "slot {slot} is held by {} (events {} > {}); this member was replaced",
+                                    members[other].name(),
+                                    found[other].sb.events,
+                                    f.sb.events
+                                ),
+                            ));
+                            continue;
+                        }
                         return Err(EngineError::DuplicateRole {
                             member: m.name().to_string(),
                             other: members[other].name().to_string(),
@@ -1534,7 +1551,8 @@ impl Array {
         let data_sectors = self.geo.member_data_sectors;
         let mut ms = 0u64;
         while ms < data_sectors {
-            let n = step.min(data_sectors - ms);
+            // Each step stays inside one chunk: the reconstruction works chunk by chunk.
+            let n = step.min(data_sectors - ms).min(chunk - ms % chunk);
             let block = self.reconstruct_member_range(slot, ms, n)?;
             member
                 .disk
