@@ -733,6 +733,13 @@ impl Run<'_> {
             }
             Err(e) => {
                 let dirty_degraded = matches!(e, EngineError::DirtyDegraded { .. });
+                if dirty_degraded {
+                    // A member died unnoticed before the crash: crash-then-degrade on a parity
+                    // level, which md also refuses to start without --force.
+                    self.report.excluded.push(format!(
+                        "assembly {why} refused as dirty and degraded (write hole): {e}"
+                    ));
+                }
                 if self.in_budget() && !dirty_degraded {
                     Err(format!(
                         "assembly {why} failed within the fault budget: {e}"
