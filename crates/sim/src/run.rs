@@ -35,13 +35,10 @@ pub struct SimOptions {
     pub ops: u32,
     /// Keep a step-by-step trace in the report.
     pub trace: bool,
-    /// Run the engine with a 1 MiB stripe cache, so its batches (bands) are shorter than the
-    /// larger chunks. Off by default: rebuild then writes wrong data (crates/sim/KNOWN_FAILURES.md).
-    pub small_stripe_cache: bool,
     /// Keep members removed with `remove_member` attached at later assemblies (an operator who
-    /// never pulled the old disk). Off by default: the engine then refuses to assemble
-    /// (crates/sim/KNOWN_FAILURES.md); by default a removed member is detached, as when the
-    /// disk is replaced.
+    /// never pulled the old disk). Off by default: after the replaced member has been through
+    /// one assembly and a clean stop, the engine refuses to assemble (KNOWN_FAILURES.md #2).
+    /// By default a removed member is detached, as when the disk is replaced.
     pub keep_removed: bool,
 }
 
@@ -51,7 +48,6 @@ impl Default for SimOptions {
             write_hole: false,
             ops: 120,
             trace: false,
-            small_stripe_cache: false,
             keep_removed: false,
         }
     }
@@ -298,6 +294,12 @@ struct Run<'a> {
     crashed_parity: bool,
     /// Names of members removed from the array and pulled from the machine.
     detached: BTreeSet<String>,
+    /// Engine stripe cache for this run: 1 MiB makes the engine's band narrower than the
+    /// larger chunks (KNOWN_FAILURES.md #1), 4 MiB keeps it at least a chunk wide.
+    stripe_cache_bytes: usize,
+    /// Members removed with `remove_member` stay attached at later assemblies (an operator
+    /// who never pulled the old disk; KNOWN_FAILURES.md #2) instead of being detached.
+    keep_removed: bool,
     report: SeedReport,
     scratch: Vec<u8>,
     rng: Rng,
@@ -332,13 +334,7 @@ impl Run<'_> {
 
     fn engine_config(&self) -> EngineConfig {
         EngineConfig {
-            // 4 MiB over 2 requests keeps the engine's band at least one 64 KiB chunk wide
-            // for every geometry drawn here.
-            stripe_cache_bytes: if self.opts.small_stripe_cache {
-                1 << 20
-            } else {
-                4 << 20
-            },
+            stripe_cache_bytes: self.stripe_cache_bytes,
             max_inflight: 2,
         }
     }
@@ -767,7 +763,7 @@ impl Run<'_> {
                 let r = self.array.as_ref().map(|a| a.remove_member(m.index));
                 self.trace(|| format!("  remove faulty member {} ({}): {r:?}", m.index, m.name));
                 match r {
-                    Some(Ok(())) if !self.opts.keep_removed => {
+                    Some(Ok(())) if !self.keep_removed => {
                         self.detached.insert(m.name.clone());
                     }
                     Some(Err(e)) if self.in_budget() => {
@@ -870,6 +866,15 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         seed,
         ..SeedReport::default()
     };
+    // Engine and operator choices draw from their own stream, so they do not shift the
+    // scenario or the workload of a seed.
+    let mut choices = rng.fork(5);
+    let stripe_cache_bytes = if choices.below(2) == 0 {
+        1 << 20
+    } else {
+        4 << 20
+    };
+    let keep_removed = opts.keep_removed;
     let (sc, geo) = match gen_scenario(&mut gen, opts) {
         Ok(x) => x,
         Err(e) => {
@@ -877,7 +882,16 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
             return report;
         }
     };
-    report.scenario = describe(&sc);
+    report.scenario = format!(
+        "{}, engine stripe cache {} MiB, removed members {}",
+        describe(&sc),
+        stripe_cache_bytes >> 20,
+        if keep_removed {
+            "stay attached"
+        } else {
+            "detached"
+        }
+    );
     report.over_budget = sc.over_budget;
     let mut run = Run {
         opts,
@@ -890,6 +904,8 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         array: None,
         crashed_parity: false,
         detached: BTreeSet::new(),
+        stripe_cache_bytes,
+        keep_removed,
         report,
         scratch: vec![0u8; SECTOR],
         rng: rng.fork(3),

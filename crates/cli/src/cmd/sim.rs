@@ -31,10 +31,6 @@ pub struct SimArgs {
     /// Allow crash-then-degrade on RAID 4/5/6 (the write hole the engine does not close yet).
     #[arg(long)]
     write_hole: bool,
-    /// Run the engine with a 1 MiB stripe cache (bands shorter than the larger chunks; exposes
-    /// the rebuild failure listed in crates/sim/KNOWN_FAILURES.md).
-    #[arg(long)]
-    small_stripe_cache: bool,
     /// Leave removed members attached at later assemblies (exposes the assembly refusal listed
     /// in crates/sim/KNOWN_FAILURES.md).
     #[arg(long)]
@@ -107,7 +103,6 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         write_hole: args.write_hole,
         ops: args.ops,
         trace: args.seed.is_some(),
-        small_stripe_cache: args.small_stripe_cache,
         keep_removed: args.keep_removed,
     };
     let began = Instant::now();
