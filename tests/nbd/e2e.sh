@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# End to end through real kernels and tools: raidkit's NBD server -> nbdfuse (FUSE file) ->
-# losetup (loop device) -> mkfs.ext4 -> mount -> write files -> umount -> e2fsck -fn ->
-# mount again -> checksums; then SIGTERM the server, which must flush and exit 0.
+# End to end through real kernels and tools.
 #
-#   tests/nbd/e2e.sh [memory|file]     (default: both)
+#   tests/nbd/e2e.sh [memory|file|array]...     (default: all three)
+#
+# memory, file: the raidkit-nbd `serve` example -> nbdfuse (FUSE file) -> losetup (loop device)
+#   -> mkfs.ext4 -> mount -> write files -> umount -> e2fsck -fn -> mount again -> checksums;
+#   then SIGTERM the server, which must flush and exit 0.
+# array: the real `raidkit` binary. `raidkit create` a RAID 6 of five image files ->
+#   `raidkit serve` -> nbdfuse -> losetup -> ext4 as above; then, with the file system mounted,
+#   through the control socket: fail a member, verify (checksums read through the array with
+#   caches dropped, e2fsck of the frozen file system), write more files degraded, remove the
+#   failed member, add a spare and poll `detail --json` while it rebuilds (reading the files
+#   meanwhile), verify again; SIGTERM the server, which must flush and mark the array clean
+#   (`raidkit examine` and `mdadm --examine` of every member say clean); offline `raidkit read`
+#   of the array equals the device as the file system had it, also with two original members
+#   left out (so the rebuilt member's contents are used), and e2fsck finds that image clean.
 #
 # Needs root, /dev/fuse and loop devices. Exit codes: 0 pass, 1 fail, 2 cannot run here.
-# The server is the raidkit-nbd `serve` example; arrays will be added as a third kind.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [ "$#" -gt 0 ]; then kinds=("$@"); else kinds=(memory file); fi
+if [ "$#" -gt 0 ]; then kinds=("$@"); else kinds=(memory file array); fi
 
 if [ "$(id -u)" -ne 0 ]; then echo "e2e.sh: needs root (loop devices, mount)"; exit 2; fi
 if [ ! -e /dev/fuse ]; then echo "e2e.sh: needs /dev/fuse"; exit 2; fi
 missing=()
-for pair in nbdfuse:nbdfuse fusermount3:fuse3 losetup:mount mkfs.ext4:e2fsprogs e2fsck:e2fsprogs sha256sum:coreutils; do
+for pair in nbdfuse:nbdfuse fusermount3:fuse3 losetup:mount mkfs.ext4:e2fsprogs e2fsck:e2fsprogs \
+    sha256sum:coreutils fsfreeze:util-linux jq:jq mdadm:mdadm; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -24,66 +35,111 @@ fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 cargo build --release -q -p raidkit-nbd --example serve
+cargo build --release -q -p raidkit-cli
 serve="$CARGO_TARGET_DIR/release/examples/serve"
+raidkit="$CARGO_TARGET_DIR/release/raidkit"
 
 work=$(mktemp -d /tmp/raidkit-nbd-e2e.XXXXXX)
-server_pid=""; fuse_mounted=""; loop=""; mounted=""
+server_pid=""; fuse_mounted=""; loop=""; mounted=""; frozen=""; holder_pid=""
 cleanup() {
     set +e
+    [ -n "$frozen" ] && fsfreeze -u "$work/mnt" 2>/dev/null
+    [ -n "$holder_pid" ] && kill "$holder_pid" 2>/dev/null && wait "$holder_pid" 2>/dev/null
     [ -n "$mounted" ] && umount "$work/mnt" 2>/dev/null
     [ -n "$loop" ] && losetup -d "$loop" 2>/dev/null
     [ -n "$fuse_mounted" ] && fusermount3 -u "$work/fuse" 2>/dev/null
     [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    [ -f "$work/serve.log" ] && { echo "--- server log"; cat "$work/serve.log"; }
     rm -rf "$work"
 }
 trap cleanup EXIT
 
+fail() { echo "e2e.sh: FAIL: $*"; exit 1; }
+
 wait_for() { # path, what
     for _ in $(seq 200); do [ -e "$1" ] && return 0; sleep 0.05; done
-    echo "e2e.sh: $2 did not appear"; exit 1
+    fail "$2 did not appear"
 }
 
-run_kind() {
+# nbdfuse -> loop device on the export behind $work/nbd.sock.
+attach() {
+    mkdir -p "$work/fuse" "$work/mnt"
+    rm -f "$work/nbdfuse.pid"
+    nbdfuse -P "$work/nbdfuse.pid" "$work/fuse/disk" --unix "$work/nbd.sock" &
+    wait_for "$work/nbdfuse.pid" "nbdfuse"
+    fuse_mounted=1
+    wait_for "$work/fuse/disk" "nbdfuse file"
+    loop=$(losetup --find --show "$work/fuse/disk")
+}
+
+detach() {
+    losetup -d "$loop"; loop=""
+    fusermount3 -u "$work/fuse"; fuse_mounted=""
+    sleep 0.2
+}
+
+# write_files DIR COUNT SEED: files of assorted sizes, from /dev/urandom.
+write_files() {
+    mkdir -p "$1"
+    for i in $(seq 1 "$2"); do
+        head -c $(( ((i + $3) * 37 % 500 + 1) * 4096 + i )) /dev/urandom > "$1/file$i"
+    done
+}
+
+checksum_all() { (cd "$work/mnt" && find . -type f -print0 | sort -z | xargs -0 sha256sum) > "$work/sums"; }
+
+# Reads every file back through loop -> FUSE -> NBD -> the array (caches dropped first).
+verify_mounted() {
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    (cd "$work/mnt" && sha256sum --quiet -c "$work/sums") || fail "checksums differ ($1)"
+}
+
+# e2fsck of the mounted file system, frozen so the image on the device is consistent.
+fsck_mounted() {
+    fsfreeze -f "$work/mnt"; frozen=1
+    echo 3 > /proc/sys/vm/drop_caches
+    local rc=0
+    e2fsck -fn "$loop" > "$work/fsck.out" 2>&1 || rc=$?
+    fsfreeze -u "$work/mnt"; frozen=""
+    # With -n on a mounted file system e2fsck warns that it is mounted; anything it finds
+    # makes the exit code non-zero.
+    if [ "$rc" -ne 0 ]; then cat "$work/fsck.out"; fail "e2fsck found problems ($1)"; fi
+    echo "   e2fsck ($1): $(tail -1 "$work/fsck.out")"
+}
+
+stop_server() { # must flush and exit 0
+    kill -TERM "$server_pid"
+    if ! wait "$server_pid"; then fail "server did not shut down cleanly"; fi
+    server_pid=""
+}
+
+run_simple_kind() {
     local kind=$1 size_mib=256
     echo "== $kind export"
-    mkdir -p "$work/fuse" "$work/mnt"
-    rm -f "$work/nbd.sock" "$work/nbdfuse.pid"
+    rm -f "$work/nbd.sock"
     case "$kind" in
         memory) "$serve" --socket "$work/nbd.sock" --memory "disk=${size_mib}M" & ;;
         file)
             truncate -s "${size_mib}M" "$work/disk.img"
             "$serve" --socket "$work/nbd.sock" --file "disk=$work/disk.img" & ;;
-        *) echo "e2e.sh: unknown kind $kind"; exit 2 ;;
     esac
     server_pid=$!
     wait_for "$work/nbd.sock" "server socket"
-
-    nbdfuse -P "$work/nbdfuse.pid" "$work/fuse/disk" --unix "$work/nbd.sock" &
-    wait_for "$work/nbdfuse.pid" "nbdfuse"
-    fuse_mounted=1
-    wait_for "$work/fuse/disk" "nbdfuse file"
-
-    loop=$(losetup --find --show "$work/fuse/disk")
+    attach
     mkfs.ext4 -q -F "$loop"
     mount "$loop" "$work/mnt"; mounted=1
+    write_files "$work/mnt/dir" 24 0
     mkdir -p "$work/mnt/dir/sub"
-    for i in $(seq 1 24); do
-        head -c $(( (i * 37 % 500 + 1) * 4096 + i )) /dev/urandom > "$work/mnt/dir/file$i"
-    done
     head -c $((20 << 20)) /dev/urandom > "$work/mnt/dir/sub/big"
-    (cd "$work/mnt" && find . -type f -print0 | sort -z | xargs -0 sha256sum) > "$work/sums"
+    checksum_all
     umount "$work/mnt"; mounted=""
     e2fsck -fn "$loop"
     mount -o ro "$loop" "$work/mnt"; mounted=1
     (cd "$work/mnt" && sha256sum --quiet -c "$work/sums")
     umount "$work/mnt"; mounted=""
-    losetup -d "$loop"; loop=""
-    fusermount3 -u "$work/fuse"; fuse_mounted=""
-    sleep 0.2
-
-    kill -TERM "$server_pid"
-    if ! wait "$server_pid"; then echo "e2e.sh: server did not shut down cleanly"; exit 1; fi
-    server_pid=""
+    detach
+    stop_server
     if [ "$kind" = file ]; then
         # The flushed image file holds the same file system.
         e2fsck -fn "$work/disk.img"
@@ -92,5 +148,134 @@ run_kind() {
     echo "== $kind export: ok ($(wc -l < "$work/sums") files verified)"
 }
 
-for kind in "${kinds[@]}"; do run_kind "$kind"; done
+# detail_json: the served array's status, through the control socket.
+detail_json() { "$raidkit" detail --control "$ctl" --json; }
+
+run_array() {
+    echo "== array export: raidkit RAID 6 over 5 image files, served by raidkit serve"
+    local d="$work/array"
+    mkdir -p "$d"
+    local m=("$d/m0.img" "$d/m1.img" "$d/m2.img" "$d/m3.img" "$d/m4.img")
+    # Members large enough that the rebuild takes a moment (writes and polls overlap it).
+    member_size=512M
+    "$raidkit" create --level 6 --chunk 64K --image-size "$member_size" "${m[@]}"
+    rm -f "$work/nbd.sock"
+    "$raidkit" serve --socket "$work/nbd.sock" --name md0 "${m[@]}" 2> "$work/serve.log" &
+    server_pid=$!
+    ctl="$work/nbd.sock.ctl"
+    wait_for "$ctl" "control socket"
+    [ "$(stat -c %a "$ctl")" = 600 ] || fail "control socket mode is $(stat -c %a "$ctl"), not 600"
+    attach
+    # Inode tables and journal written now, so the kernel does not keep writing in the
+    # background while members change (only what the test does reaches the array).
+    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$loop"
+    mount -o noatime "$loop" "$work/mnt"; mounted=1
+    write_files "$work/mnt/dir" 24 0
+    mkdir -p "$work/mnt/dir/sub"
+    head -c $((20 << 20)) /dev/urandom > "$work/mnt/dir/sub/big"
+    checksum_all
+    umount "$work/mnt"; mounted=""
+    e2fsck -fn "$loop" || fail "e2fsck after the first writes"
+    mount -o noatime "$loop" "$work/mnt"; mounted=1
+    verify_mounted "whole array"
+    echo "   whole: $(wc -l < "$work/sums") files verified"
+
+    # The file system stays mounted and in use from here on.
+    (cd "$work/mnt" && exec sleep 3600) &
+    holder_pid=$!
+
+    "$raidkit" fail --control "$ctl" --member "${m[2]}"
+    [ "$(detail_json | jq -r '.status.degraded')" = true ] || fail "not degraded after fail"
+    [ "$(detail_json | jq -c '.status.missing_slots')" = "[2]" ] || fail "slot 2 not missing"
+    verify_mounted "degraded"
+    fsck_mounted "degraded"
+    write_files "$work/mnt/degraded" 12 7
+    checksum_all
+    verify_mounted "degraded, after degraded writes"
+    fsck_mounted "degraded, after degraded writes"
+    echo "   degraded: $(wc -l < "$work/sums") files verified"
+
+    "$raidkit" remove --control "$ctl" --member "${m[2]}"
+    sync
+    # add returns at once or after the rebuild, depending on the engine: either way poll
+    # detail --json until the new member is active, reading the files meanwhile, while
+    # another process keeps writing files (each synced to the array) until add returns.
+    "$raidkit" add --control "$ctl" --member "$d/new.img" --image-size "$member_size" > "$work/add.out" &
+    local add_pid=$! polls=0 state=""
+    mkdir -p "$work/mnt/rebuild"
+    (
+        i=0
+        while kill -0 "$add_pid" 2>/dev/null || [ "$i" -lt 4 ]; do
+            i=$((i + 1))
+            head -c $(( (i * 53 % 256 + 1) * 4096 )) /dev/urandom > "$work/mnt/rebuild/file$i"
+            sync "$work/mnt/rebuild/file$i"
+        done
+        echo "$i" > "$work/rebuild-writes"
+    ) &
+    local writer_pid=$!
+    (cd "$work/mnt" && sha256sum --quiet -c "$work/sums") > "$work/reader.out" 2>&1 &
+    local reader_pid=$! started=$SECONDS rebuilding=0
+    while :; do
+        state=$(detail_json | jq -r --arg n "$d/new.img" \
+            '(.status.members[] | select(.name == $n) | .role) // "absent"')
+        if [ "$state" = active ] && [ "$(detail_json | jq -r '.status.degraded')" = false ]; then
+            break
+        fi
+        [ "$state" = spare ] && rebuilding=$((rebuilding + 1))
+        polls=$((polls + 1))
+        [ "$polls" -lt 6000 ] || fail "rebuild did not finish in 10 minutes (new member: $state)"
+        sleep 0.1
+    done
+    wait "$add_pid" || fail "raidkit add failed: $(cat "$work/add.out")"
+    wait "$writer_pid" || fail "writing files during the rebuild failed"
+    wait "$reader_pid" || { cat "$work/reader.out"; fail "checksums read during the rebuild differ"; }
+    echo "   rebuilt in about $((SECONDS - started)) s; $polls polls of detail --json ($rebuilding saw the new member rebuilding), $(cat "$work/rebuild-writes") files written and $(wc -l < "$work/sums") read meanwhile"
+    echo "   $(cat "$work/add.out")"
+    checksum_all
+    verify_mounted "rebuilt"
+    fsck_mounted "rebuilt"
+    echo "   rebuilt: $(wc -l < "$work/sums") files verified"
+
+    kill "$holder_pid"; wait "$holder_pid" 2>/dev/null || true; holder_pid=""
+    umount "$work/mnt"; mounted=""
+    e2fsck -fn "$loop" || fail "e2fsck after umount"
+    # The whole device as the file system left it, read through NBD.
+    local device_sum
+    device_sum=$(sha256sum < "$work/fuse/disk" | cut -d' ' -f1)
+    detach
+    stop_server
+    grep -q "md0: flushed and marked clean" "$work/serve.log" || fail "server did not mark md0 clean"
+
+    local live=("${m[0]}" "${m[1]}" "${m[3]}" "${m[4]}" "$d/new.img")
+    local states
+    states=$("$raidkit" examine --json "${live[@]}" | jq -r '.[].superblock.state' | sort -u)
+    [ "$states" = clean ] || fail "raidkit examine: member states are '$states', not clean"
+    for f in "${live[@]}"; do
+        mdadm --examine "$f" | grep -Eq '^ +State : clean$' || {
+            mdadm --examine "$f"; fail "mdadm --examine $f: not clean"; }
+        mdadm --examine "$f" | grep -Eq '^ +Array State : AAAAA ' || {
+            mdadm --examine "$f"; fail "mdadm --examine $f: not every slot active"; }
+    done
+    echo "   members clean (raidkit examine, mdadm --examine): ${live[*]##*/}"
+
+    "$raidkit" read --output "$work/offline.img" "${live[@]}"
+    [ "$(sha256sum < "$work/offline.img" | cut -d' ' -f1)" = "$device_sum" ] \
+        || fail "offline raidkit read differs from what the file system had"
+    # Without m0 and m1 the new member's contents take part in every stripe.
+    [ "$("$raidkit" read "${m[3]}" "${m[4]}" "$d/new.img" 2>/dev/null | sha256sum | cut -d' ' -f1)" \
+        = "$device_sum" ] || fail "read using the rebuilt member differs"
+    e2fsck -fn "$work/offline.img" > /dev/null 2>&1 || fail "e2fsck of the offline image"
+    rm -f "$work/offline.img"
+    echo "   offline raidkit read (all members, and without m0 m1) = the device the file system used"
+    rm -f "$work/serve.log"
+    echo "== array export: ok"
+}
+
+for kind in "${kinds[@]}"; do
+    case "$kind" in
+        memory|file) run_simple_kind "$kind" ;;
+        array) run_array ;;
+        *) echo "e2e.sh: unknown kind $kind"; exit 2 ;;
+    esac
+done
 echo "e2e.sh: pass"

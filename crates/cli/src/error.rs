@@ -11,6 +11,7 @@ pub enum ExitCode {
     Refused = 3,
     Unavailable = 4,
     Mismatch = 5,
+    Interrupted = 6,
 }
 
 #[derive(Debug)]

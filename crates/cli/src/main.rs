@@ -2,25 +2,39 @@
 //!
 //! Every subcommand lives in its own module under `cmd/`, defines its flags as a clap `Args`
 //! struct, and returns `Result<(), CliError>`. This file only dispatches and maps errors to the
-//! documented exit codes below.
+//! documented exit codes below, which every subcommand's `--help` shows too (added to the whole
+//! command tree in [`cli_command`], so no subcommand can forget them). An error is printed once,
+//! here; commands return it rather than printing it.
 
 mod cmd;
 mod error;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub use error::{CliError, ExitCode};
 
-const EXIT_CODES_HELP: &str = "\
+/// Shown by `raidkit --help` and by every subcommand's `--help`.
+pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
-  1  runtime failure (I/O error on a member, internal error)
+  1  runtime failure (I/O error on a member, internal error, no server on the control socket)
   2  usage error (bad flags or values)
-  3  refused: members or metadata failed validation (foreign, stale, malformed, mismatched)
+  3  refused: members or metadata failed validation (foreign, stale, malformed, mismatched,
+     damaged superblock), or the command would destroy data and --force was not given
+     (create over members of an array, fail a member the array cannot lose)
   4  data unavailable: more members missing or failed than the level can lose
-  5  a check found mismatches or a verification failed";
+  5  a check found mismatches or a verification failed
+  6  interrupted by SIGINT/SIGTERM: background work stopped at a recorded checkpoint; run the
+     same command again to resume
+
+With --control (detail, fail, remove, add on an array that `raidkit serve` is serving) the
+server checks the request and the command exits with the same codes.";
 
 #[derive(Parser, Debug)]
-#[command(name = "raidkit", version, about = "User-space software RAID, on-disk compatible with Linux md", after_help = EXIT_CODES_HELP)]
+#[command(
+    name = "raidkit",
+    version,
+    about = "User-space software RAID, on-disk compatible with Linux md"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,21 +49,33 @@ enum Command {
     Bench(cmd::bench::BenchCommand),
     /// Export arrays as Network Block Device disks (unix socket or TCP on loopback).
     Serve(cmd::serve::ServeArgs),
-    /// Manage a served array (status, fail, remove, add) through the server's control socket.
-    Control(cmd::control::ControlArgs),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
     Sim(cmd::sim::SimArgs),
     #[command(flatten)]
     Array(cmd::array::ArrayCommand),
 }
 
+/// Puts the exit codes under `cmd`'s help and under every subcommand's, at every depth.
+fn with_exit_codes(cmd: clap::Command) -> clap::Command {
+    cmd.after_help(EXIT_CODES_HELP)
+        .mut_subcommands(with_exit_codes)
+}
+
+/// The whole command tree as the binary parses it.
+fn cli_command() -> clap::Command {
+    with_exit_codes(Cli::command())
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let matches = cli_command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     let result = match cli.command {
         Command::Layout(args) => cmd::layout::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Serve(args) => cmd::serve::run(args),
-        Command::Control(args) => cmd::control::run(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Array(args) => cmd::array::run(args),
     };
@@ -59,5 +85,67 @@ fn main() -> std::process::ExitCode {
             eprintln!("raidkit: {err}");
             std::process::ExitCode::from(err.code as u8)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command at every depth, with its path ("raidkit create").
+    fn all_commands(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        let path = if path.is_empty() {
+            cmd.get_name().to_string()
+        } else {
+            format!("{path} {}", cmd.get_name())
+        };
+        out.push((path.clone(), cmd.clone()));
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() != "help" {
+                all_commands(sub, &path, out);
+            }
+        }
+    }
+
+    /// clap's own consistency checks, then ours: every subcommand's help shows the exit codes
+    /// and every flag and positional says what it is for.
+    #[test]
+    fn every_command_documents_exit_codes_and_every_argument() {
+        let mut root = cli_command();
+        root.build();
+        root.clone().debug_assert();
+        let mut commands = Vec::new();
+        all_commands(&root, "", &mut commands);
+        assert!(
+            commands.len() > 15,
+            "found only {} commands",
+            commands.len()
+        );
+        let mut undocumented = Vec::new();
+        for (path, mut cmd) in commands {
+            let help = cmd.render_long_help().to_string();
+            assert!(
+                help.contains("Exit codes:"),
+                "`{path} --help` does not show the exit codes:\n{help}"
+            );
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let documented = arg
+                    .get_help()
+                    .or(arg.get_long_help())
+                    .is_some_and(|h| !h.to_string().trim().is_empty());
+                if !documented {
+                    undocumented.push(format!("{path}: {id}"));
+                }
+            }
+        }
+        assert!(
+            undocumented.is_empty(),
+            "arguments without help text:\n  {}",
+            undocumented.join("\n  ")
+        );
     }
 }

@@ -1,26 +1,96 @@
-//! Sequential 1 MiB writes then reads through the engine, against what `fio` (psync, one job
-//! per file, all files at once) gets from the same member files in /dev/shm.
+//! The engine's data path against what `fio` (psync, one job per member file, all files at
+//! once) gets from the same member files in /dev/shm: 1 MiB sequential writes and reads,
+//! degraded reads and writes (RAID 5 with one member failed, RAID 6 with two), and 4 KiB
+//! random writes that go through read-modify-write / reconstruct-write.
 //!
-//! Run: `cargo run --release -p raidkit-engine --example seqbench [member_MiB] [inflight]`
-//! Needs fio on the PATH (apt-get install -y fio). Prints one table (best of 3 interleaved runs each); nothing is asserted.
+//! Run: `cargo run --release -p raidkit-engine --example seqbench [member_MiB] [threads]
+//! [rounds] [seconds]` (defaults 256, as many threads as the array has members, 5 rounds of
+//! 1 s). Needs fio on the PATH (apt-get install -y fio). Prints one table; nothing is
+//! asserted.
+//!
+//! Method, so that figures from a shared, noisy machine can be trusted:
+//! - every member file is written in full before anything is measured, so fio and the engine
+//!   both overwrite allocated tmpfs pages (a first write into a sparse tmpfs file costs page
+//!   allocation and runs at about half the speed of an overwrite);
+//! - every measurement runs for the same wall time (fio `time_based`, the engine the same),
+//!   and the engine runs as many threads as fio runs jobs (one per member) unless told;
+//! - one discarded warm-up round, then `rounds` rounds in which fio, the engine and the raw
+//!   reference (below) take turns, in an order that rotates from round to round;
+//! - figures are medians; a ratio is the median of the per-round ratios (each engine run
+//!   against the runs next to it), shown with their spread;
+//! - besides MB/s, MB per CPU second: what the work costs, whatever share of the CPUs other
+//!   processes left to it. fio's own CPU figures count its start-up and come out 20-30% too
+//!   high for one-second runs, so the CPU reference is "raw": fio's pattern (one thread per
+//!   member file, psync-style `pread`/`pwrite`) run in this process, measured with
+//!   getrusage like the engine.
+//!
+//! On a machine shared with other busy processes, MB/s says more about the scheduler than
+//! about the engine: a side that sleeps even briefly (the engine waiting for a member worker)
+//! loses its CPU share to the other processes, a side that never sleeps (fio) keeps it. For
+//! figures that show what the engine would do on the machine alone, run the benchmark under
+//! round-robin real-time priority, which fio inherits: `chrt -r 1 target/release/examples/
+//! seqbench` (root; the kernel still leaves 5% of each second to everything else).
 
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
-use raidkit_engine::bench::{sequential, Direction};
+use raidkit_engine::bench::{
+    files_for, random_writes_for, sequential_for, Direction, RawPattern, Throughput,
+};
 use raidkit_engine::{Array, CreateOptions, EngineConfig};
 use raidkit_metadata::SuperblockVersion;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
-fn fio_aggregate(files: &[PathBuf], rw: &str, size_bytes: u64) -> f64 {
+/// One run's figures: MB/s, and MB per CPU second spent on them (fio: not measured, 0).
+#[derive(Clone, Copy, Default)]
+struct Figure {
+    mb_per_s: f64,
+    mb_per_cpu_s: f64,
+}
+
+impl Figure {
+    fn scaled(self, k: f64) -> Figure {
+        Figure {
+            mb_per_s: self.mb_per_s * k,
+            mb_per_cpu_s: self.mb_per_cpu_s * k,
+        }
+    }
+}
+
+/// User + system CPU time of this process so far (all its threads; fio runs as children
+/// and is not counted).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage through a valid pointer; zeroed is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Runs a workload in this process and measures its CPU time.
+fn measured(run: impl FnOnce() -> Throughput) -> Figure {
+    let cpu0 = cpu_seconds();
+    let t = run();
+    let cpu = (cpu_seconds() - cpu0).max(1e-9);
+    Figure {
+        mb_per_s: t.mb_per_s(),
+        mb_per_cpu_s: t.bytes as f64 / 1e6 / cpu,
+    }
+}
+
+/// Aggregate fio throughput over all jobs: bytes over the longest job's runtime.
+fn fio(files: &[PathBuf], args: &[&str], size_bytes: u64, seconds: f64) -> Figure {
     let mut cmd = Command::new("fio");
     cmd.args([
         "--output-format=json",
         "--ioengine=psync",
-        "--bs=1M",
         "--invalidate=0",
+        "--time_based",
     ]);
-    cmd.arg(format!("--rw={rw}"));
+    cmd.arg(format!("--runtime={}ms", (seconds * 1000.0) as u64));
     cmd.arg(format!("--size={size_bytes}"));
+    cmd.args(args);
     for (i, f) in files.iter().enumerate() {
         cmd.arg(format!("--name=m{i}"));
         cmd.arg(format!("--filename={}", f.display()));
@@ -32,19 +102,19 @@ fn fio_aggregate(files: &[PathBuf], rw: &str, size_bytes: u64) -> f64 {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fio prints JSON");
-    let section = if rw.contains("read") { "read" } else { "write" };
-    let total: f64 = v["jobs"]
-        .as_array()
-        .map(|jobs| {
-            jobs.iter()
-                .map(|j| j[section]["bw_bytes"].as_f64().unwrap_or(0.0))
-                .sum()
-        })
-        .unwrap_or(0.0);
-    total / 1e6
+    let (mut bytes, mut runtime_ms) = (0f64, 0f64);
+    for j in v["jobs"].as_array().into_iter().flatten() {
+        for dir in ["read", "write"] {
+            let d = &j[dir];
+            bytes += d["io_bytes"].as_f64().unwrap_or(0.0);
+            runtime_ms = runtime_ms.max(d["runtime"].as_f64().unwrap_or(0.0));
+        }
+    }
+    Figure {
+        mb_per_s: bytes / 1e6 / (runtime_ms / 1000.0).max(1e-9),
+        mb_per_cpu_s: 0.0,
+    }
 }
-
-const REPEAT: usize = 3;
 
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -61,34 +131,123 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Resets the peak RSS figure (Linux: "5" to clear_refs), so each array reports its own.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Member files written in full (zeroes: the array starts consistent, and every tmpfs page
+/// exists before either side measures).
 fn make_files(dir: &Path, n: usize, bytes: u64) -> Vec<PathBuf> {
+    let zeros = vec![0u8; 1 << 20];
     (0..n)
         .map(|i| {
             let p = dir.join(format!("m{i}.img"));
             let _ = std::fs::remove_file(&p);
-            drop(FileDisk::create(&p, bytes).expect("create member"));
+            let mut f = std::fs::File::create(&p).expect("create member");
+            let mut left = bytes;
+            while left > 0 {
+                let k = left.min(zeros.len() as u64) as usize;
+                f.write_all(&zeros[..k]).expect("preallocate member");
+                left -= k as u64;
+            }
             p
         })
         .collect()
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let member_mib: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
-    let inflight: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4);
-    let dir = PathBuf::from(format!("/dev/shm/raidkit-seqbench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let member_bytes = member_mib << 20;
-    println!("seqbench: members of {member_mib} MiB in /dev/shm, 1 MiB requests, {inflight} in flight, parity kernel {}", raidkit_parity::selected_kernel().name());
-    println!(
-        "{:<28} {:>10} {:>10} {:>12} {:>12} {:>8} {:>8}",
-        "array", "eng W MB/s", "eng R MB/s", "fio W aggr", "fio R aggr", "W ratio", "R ratio"
-    );
-    for (level, n, chunk_kib) in [(0, 4usize, 512u32), (5, 5, 256), (6, 6, 256)] {
-        let files = make_files(&dir, n, member_bytes);
-        // fio twice over the whole files: the first pass allocates the tmpfs pages, the
-        // second measures overwrite, the state the engine runs in afterwards.
-        let _ = fio_aggregate(&files, "write", member_bytes);
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// One round of one table row: the engine, fio and the raw reference, already scaled to
+/// array data (data share; member I/Os per write for random writes).
+#[derive(Clone, Copy)]
+struct Round {
+    engine: Figure,
+    fio: Figure,
+    raw: Figure,
+}
+
+#[derive(Default)]
+struct Row {
+    rounds: Vec<Round>,
+}
+
+impl Row {
+    fn median_of(&self, f: impl Fn(&Round) -> f64) -> f64 {
+        median(&self.rounds.iter().map(f).collect::<Vec<_>>())
+    }
+    fn print(&self, array: &str, test: &str, healthy: Option<&Row>) {
+        let ratio = |r: &Round| r.engine.mb_per_s / r.fio.mb_per_s.max(1e-9);
+        let lo = self.rounds.iter().map(ratio).fold(f64::INFINITY, f64::min);
+        let hi = self.rounds.iter().map(ratio).fold(0.0, f64::max);
+        let eng = self.median_of(|r| r.engine.mb_per_s);
+        let of_healthy = healthy
+            .map(|h| format!("{:.2}", eng / h.median_of(|r| r.engine.mb_per_s).max(1e-9)))
+            .unwrap_or_default();
+        println!(
+            "{:<16} {:<15} {:>8.0} {:>8.0} {:>5.2} {:>9} {:>8.0} {:>8.0} {:>5.2} {:>7}",
+            array,
+            test,
+            eng,
+            self.median_of(|r| r.fio.mb_per_s),
+            self.median_of(ratio),
+            format!("{lo:.2}-{hi:.2}"),
+            self.median_of(|r| r.engine.mb_per_cpu_s),
+            self.median_of(|r| r.raw.mb_per_cpu_s),
+            self.median_of(|r| r.engine.mb_per_cpu_s / r.raw.mb_per_cpu_s.max(1e-9)),
+            of_healthy
+        );
+    }
+}
+
+struct Bench {
+    dir: PathBuf,
+    member_bytes: u64,
+    /// Engine threads; `None`: one per member, as fio runs one job per member.
+    threads: Option<usize>,
+    rounds: usize,
+    seconds: f64,
+}
+
+/// The three runs of a round, in an order that rotates with the round number.
+fn round_of(
+    round: usize,
+    engine: &mut dyn FnMut() -> Figure,
+    fio: &mut dyn FnMut() -> Figure,
+    raw: &mut dyn FnMut() -> Figure,
+) -> Round {
+    let mut out = [Figure::default(); 3];
+    for k in 0..3 {
+        let which = (round + k) % 3;
+        out[which] = match which {
+            0 => engine(),
+            1 => fio(),
+            _ => raw(),
+        };
+    }
+    Round {
+        engine: out[0],
+        fio: out[1],
+        raw: out[2],
+    }
+}
+
+impl Bench {
+    fn dur(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds)
+    }
+
+    fn run_level(&self, level: i32, n: usize, chunk_kib: u32) {
+        reset_peak_rss();
+        let files = make_files(&self.dir, n, self.member_bytes);
         let disks: Vec<Box<dyn Disk>> = files
             .iter()
             .map(|p| Box::new(FileDisk::open(p, OpenOptions::default()).unwrap()) as Box<dyn Disk>)
@@ -106,56 +265,154 @@ fn main() {
                 set_uuid: [7; 16],
                 device_uuids: (0..n).map(|i| [i as u8; 16]).collect(),
                 ctime_seconds: 0,
-                // the benchmark overwrites whole stripes, which makes parity consistent; no
-                // need to zero first
+                // the files were written with zeroes
                 members_zeroed: true,
-                config: EngineConfig {
-                    stripe_cache_bytes: 64 << 20,
-                    max_inflight: inflight.max(1) * 2,
-                },
+                consistency: raidkit_engine::ConsistencyPolicy::Resync,
+                config: EngineConfig::default(),
             },
         )
         .unwrap();
-        let total = array.size_bytes();
-        // The machine is shared: interleave fio and engine runs and keep the best of each.
-        let (mut fio_w, mut fio_r, mut w, mut r) = (0f64, 0f64, 0f64, 0f64);
-        for _ in 0..REPEAT {
-            fio_w = fio_w.max(fio_aggregate(&files, "write", member_bytes));
-            w = w.max(
-                sequential(&array, Direction::Write, 1 << 20, inflight, total)
-                    .unwrap()
-                    .mb_per_s(),
-            );
-            fio_r = fio_r.max(fio_aggregate(&files, "read", member_bytes));
-            r = r.max(
-                sequential(&array, Direction::Read, 1 << 20, inflight, total)
-                    .unwrap()
-                    .mb_per_s(),
-            );
+        let parity = match level {
+            5 => 1,
+            6 => 2,
+            _ => 0,
+        };
+        let share = (n - parity) as f64 / n as f64;
+        // RAID 5 read-modify-write costs 2 reads + 2 writes per 4 KiB write; RAID 6 (on 6
+        // members, one chunk: reconstruct-write) 3 reads + 3 writes: member I/Os per write.
+        let per_write = 1.0 / (2.0 * (1.0 + parity as f64));
+        let (mb, secs, threads) = (self.member_bytes, self.seconds, self.threads.unwrap_or(n));
+        let fio_seq =
+            |rw: &str| fio(&files, &["--bs=1M", &format!("--rw={rw}")], mb, secs).scaled(share);
+        let fio_rand = || {
+            let args = ["--bs=4k", "--rw=randrw", "--rwmixread=50"];
+            fio(&files, &args, mb, secs).scaled(per_write)
+        };
+        let raw = |p: RawPattern, k: f64| {
+            measured(|| files_for(&files, p, self.dur()).unwrap()).scaled(k)
+        };
+        let eng_seq =
+            |dir| measured(|| sequential_for(&array, dir, 1 << 20, threads, self.dur()).unwrap());
+        let (mut w, mut r, mut rmw) = (Row::default(), Row::default(), Row::default());
+        for round in 0..=self.rounds {
+            let rw = [
+                round_of(
+                    round,
+                    &mut || eng_seq(Direction::Write),
+                    &mut || fio_seq("write"),
+                    &mut || raw(RawPattern::SeqWrite, share),
+                ),
+                round_of(
+                    round,
+                    &mut || eng_seq(Direction::Read),
+                    &mut || fio_seq("read"),
+                    &mut || raw(RawPattern::SeqRead, share),
+                ),
+            ];
+            let rand = (parity > 0).then(|| {
+                round_of(
+                    round,
+                    &mut || {
+                        measured(|| {
+                            random_writes_for(&array, 4096, threads, self.dur(), round as u64)
+                                .unwrap()
+                        })
+                    },
+                    &mut || fio_rand(),
+                    &mut || raw(RawPattern::RandReadWrite4k, per_write),
+                )
+            });
+            if round > 0 {
+                w.rounds.push(rw[0]);
+                r.rounds.push(rw[1]);
+                rmw.rounds.extend(rand);
+            }
+        }
+        let name = format!("RAID {level} n={n} {chunk_kib}K");
+        w.print(&name, "seq write", None);
+        r.print(&name, "seq read", None);
+        if parity > 0 {
+            rmw.print(&name, "4K rand write", None);
+            // Fail the second member and, for RAID 6, the last one too (as `raidkit demo`).
+            let failed: Vec<usize> = if parity == 2 { vec![1, n - 1] } else { vec![1] };
+            for &m in &failed {
+                array.fail_member(m).unwrap();
+            }
+            let (mut dr, mut dw) = (Row::default(), Row::default());
+            for round in 0..=self.rounds {
+                let rr = round_of(
+                    round,
+                    &mut || eng_seq(Direction::Read),
+                    &mut || fio_seq("read"),
+                    &mut || raw(RawPattern::SeqRead, share),
+                );
+                let ww = round_of(
+                    round,
+                    &mut || eng_seq(Direction::Write),
+                    &mut || fio_seq("write"),
+                    &mut || raw(RawPattern::SeqWrite, share),
+                );
+                if round > 0 {
+                    dr.rounds.push(rr);
+                    dw.rounds.push(ww);
+                }
+            }
+            let what = format!("{} failed", failed.len());
+            dr.print(&name, &format!("read, {what}"), Some(&r));
+            dw.print(&name, &format!("write, {what}"), Some(&w));
         }
         array.stop().unwrap();
         drop(array);
-        let data_share = match level {
-            0 => 1.0,
-            5 => (n - 1) as f64 / n as f64,
-            _ => (n - 2) as f64 / n as f64,
-        };
-        let name = format!("RAID {level} n={n} chunk {chunk_kib}K");
-        println!(
-            "{:<28} {:>10.0} {:>10.0} {:>12.0} {:>12.0} {:>8.2} {:>8.2}",
-            name,
-            w,
-            r,
-            fio_w,
-            fio_r,
-            w / (fio_w * data_share),
-            r / (fio_r * data_share)
-        );
         for f in &files {
             let _ = std::fs::remove_file(f);
         }
+        println!("{:<16} peak RSS {} MiB", name, peak_rss_kib() / 1024);
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    println!("ratios: engine MB/s (array data) / (fio aggregate MB/s x data share: 1 for RAID 0, (n-1)/n for RAID 5, (n-2)/n for RAID 6)");
-    println!("peak RSS: {} MiB", peak_rss_kib() / 1024);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize, default: f64| -> f64 {
+        args.get(i).and_then(|s| s.parse().ok()).unwrap_or(default)
+    };
+    let bench = Bench {
+        dir: PathBuf::from(format!("/dev/shm/raidkit-seqbench-{}", std::process::id())),
+        member_bytes: (arg(1, 256.0) as u64) << 20,
+        threads: args.get(2).and_then(|s| s.parse().ok()),
+        rounds: (arg(3, 5.0) as usize).max(1),
+        seconds: arg(4, 1.0).max(0.1),
+    };
+    std::fs::create_dir_all(&bench.dir).unwrap();
+    println!(
+        "seqbench: members of {} MiB in /dev/shm, engine threads: {}, {} rounds of {} s after one warm-up, parity kernel {}, {} CPUs",
+        bench.member_bytes >> 20,
+        bench
+            .threads
+            .map_or("one per member".to_string(), |t| t.to_string()),
+        bench.rounds,
+        bench.seconds,
+        raidkit_parity::selected_kernel().name(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:<16} {:<15} {:>8} {:>8} {:>5} {:>9} {:>8} {:>8} {:>5} {:>7}",
+        "array",
+        "test",
+        "eng MB/s",
+        "fio MB/s",
+        "ratio",
+        "spread",
+        "eng/cpus",
+        "raw/cpus",
+        "cpu r",
+        "healthy"
+    );
+    for (level, n, chunk_kib) in [(0, 4usize, 512u32), (5, 5, 256), (6, 6, 256)] {
+        bench.run_level(level, n, chunk_kib);
+    }
+    let _ = std::fs::remove_dir_all(&bench.dir);
+    println!("fio MB/s: fio aggregate over all member files at once x data share (1 RAID 0, (n-1)/n RAID 5, (n-2)/n RAID 6); 4K random writes: fio 4K randrw 50/50 MB/s / member I/Os per write (4 RAID 5, 6 RAID 6)");
+    println!("ratio: median over rounds of engine / fio MB/s of the same round; spread: lowest-highest of those");
+    println!("eng/cpus, raw/cpus: MB per CPU second of the engine and of fio's pattern run in process (scaled as fio MB/s); cpu r: median of their per-round ratios");
+    println!("healthy: engine MB/s degraded / healthy (medians)");
 }

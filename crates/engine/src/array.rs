@@ -8,8 +8,9 @@
 //! in the survivors' superblocks, events + 1), spares, and the blocking request API.
 //!
 //! Concurrency: each member has a worker thread with a queue; one request's member I/O runs on
-//! all members at once; requests lock only the stripes they touch, so requests on different
-//! stripes never wait on each other. Memory: requests in flight are bounded by
+//! all members at once, except where it is CPU work (page cache, tmpfs) and the CPUs are busy
+//! anyway or the phase is small: then the calling thread does it (see `pool`); requests lock
+//! only the stripes they touch, so requests on different stripes never wait on each other. Memory: requests in flight are bounded by
 //! `EngineConfig::max_inflight` and each request's scratch by `stripe_cache_bytes /
 //! max_inflight` (large requests are split into bounded batches), independent of array size.
 //!
@@ -17,8 +18,12 @@
 //! (not necessarily durable). `flush()` fdatasyncs every in-sync member; a write with `fua`
 //! does the same before it returns. The dirty mark reaches every member (written and flushed)
 //! before the first data write after a clean state, so a crash afterwards is always detected
-//! as an unclean stop at the next assembly. There is no write-hole journal: after an unclean
-//! stop of RAID 4/5/6, stripes written at the time may have parity that disagrees with data.
+//! as an unclean stop at the next assembly. RAID 5 arrays with md's partial parity log (the
+//! default for new RAID 5 arrays, see [`ConsistencyPolicy`] and `array/ppl.rs`) log every
+//! stripe write on the stripe's parity member first and recompute parity from the log at the
+//! next assembly, which closes the write hole and lets a dirty array start degraded. Other
+//! RAID 4/5/6 arrays have no write-hole guard: after an unclean stop, stripes written at the
+//! time may have parity that disagrees with data until the resync has run.
 
 use crate::core::{
     self, BufRef, Dir, MemberState, Piece, PieceKind, PieceOp, PlanError, Step, UserBuf, SECTOR,
@@ -26,14 +31,20 @@ use crate::core::{
 use crate::error::{EngineError, Result};
 use crate::geo::{Geo, Scheme};
 use crate::meta::{read_superblock, write_superblock};
-use crate::pool::{Batch, Job, JobKind, Semaphore, StripeLocks, Worker};
+use crate::pool::{self, Batch, Job, JobKind, Semaphore, StripeLocks, Worker};
 use raidkit_disk::Disk;
 use raidkit_metadata::{
-    mdadm_max_dev, CreateShape, DataLayout, DevRole, Level, MdTime, NewMember, SetName, Superblock,
-    SuperblockVersion, Uuid,
+    mdadm_max_dev, CreateShape, DataLayout, DevRole, FeatureMap, Level, MdTime, NewMember, SetName,
+    Superblock, SuperblockVersion, Uuid,
 };
 use serde::Serialize;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+mod bitmap;
+mod health;
+mod ppl;
+pub use health::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 
 /// Memory and concurrency bounds of the driver.
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +88,52 @@ pub struct CreateOptions {
     /// image files): all-zero data has all-zero P and Q, so the array is consistent as is.
     /// When false, create writes zeroes over the data areas to make it so.
     pub members_zeroed: bool,
+    /// How parity and copies are kept consistent across a crash (mdadm's
+    /// --consistency-policy).
+    pub consistency: ConsistencyPolicy,
     pub config: EngineConfig,
+}
+
+/// mdadm's `--consistency-policy`: what keeps parity (or mirror copies) consistent with data
+/// across an unclean stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConsistencyPolicy {
+    /// Nothing on disk: after an unclean stop the whole array is resynced (md's "resync").
+    Resync,
+    /// An internal write-intent bitmap with one bit per `chunk_bytes` of the resync space:
+    /// only regions with bits set are resynced, and a member that comes back is brought up
+    /// to date from its bits (md's "bitmap").
+    Bitmap { chunk_bytes: u64 },
+    /// md's partial parity log (RAID 5 only): every write to a stripe is first logged on the
+    /// stripe's parity member, and parity is recomputed from the log at the next assembly,
+    /// which closes the write hole (md's "ppl").
+    Ppl,
+    /// raidkit's default for the level: the partial parity log for RAID 5 when the members
+    /// have room for md's log area next to the data, a resync otherwise.
+    Auto,
+}
+
+impl ConsistencyPolicy {
+    /// raidkit's default for a new array: the partial parity log for RAID 5 (the only level
+    /// md has it for), a resync otherwise.
+    pub fn default_for(level: i32) -> ConsistencyPolicy {
+        if level == 5 {
+            ConsistencyPolicy::Ppl
+        } else {
+            ConsistencyPolicy::Resync
+        }
+    }
+
+    /// The name mdadm uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConsistencyPolicy::Resync => "resync",
+            ConsistencyPolicy::Bitmap { .. } => "bitmap",
+            ConsistencyPolicy::Ppl => "ppl",
+            ConsistencyPolicy::Auto => "auto",
+        }
+    }
 }
 
 /// How to assemble.
@@ -143,10 +199,20 @@ pub struct Status {
     pub degraded: bool,
     pub failed: bool,
     pub read_only: bool,
+    /// How parity is kept consistent across an unclean stop ("resync" or "ppl").
+    pub consistency_policy: ConsistencyPolicy,
     pub events: u64,
     /// Slots without a working member.
     pub missing_slots: Vec<usize>,
     pub members: Vec<MemberStatus>,
+    /// The background task running now.
+    pub task: Option<TaskProgress>,
+    /// Work the array needs (rebuild, replace, resync), most urgent first.
+    pub pending: Vec<TaskKind>,
+    /// Tasks finished since assembly, oldest first.
+    pub finished_tasks: Vec<TaskReport>,
+    /// Where a resync after an unclean stop stands (member or array sectors, see the task).
+    pub resync_from_sectors: Option<u64>,
     /// What happened to the array since assembly (member failures and such), oldest first.
     pub log: Vec<String>,
 }
@@ -168,6 +234,17 @@ struct State {
     dirty: bool,
     failed: Option<String>,
     log: Vec<String>,
+    /// Per slot: a member being copied from the slot's member (md's replacement).
+    replacement: Vec<Option<usize>>,
+    /// A resync after an unclean stop is pending from here (member sectors, or array sectors
+    /// for RAID 10); `None` when parity and copies are known consistent.
+    resync_from: Option<u64>,
+    /// Per member (index as in `members`): ranges md's bad-block log lists, in member data
+    /// sectors (the log itself stores device sectors). Reads never go there.
+    bad: Vec<Vec<(u64, u64)>>,
+    /// Per slot: the member being rebuilt came back and only needs what the write-intent
+    /// bitmap marks (md's bitmap-based recovery after a re-add).
+    bitmap_recovery: Vec<bool>,
 }
 
 /// An assembled array. All methods take `&self` and may be called from many threads.
@@ -183,6 +260,22 @@ pub struct Array {
     inflight: Semaphore,
     /// Serialises superblock updates (dirty marking, failures) without blocking data I/O.
     sb_lock: Mutex<()>,
+    /// Background tasks (rebuild, resync, check, patrol) and their service thread.
+    bg: health::Bg,
+    /// A resync is pending: mirror reads then go to the first live copy, as md's do, so a
+    /// read never sees two different versions of a sector the crash left unsynced.
+    resync_pending: AtomicBool,
+    /// Some slot has a replacement (checked on every write without taking the state lock).
+    has_replacement: AtomicBool,
+    /// Some member has bad blocks (checked on every request without taking the state lock).
+    has_bad: AtomicBool,
+    /// md's internal write-intent bitmap, when the array has one.
+    bitmap: Option<bitmap::WriteIntent>,
+    /// Serialises bitmap writes (so a bit is durable before any write under it starts, and
+    /// an older image never overwrites a newer one).
+    bitmap_io: Mutex<()>,
+    /// md's partial parity log, when the array has one.
+    ppl: Option<ppl::Ppl>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -197,7 +290,9 @@ fn now() -> MdTime {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    MdTime::new(d.as_secs(), d.subsec_micros())
+    // Whole seconds: the kernel reads utime as plain seconds (microseconds in the top bits
+    // make it show a date in 2106), and md itself writes seconds only.
+    MdTime::new(d.as_secs(), 0)
 }
 
 fn meta_err(e: impl std::fmt::Display) -> EngineError {
@@ -218,8 +313,68 @@ fn level_from_md(level: i32) -> Level {
 }
 
 impl Array {
-    /// Creates a new array on `members` (the first `raid_devices` active, the rest spares).
+    /// Creates a new array on `members` (the first `raid_devices` active, the rest spares),
+    /// with raidkit's default consistency policy for the level
+    /// ([`ConsistencyPolicy::default_for`]: the partial parity log for RAID 5).
+    ///
+    /// Members too small for md's log area next to the data (mdadm reserves 1 MiB for it,
+    /// which moves data 1 MiB further in) get the resync policy instead; [`Status`] and
+    /// `examine` show which one an array has.
     pub fn create(members: Vec<Box<dyn Disk>>, opts: CreateOptions) -> Result<Array> {
+        if opts.consistency != ConsistencyPolicy::Auto {
+            let policy = opts.consistency;
+            return Self::create_with_policy(members, opts, policy);
+        }
+        let mut policy = ConsistencyPolicy::default_for(opts.level);
+        if policy == ConsistencyPolicy::Ppl {
+            let fits = members.iter().all(|m| {
+                DataLayout::mdadm_create_ppl(&CreateShape {
+                    version: opts.metadata,
+                    device_sectors: m.size_bytes() / 512,
+                    level: level_from_md(opts.level),
+                    layout: opts.layout.unwrap_or_else(|| default_layout(opts.level)),
+                    raid_disks: opts.raid_devices as u32,
+                    chunk_sectors: opts.chunk_sectors,
+                    with_bitmap: false,
+                })
+                .is_ok_and(|dl| {
+                    dl.size_sectors > 0
+                        && !matches!(opts.size_sectors, Some(s) if s > dl.size_sectors)
+                })
+            });
+            if !fits {
+                policy = ConsistencyPolicy::Resync;
+            }
+        }
+        Self::create_with_policy(members, opts, policy)
+    }
+
+    /// Creates a new array with the given consistency policy (mdadm's
+    /// `--consistency-policy`); `Ppl` is refused for levels other than RAID 5, as mdadm does.
+    pub fn create_with_policy(
+        members: Vec<Box<dyn Disk>>,
+        mut opts: CreateOptions,
+        policy: ConsistencyPolicy,
+    ) -> Result<Array> {
+        if policy == ConsistencyPolicy::Auto {
+            opts.consistency = ConsistencyPolicy::Auto;
+            return Self::create(members, opts);
+        }
+        opts.consistency = policy;
+        let with_ppl = policy == ConsistencyPolicy::Ppl;
+        if with_ppl && opts.level != 5 {
+            return Err(EngineError::Invalid(format!(
+                "the partial parity log (consistency policy ppl) is for RAID 5 only, as in md; RAID {} has none",
+                opts.level
+            )));
+        }
+        let place = |shape: &CreateShape| {
+            if with_ppl {
+                DataLayout::mdadm_create_ppl(shape)
+            } else {
+                DataLayout::mdadm_create(shape)
+            }
+        };
         let n = members.len();
         if opts.raid_devices == 0 || opts.raid_devices > n {
             return Err(EngineError::Invalid(format!(
@@ -248,6 +403,22 @@ impl Array {
             }
         }
         let level = opts.level;
+        match opts.consistency {
+            ConsistencyPolicy::Resync => {}
+            ConsistencyPolicy::Bitmap { .. } if level == 0 => {
+                return Err(EngineError::Invalid(
+                    "RAID 0 has no redundancy to keep consistent: no bitmap".into(),
+                ))
+            }
+            ConsistencyPolicy::Bitmap { chunk_bytes } => {
+                if chunk_bytes != 0 && (chunk_bytes < 4096 || !chunk_bytes.is_power_of_two()) {
+                    return Err(EngineError::Invalid(format!(
+                        "bitmap chunk of {chunk_bytes} bytes: md needs a power of two of at least 4 KiB (0 for mdadm's default)"
+                    )));
+                }
+            }
+            ConsistencyPolicy::Ppl | ConsistencyPolicy::Auto => {}
+        }
         let layout = opts.layout.unwrap_or_else(|| default_layout(level));
         let chunk_sectors = if level == 1 { 0 } else { opts.chunk_sectors };
         let device_sectors = members
@@ -255,7 +426,7 @@ impl Array {
             .map(|m| m.size_bytes() / 512)
             .min()
             .unwrap_or(0);
-        let dl = DataLayout::mdadm_create(&CreateShape {
+        let dl = place(&CreateShape {
             version: opts.metadata,
             device_sectors,
             level: level_from_md(level),
@@ -313,17 +484,23 @@ impl Array {
             .collect();
         let ctime = MdTime::new(opts.ctime_seconds, 0);
         let mut sbs = Vec::with_capacity(n);
+        let with_bitmap = matches!(opts.consistency, ConsistencyPolicy::Bitmap { .. });
+        // (offset from the superblock, mdadm's default chunk) of the internal bitmap.
+        let mut bitmap_place: Option<(i32, u64)> = None;
         for (i, disk) in members.iter().enumerate() {
-            let dl_i = DataLayout::mdadm_create(&CreateShape {
+            let dl_i = place(&CreateShape {
                 version: opts.metadata,
                 device_sectors: disk.size_bytes() / 512,
                 level: level_from_md(level),
                 layout,
                 raid_disks: opts.raid_devices as u32,
                 chunk_sectors,
-                with_bitmap: false,
+                with_bitmap,
             })
             .map_err(meta_err)?;
+            if let Some(p) = dl_i.bitmap {
+                bitmap_place.get_or_insert((p.offset_sectors, p.chunk_bytes));
+            }
             let sb = Superblock::new_member(&NewMember {
                 set_uuid: Uuid(opts.set_uuid),
                 device_uuid: Uuid(opts.device_uuids[i]),
@@ -339,9 +516,16 @@ impl Array {
                 roles: roles.clone(),
                 size_sectors: geo.member_data_sectors,
                 data_offset_sectors: dl_i.data_offset_sectors,
-                data_size_sectors: dl_i.data_size_sectors,
+                // RAID 0 records only the part it uses: md builds RAID 0 zones from each
+                // member's data size, and members of unequal recorded sizes would make a
+                // multi-zone array, which md refuses without a zone layout flag.
+                data_size_sectors: if level == 0 {
+                    geo.member_data_sectors.min(dl_i.data_size_sectors)
+                } else {
+                    dl_i.data_size_sectors
+                },
                 super_offset_sectors: dl_i.super_offset_sectors,
-                bitmap_offset: None,
+                bitmap_offset: dl_i.bitmap.map(|p| p.offset_sectors),
                 bblog: if dl_i.bblog_size_sectors > 0 {
                     Some((dl_i.bblog_offset, dl_i.bblog_size_sectors))
                 } else {
@@ -351,6 +535,11 @@ impl Array {
                 clean: true,
             })
             .map_err(meta_err)?;
+            let mut sb = sb;
+            if let Some(area) = dl_i.ppl {
+                sb.feature_map.insert(FeatureMap::PPL);
+                sb.set_ppl_area(area);
+            }
             if sb.data_size_sectors < geo.member_data_sectors {
                 return Err(EngineError::SizeMismatch {
                     member: disk.name().to_string(),
@@ -371,15 +560,73 @@ impl Array {
                 )?;
             }
         }
+        let intent = match (opts.consistency, bitmap_place) {
+            (ConsistencyPolicy::Bitmap { chunk_bytes }, Some((offset, default_chunk))) => {
+                let chunk = if chunk_bytes == 0 {
+                    default_chunk
+                } else {
+                    chunk_bytes
+                };
+                let sync = if level == 10 {
+                    geo.array_sectors()
+                } else {
+                    geo.member_data_sectors
+                };
+                let space =
+                    raidkit_metadata::data_layout::calc_bitmap_size_bytes(sync, chunk, 4096) / 512;
+                for sb in &sbs {
+                    // 1.1/1.2: the bitmap sits between the superblock and the data.
+                    let room = if offset > 0 {
+                        sb.data_offset_sectors as i64
+                            - sb.super_offset_sectors as i64
+                            - offset as i64
+                    } else {
+                        -(offset as i64)
+                    };
+                    if (space as i64) > room {
+                        return Err(EngineError::Invalid(format!(
+                            "a bitmap chunk of {chunk} bytes needs {space} sectors of bitmap, but only {room} are reserved; use a larger chunk"
+                        )));
+                    }
+                }
+                Some(bitmap::WriteIntent::create(
+                    opts.set_uuid,
+                    offset,
+                    sync,
+                    chunk,
+                    0,
+                )?)
+            }
+            (ConsistencyPolicy::Bitmap { .. }, None) => {
+                return Err(EngineError::Invalid(
+                    "mdadm's placement gave no room for an internal bitmap on these members".into(),
+                ))
+            }
+            _ => None,
+        };
         for (disk, sb) in members.iter().zip(&sbs) {
             write_superblock(disk.as_ref(), sb, opts.metadata)?;
+            if let Some(area) = ppl::area_of(sb) {
+                ppl::write_empty_log(
+                    disk.as_ref(),
+                    area,
+                    raidkit_metadata::ppl::ppl_signature(&opts.set_uuid),
+                )?;
+            }
+        }
+        if let Some(wi) = &intent {
+            let image = wi.image_for_create();
+            for (disk, sb) in members.iter().zip(&sbs) {
+                let at = (sb.super_offset_sectors as i64 + wi.offset_sectors() as i64) as u64 * 512;
+                disk.write_at(&image, at)?;
+            }
         }
         for disk in &members {
             disk.flush()?;
         }
         let slot_member = (0..opts.raid_devices).map(Some).collect();
         let slot_state = vec![MemberState::InSync; opts.raid_devices];
-        Self::build(
+        let mut array = Self::build(
             geo,
             opts.metadata,
             false,
@@ -389,7 +636,9 @@ impl Array {
             slot_member,
             slot_state,
             false,
-        )
+        )?;
+        array.bitmap = intent;
+        Ok(array)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -424,8 +673,12 @@ impl Array {
         let per_block = batch_budget_bytes / (geo.raid_disks + 2);
         let mut max_band_sectors = (per_block / SECTOR) as u64 / 8 * 8;
         max_band_sectors = max_band_sectors.clamp(8, 4096);
+        let ppl = ppl::Ppl::from_superblocks(&sbs, geo.raid_disks);
+        if let Some(p) = &ppl {
+            // A band's partial parity must fit one log write.
+            max_band_sectors = max_band_sectors.min(p.max_band_sectors()).max(8);
+        }
         Ok(Array {
-            geo,
             version,
             read_only,
             config,
@@ -439,10 +692,22 @@ impl Array {
                 dirty,
                 failed: None,
                 log: Vec::new(),
+                replacement: vec![None; geo.raid_disks],
+                resync_from: None,
+                bad: Vec::new(),
+                bitmap_recovery: vec![false; geo.raid_disks],
             }),
             locks: StripeLocks::default(),
             inflight: Semaphore::new(config.max_inflight),
             sb_lock: Mutex::new(()),
+            bg: health::Bg::new(),
+            resync_pending: AtomicBool::new(false),
+            has_replacement: AtomicBool::new(false),
+            has_bad: AtomicBool::new(false),
+            bitmap: None,
+            bitmap_io: Mutex::new(()),
+            ppl,
+            geo,
         })
     }
 
@@ -613,10 +878,29 @@ impl Array {
         // device number was reused for its replacement), the newer keeps it, as mdadm does.
         let mut order: Vec<usize> = (0..members.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(found[i].sb.events));
+        // Members being copied onto (md's replacement) share their slot's role number.
+        let mut replacements: Vec<(usize, usize)> = Vec::new();
         for i in order {
             let (m, f) = (&members[i], &found[i]);
             let role = nsb.role_of(f.sb.dev_number);
             match role {
+                DevRole::Active(slot)
+                    if f.sb.feature_map.contains(FeatureMap::REPLACEMENT)
+                        && (slot as usize) < raid_disks =>
+                {
+                    if f.sb.events < nsb.events {
+                        report.excluded.push((
+                            m.name().into(),
+                            format!(
+                                "replacement for slot {slot} is out of date (events {} < {}); left out",
+                                f.sb.events, nsb.events
+                            ),
+                        ));
+                        use_member[i] = false;
+                    } else {
+                        replacements.push((i, slot as usize));
+                    }
+                }
                 DevRole::Active(slot) => {
                     let slot = slot as usize;
                     if slot >= raid_disks {
@@ -638,6 +922,9 @@ impl Array {
                                     f.sb.events
                                 ),
                             ));
+                            // Left out entirely, as mdadm does: it must never be written with
+                            // the array's superblock (its device number may be its successor's).
+                            use_member[i] = false;
                             continue;
                         }
                         return Err(EngineError::DuplicateRole {
@@ -651,19 +938,21 @@ impl Array {
                             m.name().into(),
                             "its own superblock no longer gives it this slot".into(),
                         ));
+                        use_member[i] = false;
                         continue;
                     }
                     slot_member[slot] = Some(i);
-                    if f.sb.recovery_offset().is_some() {
-                        report.excluded.push((
-                            m.name().into(),
-                            "was being rebuilt (recovery_offset set); not used until rebuilt"
-                                .into(),
-                        ));
-                        slot_state[slot] = MemberState::Faulty;
-                    } else if f.sb.events < nsb.events {
+                    // mdadm's event margin: one event behind is an interrupted superblock
+                    // update (they are written member by member), not missed data.
+                    if f.sb.events + 1 < nsb.events {
                         stale.push(i);
                         slot_state[slot] = MemberState::Faulty;
+                    } else if let Some(at) = f.sb.recovery_offset() {
+                        report.notes.push(format!(
+                            "{}: being rebuilt into slot {slot}, {at} of {used} sectors done; the rebuild resumes there",
+                            m.name()
+                        ));
+                        slot_state[slot] = MemberState::Rebuilding;
                     } else {
                         slot_state[slot] = MemberState::InSync;
                     }
@@ -685,7 +974,6 @@ impl Array {
                 }
             }
         }
-        let _ = use_member;
         let failed_now =
             |states: &[MemberState]| states.iter().map(|s| !s.usable()).collect::<Vec<bool>>();
         if !stale.is_empty() {
@@ -730,6 +1018,36 @@ impl Array {
                 }
             }
         }
+        // A replacement whose slot has no member in sync carries on as the slot's rebuild;
+        // otherwise it stays the slot's replacement and the copy resumes.
+        let mut keep_replacing: Vec<(usize, usize)> = Vec::new();
+        let mut displaced: Vec<u32> = Vec::new();
+        for (i, slot) in replacements {
+            if slot_state[slot] == MemberState::InSync {
+                report.notes.push(format!(
+                    "{}: replacing slot {slot}, {} sectors copied; the copy resumes",
+                    members[i].name(),
+                    found[i].sb.recovery_offset().unwrap_or(0)
+                ));
+                keep_replacing.push((i, slot));
+            } else if slot_member[slot].is_none() || slot_state[slot] != MemberState::Rebuilding {
+                report.notes.push(format!(
+                    "{}: was replacing slot {slot}, whose member is gone; it continues as the slot's rebuild",
+                    members[i].name()
+                ));
+                if let Some(old) = slot_member[slot] {
+                    displaced.push(found[old].sb.dev_number);
+                }
+                slot_member[slot] = Some(i);
+                slot_state[slot] = MemberState::Rebuilding;
+            } else {
+                report.excluded.push((
+                    members[i].name().into(),
+                    format!("replacement for slot {slot}, which another member is rebuilding"),
+                ));
+                use_member[i] = false;
+            }
+        }
         // Members not in use (stale/faulty) keep their place in the members list but never
         // get I/O: only slots in sync are planned with.
         let failed = failed_now(&slot_state);
@@ -758,17 +1076,33 @@ impl Array {
                 ));
             }
         }
-        if nsb.bitmap_offset().is_some() {
-            report.notes.push(
-                "the array has an internal write-intent bitmap; raidkit does not update it, so after an unclean stop under raidkit run a full resync in md (not a bitmap resync)".into(),
-            );
-        }
-        report.was_dirty = !nsb.is_clean();
+        // Dirty if any member in use says so: an update interrupted half-way may have left
+        // the newest superblock clean and an older one dirty, or the other way round.
+        let current = |f: &crate::meta::FoundSuperblock| f.sb.events + 1 >= nsb.events;
+        let resync_offset = found
+            .iter()
+            .filter(|f| current(f))
+            .map(|f| f.sb.resync_offset_sectors)
+            .min()
+            .unwrap_or(nsb.resync_offset_sectors);
+        report.was_dirty = found
+            .iter()
+            .filter(|f| current(f))
+            .any(|f| !f.sb.is_clean());
         if report.was_dirty {
             report
                 .notes
                 .push("the array was not stopped cleanly (superblock dirty)".into());
-            if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) {
+            if degraded
+                && matches!(geo.scheme(), Scheme::Parity { .. })
+                && nsb.feature_map.contains(FeatureMap::PPL)
+            {
+                // md starts a dirty degraded array with a partial parity log: the log makes
+                // the parity of every stripe written at the crash agree with its data.
+                report.notes.push(
+                    "dirty and degraded, started with the partial parity log (as md does)".into(),
+                );
+            } else if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) {
                 if !opts.force {
                     return Err(EngineError::DirtyDegraded {
                         detail: format!(
@@ -805,12 +1139,21 @@ impl Array {
                 sb.bblog_shift = f.sb.bblog_shift;
                 sb.bitmap_offset = f.sb.bitmap_offset;
                 sb.recovery_offset_sectors = f.sb.recovery_offset_sectors;
+                // Feature bits that describe the device, not the array, stay the member's own.
+                for own in [
+                    FeatureMap::RECOVERY_OFFSET,
+                    FeatureMap::REPLACEMENT,
+                    FeatureMap::RECOVERY_BITMAP,
+                    FeatureMap::BAD_BLOCKS,
+                ] {
+                    sb.feature_map.set(own, f.sb.feature_map.contains(own));
+                }
                 sb.devflags = f.sb.devflags;
                 sb.cnt_corrected_read = f.sb.cnt_corrected_read;
                 sb
             })
             .collect();
-        let array = Self::build(
+        let mut array = Self::build(
             geo,
             version,
             read_only,
@@ -821,15 +1164,123 @@ impl Array {
             slot_state,
             report.was_dirty,
         )?;
-        if degraded && !read_only {
+        if nsb.bitmap_offset().is_some() {
+            let disk = lock(&array.state).members[newest].clone();
+            if let Some(m) = disk {
+                let (_, space) = array.scrub_space();
+                let (wi, note) = bitmap::WriteIntent::load(
+                    m.disk.as_ref(),
+                    &found[newest].sb,
+                    nsb.events,
+                    space,
+                )?;
+                report.notes.push(format!(
+                    "internal write-intent bitmap: {} KiB per bit, {} bits set",
+                    wi.sectors_per_bit / 2,
+                    wi.set_bits()
+                ));
+                report.notes.extend(note);
+                array.bitmap = Some(wi);
+            }
+        }
+        {
+            let mut st = lock(&array.state);
+            // Members left out are not attached: nothing is ever written to them.
+            for (i, used) in use_member.iter().enumerate() {
+                if !used {
+                    st.members[i] = None;
+                }
+            }
+            for (i, slot) in keep_replacing {
+                st.replacement[slot] = Some(i);
+            }
+            for slot in 0..raid_disks {
+                if let (MemberState::Rebuilding, Some(i)) =
+                    (st.slot_state[slot], st.slot_member[slot])
+                {
+                    st.bitmap_recovery[slot] = array.bitmap.is_some()
+                        && st.sbs[i].feature_map.contains(FeatureMap::RECOVERY_BITMAP);
+                    st.sbs[i].feature_map.remove(FeatureMap::REPLACEMENT);
+                    if st.sbs[i].recovery_offset().is_none() {
+                        st.sbs[i].set_recovery_offset(0);
+                    }
+                }
+            }
+            array.note_replacements(&st);
+            // md's bad-block logs: reads avoid what they list.
+            let count = st.members.len();
+            st.bad = vec![Vec::new(); count];
+            for i in 0..count {
+                let sb = st.sbs[i].clone();
+                let Some(m) = st.members[i].clone() else {
+                    continue;
+                };
+                if !sb.feature_map.contains(FeatureMap::BAD_BLOCKS)
+                    || sb.bblog_offset == 0
+                    || sb.bblog_size_sectors == 0
+                {
+                    continue;
+                }
+                let at = (sb.super_offset_sectors as i64 + sb.bblog_offset as i64) as u64 * 512;
+                let mut page = vec![0u8; sb.bblog_size_sectors as usize * 512];
+                m.disk.read_at(&mut page, at)?;
+                let list =
+                    raidkit_metadata::badblocks::decode(&page, sb.bblog_shift).map_err(|e| {
+                        EngineError::Metadata(format!("{}: bad-block log: {e}", m.disk.name()))
+                    })?;
+                if !list.is_empty() {
+                    report.notes.push(format!(
+                        "{}: {} bad-block ranges recorded; reads there come from redundancy",
+                        m.disk.name(),
+                        list.len()
+                    ));
+                    array
+                        .has_bad
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                st.bad[i] = list
+                    .iter()
+                    .map(|b| {
+                        (
+                            b.sector.saturating_sub(sb.data_offset_sectors),
+                            b.len_sectors,
+                        )
+                    })
+                    .collect();
+            }
+        }
+        let consistent = array.ppl_start(
+            report.was_dirty,
+            nsb.resync_offset_sectors,
+            &mut report.notes,
+        )?;
+        if consistent {
+            report.notes.push(
+                "the partial parity log made every stripe written at the crash consistent; no resync is needed".into(),
+            );
+        }
+        if report.was_dirty && array.geo.level != 0 && !consistent {
+            // md's resync_offset: in sync below it (0 after a crash, the cursor when a resync
+            // was stopped cleanly part-way).
+            let (_, space) = array.scrub_space();
+            let from = resync_offset.min(space);
+            lock(&array.state).resync_from = Some(from);
+            array
+                .resync_pending
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            report.notes.push(format!(
+                "a resync is needed from sector {from} (parity or copies may disagree where writes were in flight)"
+            ));
+        }
+        if (degraded || !displaced.is_empty()) && !read_only {
             // Record the lost slots as faulty in the survivors, as md does when it starts
             // degraded (super_1_sync writes 0xfffe for every device it does not have).
             let st = lock(&array.state);
-            let lost: Vec<u32> = st
+            let mut lost: Vec<u32> = st
                 .slot_state
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| !s.usable())
+                .filter(|(_, s)| !s.writable())
                 .filter_map(|(slot, _)| {
                     st.sbs
                         .iter()
@@ -838,6 +1289,7 @@ impl Array {
                         .map(|(_, sb)| sb.dev_number)
                 })
                 .collect();
+            lost.extend(displaced);
             if !lost.is_empty() {
                 drop(st);
                 let _g = lock(&array.sb_lock);
@@ -1006,14 +1458,30 @@ impl Array {
             }
             st.slot_member.iter().position(|&m| m == Some(index))
         };
-        match slot {
-            Some(slot) => {
+        let replacing = lock(&self.state)
+            .replacement
+            .iter()
+            .position(|&r| r == Some(index));
+        match (slot, replacing) {
+            (Some(slot), _) => {
                 self.member_failed(slot, "failed on request");
                 Ok(())
             }
-            None => Err(EngineError::Invalid(format!(
-                "member {index} is not an active member (spare or already failed)"
-            ))),
+            (None, Some(slot)) => {
+                self.replacement_failed(slot, "failed on request");
+                Ok(())
+            }
+            (None, None) => {
+                let st = lock(&self.state);
+                let sb = &st.sbs[index];
+                if sb.role_of(sb.dev_number) == DevRole::Faulty {
+                    // Already faulty: failing it again changes nothing.
+                    return Ok(());
+                }
+                Err(EngineError::Invalid(format!(
+                    "member {index} is not an active member (a spare); remove it instead"
+                )))
+            }
         }
     }
 
@@ -1024,10 +1492,16 @@ impl Array {
         if index >= st.members.len() || st.members[index].is_none() {
             return Err(EngineError::Invalid(format!("no member {index}")));
         }
+        if let Some(slot) = st.replacement.iter().position(|&r| r == Some(index)) {
+            return Err(EngineError::Invalid(format!(
+                "member {index} is replacing slot {slot}; fail it first to stop the replacement"
+            )));
+        }
         if let Some(slot) = st.slot_member.iter().position(|&m| m == Some(index)) {
-            if st.slot_state[slot].usable() {
+            if st.slot_state[slot].writable() {
                 return Err(EngineError::Invalid(format!(
-                    "member {index} is active in slot {slot}; fail it first (md refuses to remove an active member)"
+                    "member {index} is {} in slot {slot}; fail it first (md refuses to remove an active member)",
+                    if st.slot_state[slot].usable() { "active" } else { "being rebuilt" }
                 )));
             }
             st.slot_member[slot] = None;
@@ -1047,89 +1521,354 @@ impl Array {
     }
 
     /// Adds `disk` as a spare (it gets a superblock of this array with role spare). When a slot
-    /// is missing, the spare takes it and is rebuilt from the others before this returns.
+    /// is missing, the spare takes it at once and is rebuilt by the rebuild task (the
+    /// background service runs it by itself; otherwise call [`Array::run_pending`]).
     pub fn add_spare(&self, disk: Box<dyn Disk>, device_uuid: [u8; 16]) -> Result<()> {
         self.check_writable()?;
         let disk: Arc<dyn Disk> = Arc::from(disk);
-        let (index, target_slot) = {
+        {
             let _g = lock(&self.sb_lock);
             let mut st = lock(&self.state);
-            let Some(template) = st
-                .sbs
-                .iter()
-                .zip(&st.members)
-                .find(|(_, m)| m.is_some())
-                .map(|(sb, _)| sb.clone())
-            else {
-                return Err(EngineError::Invalid(
-                    "no member left to copy the superblock from".into(),
-                ));
-            };
-            let used: Vec<u32> = st
-                .sbs
-                .iter()
-                .zip(&st.members)
-                .filter(|(_, m)| m.is_some())
-                .map(|(sb, _)| sb.dev_number)
-                .collect();
-            let dev_number = (0..).find(|d| !used.contains(d)).unwrap_or(0);
-            let dl = DataLayout::mdadm_create(&CreateShape {
-                version: self.version,
-                device_sectors: disk.size_bytes() / 512,
-                level: level_from_md(self.geo.level),
-                layout: self.geo.layout,
-                raid_disks: self.geo.raid_disks as u32,
-                chunk_sectors: self.geo.chunk_sectors as u32,
-                with_bitmap: false,
-            })
-            .map_err(meta_err)?;
-            if dl.data_size_sectors < self.geo.member_data_sectors {
-                return Err(EngineError::SizeMismatch {
-                    member: disk.name().to_string(),
-                    detail: format!(
-                        "only {} data sectors, the array needs {} per member",
-                        dl.data_size_sectors, self.geo.member_data_sectors
-                    ),
-                });
-            }
-            let mut sb = template;
-            sb.device_uuid = Uuid(device_uuid);
-            sb.dev_number = dev_number;
-            sb.data_offset_sectors = dl.data_offset_sectors;
-            sb.data_size_sectors = dl.data_size_sectors;
-            sb.super_offset_sectors = dl.super_offset_sectors;
-            sb.bblog_offset = dl.bblog_offset;
-            sb.bblog_size_sectors = dl.bblog_size_sectors;
-            sb.set_role(dev_number, DevRole::Spare).map_err(meta_err)?;
-            sb.clear_recovery_offset();
-            let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
-                .map_err(|e| {
-                    EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
-                })?;
-            st.members.push(Some(Arc::new(Member {
-                disk: disk.clone(),
-                worker,
-                data_offset_bytes: dl.data_offset_sectors * 512,
-            })));
-            st.sbs.push(sb);
-            let index = st.members.len() - 1;
+            let (_, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
             st.log.push(format!("{}: added as spare", disk.name()));
-            let target = st.slot_state.iter().position(|s| !s.usable());
+            let assigned = self.assign_spare_locked(&mut st);
             self.update_superblocks(&mut st, |sb| {
                 let _ = sb.set_role(dev_number, DevRole::Spare);
+                for &(slot, d) in &assigned {
+                    let _ = sb.set_role(d, DevRole::Active(slot as u16));
+                }
             });
-            (index, target)
-        };
-        if let Some(slot) = target_slot {
-            self.rebuild(index, slot)?;
         }
+        self.bg.wake();
         Ok(())
+    }
+
+    /// Takes back a member that left the array (failed, or pulled) into its old slot, keeping
+    /// its data: with a write-intent bitmap, only the regions written since it left are
+    /// rebuilt (md's re-add). Refused, with the reason, when the array has no bitmap, the
+    /// member belongs elsewhere, its slot is taken, or it left before the bitmap's bits were
+    /// last cleared; then add it as a new spare instead.
+    pub fn re_add(&self, disk: Box<dyn Disk>) -> Result<usize> {
+        self.check_writable()?;
+        let found = read_superblock(disk.as_ref())?;
+        let name = disk.name().to_string();
+        let Some(wi) = &self.bitmap else {
+            return Err(EngineError::Invalid(format!(
+                "{name}: the array has no write-intent bitmap, so a returning member cannot be brought up to date from it; add it as a new spare"
+            )));
+        };
+        let disk: Arc<dyn Disk> = Arc::from(disk);
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let Some(template) = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .find(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.clone())
+        else {
+            return Err(EngineError::Invalid(
+                "no member left to copy the superblock from".into(),
+            ));
+        };
+        if found.sb.set_uuid != template.set_uuid {
+            return Err(EngineError::Foreign {
+                member: name,
+                member_uuid: found.sb.set_uuid.to_mdadm_string(),
+                array_uuid: template.set_uuid.to_mdadm_string(),
+                reference: "the running array".into(),
+            });
+        }
+        if let Some(i) = (0..st.members.len())
+            .find(|&i| st.members[i].is_some() && st.sbs[i].device_uuid == found.sb.device_uuid)
+        {
+            let in_use = st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i));
+            if in_use {
+                return Err(EngineError::Duplicate {
+                    member: name,
+                    other: st.members[i]
+                        .as_ref()
+                        .map(|m| m.disk.name().to_string())
+                        .unwrap_or_default(),
+                    device_uuid: found.sb.device_uuid.to_mdadm_string(),
+                });
+            }
+            // The same device is still attached as faulty: the returning copy replaces it.
+            st.members[i] = None;
+        }
+        let DevRole::Active(slot) = found.sb.role() else {
+            return Err(EngineError::Invalid(format!(
+                "{name}: it was not an active member (role {:?}); add it as a spare",
+                found.sb.role()
+            )));
+        };
+        let slot = slot as usize;
+        if slot >= self.geo.raid_disks || st.slot_state[slot].writable() {
+            return Err(EngineError::Invalid(format!(
+                "{name}: its slot {slot} is held by another member now; add it as a new spare"
+            )));
+        }
+        let cleared = wi.events_cleared();
+        if found.sb.events < cleared {
+            return Err(EngineError::Invalid(format!(
+                "{name}: it left at events {}, before the bitmap was last cleared (events {cleared}); the bitmap no longer shows everything it missed, so add it as a new spare (full rebuild)",
+                found.sb.events
+            )));
+        }
+        if found.sb.data_size_sectors < self.geo.member_data_sectors {
+            return Err(EngineError::SizeMismatch {
+                member: name,
+                detail: "its data area is smaller than the array's members'".into(),
+            });
+        }
+        let used: Vec<u32> = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .filter(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.dev_number)
+            .collect();
+        let dev_number = if used.contains(&found.sb.dev_number) {
+            (0..).find(|d| !used.contains(d)).unwrap_or(0)
+        } else {
+            found.sb.dev_number
+        };
+        let mut sb = template;
+        sb.device_uuid = found.sb.device_uuid;
+        sb.dev_number = dev_number;
+        sb.data_offset_sectors = found.sb.data_offset_sectors;
+        sb.data_size_sectors = found.sb.data_size_sectors;
+        sb.super_offset_sectors = found.sb.super_offset_sectors;
+        sb.bblog_offset = found.sb.bblog_offset;
+        sb.bblog_size_sectors = found.sb.bblog_size_sectors;
+        sb.bblog_shift = found.sb.bblog_shift;
+        sb.feature_map.remove(FeatureMap::REPLACEMENT);
+        sb.feature_map.remove(FeatureMap::BAD_BLOCKS);
+        sb.set_role(dev_number, DevRole::Active(slot as u16))
+            .map_err(meta_err)?;
+        sb.set_recovery_offset(0);
+        sb.feature_map.insert(FeatureMap::RECOVERY_BITMAP);
+        let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
+            .map_err(|e| {
+                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
+            })?;
+        st.members.push(Some(Arc::new(Member {
+            disk,
+            worker,
+            data_offset_bytes: found.sb.data_offset_sectors * 512,
+        })));
+        st.sbs.push(sb);
+        let index = st.members.len() - 1;
+        st.slot_member[slot] = Some(index);
+        st.slot_state[slot] = MemberState::Rebuilding;
+        st.bitmap_recovery[slot] = true;
+        st.log.push(format!(
+            "{name}: re-added into slot {slot}; {} bitmap regions to bring up to date",
+            wi.set_bits()
+        ));
+        self.update_superblocks(&mut st, |sb| {
+            let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
+        });
+        drop(st);
+        drop(_g);
+        self.bg.wake();
+        Ok(slot)
+    }
+
+    /// Starts copying the active member at `index` onto `disk` while it stays in service
+    /// (md's `--replace`): the new member is the slot's replacement, gets every write the slot
+    /// gets, and is filled by the replace task; when the copy is complete it takes the slot
+    /// and the old member is marked faulty. Should the old member fail first, the copy
+    /// carries on as an ordinary rebuild.
+    pub fn replace_member(
+        &self,
+        index: usize,
+        disk: Box<dyn Disk>,
+        device_uuid: [u8; 16],
+    ) -> Result<()> {
+        self.check_writable()?;
+        if self.geo.level == 0 {
+            return Err(EngineError::Invalid(
+                "RAID 0 cannot replace a member in service (md has no replacement for it); copy the array instead".into(),
+            ));
+        }
+        let disk: Arc<dyn Disk> = Arc::from(disk);
+        {
+            let _g = lock(&self.sb_lock);
+            let mut st = lock(&self.state);
+            let slot = match st.slot_member.iter().position(|&m| m == Some(index)) {
+                Some(slot) if st.slot_state[slot].usable() => slot,
+                _ => {
+                    return Err(EngineError::Invalid(format!(
+                        "member {index} is not an active member in sync; only those can be replaced (add a spare to rebuild a missing one)"
+                    )))
+                }
+            };
+            if st.replacement[slot].is_some() {
+                return Err(EngineError::Invalid(format!(
+                    "slot {slot} is already being replaced"
+                )));
+            }
+            let (new, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
+            st.sbs[new]
+                .set_role(dev_number, DevRole::Active(slot as u16))
+                .map_err(meta_err)?;
+            st.sbs[new].feature_map.insert(FeatureMap::REPLACEMENT);
+            st.sbs[new].set_recovery_offset(0);
+            st.replacement[slot] = Some(new);
+            self.note_replacements(&st);
+            st.log.push(format!(
+                "{}: replaces slot {slot}; the copy starts",
+                disk.name()
+            ));
+            self.update_superblocks(&mut st, |sb| {
+                let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
+            });
+        }
+        self.bg.wake();
+        Ok(())
+    }
+
+    /// Attaches `disk` as a new member with a superblock of this array (role spare) and a
+    /// worker; returns its index and device number. Caller holds `sb_lock`.
+    fn attach_locked(
+        &self,
+        st: &mut State,
+        disk: Arc<dyn Disk>,
+        device_uuid: [u8; 16],
+    ) -> Result<(usize, u32)> {
+        let Some(template) = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .find(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.clone())
+        else {
+            return Err(EngineError::Invalid(
+                "no member left to copy the superblock from".into(),
+            ));
+        };
+        let used: Vec<u32> = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .filter(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.dev_number)
+            .collect();
+        let dev_number = (0..).find(|d| !used.contains(d)).unwrap_or(0);
+        let shape = CreateShape {
+            version: self.version,
+            device_sectors: disk.size_bytes() / 512,
+            level: level_from_md(self.geo.level),
+            layout: self.geo.layout,
+            raid_disks: self.geo.raid_disks as u32,
+            chunk_sectors: self.geo.chunk_sectors as u32,
+            with_bitmap: false,
+        };
+        // A member of an array with a partial parity log gets mdadm's placement for one, so
+        // its log area stays clear of its data.
+        let dl = if self.ppl.is_some() {
+            DataLayout::mdadm_create_ppl(&shape)
+        } else {
+            DataLayout::mdadm_create(&shape)
+        }
+        .map_err(meta_err)?;
+        if dl.data_size_sectors < self.geo.member_data_sectors {
+            return Err(EngineError::SizeMismatch {
+                member: disk.name().to_string(),
+                detail: format!(
+                    "only {} data sectors, the array needs {} per member",
+                    dl.data_size_sectors, self.geo.member_data_sectors
+                ),
+            });
+        }
+        let mut sb = template;
+        sb.device_uuid = Uuid(device_uuid);
+        sb.dev_number = dev_number;
+        sb.data_offset_sectors = dl.data_offset_sectors;
+        sb.data_size_sectors = dl.data_size_sectors;
+        sb.super_offset_sectors = dl.super_offset_sectors;
+        sb.bblog_offset = dl.bblog_offset;
+        sb.bblog_size_sectors = dl.bblog_size_sectors;
+        sb.set_role(dev_number, DevRole::Spare).map_err(meta_err)?;
+        sb.clear_recovery_offset();
+        sb.feature_map.remove(FeatureMap::REPLACEMENT);
+        sb.feature_map.remove(FeatureMap::BAD_BLOCKS);
+        if let (Some(area), true) = (dl.ppl, sb.ppl().is_some()) {
+            // md's ppl_modify_log: a member joining the array starts with an empty log.
+            sb.set_ppl_area(area);
+            if let Some(at) = ppl::area_of(&sb) {
+                ppl::write_empty_log(
+                    disk.as_ref(),
+                    at,
+                    raidkit_metadata::ppl::ppl_signature(&sb.set_uuid.0),
+                )?;
+            }
+        }
+        let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
+            .map_err(|e| {
+                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
+            })?;
+        st.members.push(Some(Arc::new(Member {
+            disk,
+            worker,
+            data_offset_bytes: dl.data_offset_sectors * 512,
+        })));
+        st.sbs.push(sb);
+        Ok((st.members.len() - 1, dev_number))
+    }
+
+    /// Gives every slot without a working member a spare, if one is attached: the spare
+    /// becomes `Rebuilding` in that slot with recovery from sector 0 (md's recovery start).
+    /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
+    fn assign_spare_locked(&self, st: &mut State) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        if self.read_only || st.failed.is_some() || self.geo.level == 0 {
+            return out;
+        }
+        for slot in 0..self.geo.raid_disks {
+            if st.slot_state[slot].writable() {
+                continue;
+            }
+            let in_use = |st: &State, i: usize| {
+                st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i))
+            };
+            let Some(i) = (0..st.members.len()).find(|&i| {
+                st.members[i].is_some()
+                    && !in_use(st, i)
+                    && st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Spare
+            }) else {
+                break;
+            };
+            let d = st.sbs[i].dev_number;
+            if st.sbs[i].set_role(d, DevRole::Active(slot as u16)).is_err() {
+                continue;
+            }
+            st.sbs[i].set_recovery_offset(0);
+            st.slot_member[slot] = Some(i);
+            st.slot_state[slot] = MemberState::Rebuilding;
+            st.bitmap_recovery[slot] = false;
+            let name = st.members[i]
+                .as_ref()
+                .map(|m| m.disk.name().to_string())
+                .unwrap_or_default();
+            st.log
+                .push(format!("{name}: spare takes slot {slot}; rebuild starts"));
+            out.push((slot, d));
+        }
+        out
     }
 
     /// Flushes and marks the array clean (resync_offset = ~0, events + 1). Dropping an array
     /// without `stop` leaves it dirty, exactly like a crash.
+    ///
+    /// A background task stops first at its next step, with its checkpoint recorded: a
+    /// rebuild's `recovery_offset`, and a pending resync's cursor as `resync_offset` (so the
+    /// array is not marked clean while a resync is unfinished, as md does).
     pub fn stop(&self) -> Result<()> {
+        self.stop_background();
         self.flush()?;
+        self.intent_sweep(std::time::Duration::ZERO, true);
         if self.read_only {
             return Ok(());
         }
@@ -1138,8 +1877,12 @@ impl Array {
         if st.failed.is_some() {
             return Ok(());
         }
-        if st.dirty {
-            self.update_superblocks(&mut st, |sb| sb.mark_clean());
+        let resync = st.resync_from;
+        if st.dirty || resync.is_some() {
+            self.update_superblocks(&mut st, |sb| match resync {
+                Some(at) => sb.mark_dirty(at),
+                None => sb.mark_clean(),
+            });
             st.dirty = false;
         }
         Ok(())
@@ -1163,10 +1906,17 @@ impl Array {
             .enumerate()
             .filter_map(|(i, m)| {
                 let m = m.as_ref()?;
-                let slot = st.slot_member.iter().position(|&x| x == Some(i));
+                let replacing = st.replacement.iter().position(|&x| x == Some(i));
+                let slot = st
+                    .slot_member
+                    .iter()
+                    .position(|&x| x == Some(i))
+                    .or(replacing);
                 let state = slot.map(|s| st.slot_state[s]);
                 let role = match state {
+                    _ if replacing.is_some() => "replacement",
                     Some(MemberState::InSync) => "active",
+                    Some(MemberState::Rebuilding) => "rebuilding",
                     Some(_) => "faulty",
                     None => {
                         if any.is_some_and(|sb| sb.role_of(st.sbs[i].dev_number) == DevRole::Faulty)
@@ -1189,7 +1939,7 @@ impl Array {
                 })
             })
             .collect();
-        Status {
+        let mut out = Status {
             uuid: any
                 .map(|sb| sb.set_uuid.to_mdadm_string())
                 .unwrap_or_default(),
@@ -1209,11 +1959,19 @@ impl Array {
             degraded: !missing_slots.is_empty(),
             failed: st.failed.is_some(),
             read_only: self.read_only,
+            consistency_policy: self.consistency_policy(),
             events: st.sbs.iter().map(|sb| sb.events).max().unwrap_or(0),
             missing_slots,
             members,
+            task: self.bg.running(),
+            pending: Vec::new(),
+            finished_tasks: self.bg.history(),
+            resync_from_sectors: st.resync_from,
             log: st.log.clone(),
-        }
+        };
+        drop(st);
+        out.pending = self.pending_tasks();
+        out
     }
 
     fn check_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<()> {
@@ -1276,7 +2034,7 @@ impl Array {
             };
             let slot = st.slot_member.iter().position(|&x| x == Some(i));
             if let Some(s) = slot {
-                if !st.slot_state[s].usable() {
+                if !st.slot_state[s].writable() {
                     continue;
                 }
             } else if st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Faulty {
@@ -1288,11 +2046,188 @@ impl Array {
                 failures.push((slot, m.disk.name().to_string(), e.to_string()));
             }
         }
+        self.intent_follow_events(st);
         for (slot, name, err) in failures {
             if let Some(s) = slot {
                 self.fail_locked(st, s, &format!("{name}: superblock write failed: {err}"));
             }
         }
+    }
+
+    /// Member states for `piece` with every member whose bad-block list covers part of the
+    /// piece's range treated as lost (its data there comes from redundancy); `None` when no
+    /// listed range is involved.
+    fn bad_block_states(&self, piece: &Piece, states: &[MemberState]) -> Option<Vec<MemberState>> {
+        if !self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let st = lock(&self.state);
+        let hits = |slot: usize, from: u64, n: u64| {
+            st.slot_member[slot]
+                .and_then(|i| st.bad.get(i))
+                .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
+        };
+        let mut out: Option<Vec<MemberState>> = None;
+        let mut mark = |slot: usize| {
+            let v = out.get_or_insert_with(|| states.to_vec());
+            if v[slot].usable() {
+                v[slot] = MemberState::Faulty;
+            }
+        };
+        match &piece.kind {
+            PieceKind::Copies {
+                copies, sectors, ..
+            } => {
+                for &(m, s) in copies {
+                    if hits(m, s, *sectors) {
+                        mark(m);
+                    }
+                }
+            }
+            PieceKind::Band {
+                stripe,
+                lo,
+                sectors,
+                ..
+            } => {
+                let from = stripe * self.geo.chunk_sectors + lo;
+                for slot in 0..self.geo.raid_disks {
+                    if hits(slot, from, *sectors) {
+                        mark(slot);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Records `[ms, ms + n)` of member `index` in its md bad-block log (and in memory, so
+    /// reads avoid it). Without a log, or with a full one, the member is failed instead, as
+    /// md does. Caller holds no locks.
+    fn record_bad_block(&self, index: usize, ms: u64, n: u64) -> Result<bool> {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let slot = st.slot_member.iter().position(|&m| m == Some(index));
+        let sb = st.sbs[index].clone();
+        let Some(member) = st.members[index].clone() else {
+            return Ok(false);
+        };
+        let unit = 1u64 << sb.bblog_shift;
+        let first = (sb.data_offset_sectors + ms) / unit * unit;
+        let last = (sb.data_offset_sectors + ms + n).div_ceil(unit) * unit;
+        let count = st.members.len();
+        if st.bad.len() < count {
+            st.bad.resize(count, Vec::new());
+        }
+        let mut list: Vec<raidkit_metadata::BadBlock> = st.bad[index]
+            .iter()
+            .map(|&(b, len)| raidkit_metadata::BadBlock {
+                sector: sb.data_offset_sectors + b,
+                len_sectors: len,
+            })
+            .collect();
+        list.push(raidkit_metadata::BadBlock {
+            sector: first,
+            len_sectors: last - first,
+        });
+        list.sort();
+        list.dedup();
+        let encoded = if sb.bblog_offset != 0 && sb.bblog_size_sectors > 0 {
+            raidkit_metadata::badblocks::encode(&list, sb.bblog_shift, sb.bblog_size_sectors).ok()
+        } else {
+            None
+        };
+        let Some(page) = encoded else {
+            drop(st);
+            drop(_g);
+            if let Some(slot) = slot {
+                self.member_failed(
+                    slot,
+                    "an unreadable range could not be rewritten and there is no room to record it as a bad block",
+                );
+            }
+            return Ok(false);
+        };
+        let at = (sb.super_offset_sectors as i64 + sb.bblog_offset as i64) as u64 * 512;
+        member.disk.write_at(&page, at)?;
+        st.bad[index] = list
+            .iter()
+            .map(|b| {
+                (
+                    b.sector.saturating_sub(sb.data_offset_sectors),
+                    b.len_sectors,
+                )
+            })
+            .collect();
+        st.sbs[index].feature_map.insert(FeatureMap::BAD_BLOCKS);
+        self.has_bad
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let name = member.disk.name().to_string();
+        st.log.push(format!(
+            "{name}: sectors {first}..{last} recorded in the bad-block log; served from redundancy"
+        ));
+        self.update_superblocks(&mut st, |_| {});
+        Ok(true)
+    }
+
+    /// Slot states and members, and for writes the members being copied onto per slot
+    /// (empty when there are none), all under one lock.
+    #[allow(clippy::type_complexity)]
+    fn snapshot_for(
+        &self,
+        dir: Dir,
+    ) -> (
+        Vec<MemberState>,
+        Vec<Option<Arc<Member>>>,
+        Vec<Option<Arc<Member>>>,
+    ) {
+        let st = lock(&self.state);
+        let members = st
+            .slot_member
+            .iter()
+            .map(|m| m.and_then(|i| st.members[i].clone()))
+            .collect();
+        let replacements = if dir == Dir::Write
+            && self
+                .has_replacement
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            st.replacement
+                .iter()
+                .map(|r| r.and_then(|i| st.members[i].clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (st.slot_state.clone(), members, replacements)
+    }
+
+    /// Keeps the lock-free "any replacement?" flag in step with the state.
+    fn note_replacements(&self, st: &State) {
+        self.has_replacement.store(
+            st.replacement.iter().any(|r| r.is_some()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The replacement of `slot` failed: it is marked faulty and the slot's member stays.
+    fn replacement_failed(&self, slot: usize, why: &str) {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let Some(r) = st.replacement[slot].take() else {
+            return;
+        };
+        self.note_replacements(&st);
+        let d = st.sbs[r].dev_number;
+        let name = st.members[r]
+            .as_ref()
+            .map(|m| m.disk.name().to_string())
+            .unwrap_or_default();
+        st.log
+            .push(format!("{name}: replacement marked faulty ({why})"));
+        self.update_superblocks(&mut st, |sb| {
+            let _ = sb.set_role(d, DevRole::Faulty);
+        });
     }
 
     /// Marks slot `slot` faulty after an error (or on request).
@@ -1303,7 +2238,7 @@ impl Array {
     }
 
     fn fail_locked(&self, st: &mut State, slot: usize, why: &str) {
-        if !st.slot_state[slot].usable() {
+        if !st.slot_state[slot].writable() {
             return;
         }
         st.slot_state[slot] = MemberState::Faulty;
@@ -1319,11 +2254,6 @@ impl Array {
         };
         st.log.push(format!("{name}: marked faulty ({why})"));
         let failed: Vec<bool> = st.slot_state.iter().map(|s| !s.usable()).collect();
-        if let Some(d) = dev_number {
-            self.update_superblocks(st, |sb| {
-                let _ = sb.set_role(d, DevRole::Faulty);
-            });
-        }
         if !self.geo.survives(&failed) && st.failed.is_none() {
             let lost: Vec<usize> = (0..failed.len()).filter(|&s| failed[s]).collect();
             let detail = format!(
@@ -1332,6 +2262,39 @@ impl Array {
             );
             st.log.push(detail.clone());
             st.failed = Some(detail);
+        }
+        st.slot_member[slot] = None;
+        // A replacement being copied from the failed member carries on as a normal rebuild
+        // of the slot from where the copy got to (md does the same); otherwise a hot spare
+        // takes the slot at once and the rebuild task brings it in sync.
+        let mut assigned = Vec::new();
+        if let Some(r) = st.replacement[slot].take() {
+            self.note_replacements(st);
+            let d = st.sbs[r].dev_number;
+            st.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
+            if st.sbs[r].recovery_offset().is_none() {
+                st.sbs[r].set_recovery_offset(0);
+            }
+            st.slot_member[slot] = Some(r);
+            st.slot_state[slot] = MemberState::Rebuilding;
+            st.log.push(format!(
+                "replacement for slot {slot} continues as its rebuild"
+            ));
+            assigned.push((slot, d));
+        }
+        assigned.extend(self.assign_spare_locked(st));
+        if !assigned.is_empty() || dev_number.is_some() {
+            self.update_superblocks(st, |sb| {
+                if let Some(d) = dev_number {
+                    let _ = sb.set_role(d, DevRole::Faulty);
+                }
+                for &(s, d) in &assigned {
+                    let _ = sb.set_role(d, DevRole::Active(s as u16));
+                }
+            });
+        }
+        if !assigned.is_empty() {
+            self.bg.wake();
         }
     }
 
@@ -1344,19 +2307,43 @@ impl Array {
         user_len: usize,
         _fua: bool,
     ) -> Result<()> {
+        self.bg.note_foreground();
         let sectors = (user_len / SECTOR) as u64;
+        if dir == Dir::Write && self.bitmap.is_some() {
+            self.intent_start(array_sector, sectors);
+            let r = self.run_pieces(dir, array_sector, sectors, user_ptr, user_len);
+            self.intent_end(array_sector, sectors);
+            return r;
+        }
+        self.run_pieces(dir, array_sector, sectors, user_ptr, user_len)
+    }
+
+    fn run_pieces(
+        &self,
+        dir: Dir,
+        array_sector: u64,
+        sectors: u64,
+        user_ptr: *mut u8,
+        user_len: usize,
+    ) -> Result<()> {
         let pieces = core::split(&self.geo, array_sector, sectors, self.max_band_sectors);
         let mut i = 0;
         while i < pieces.len() {
             // One batch: consecutive pieces within the scratch budget (at least one).
             let mut j = i;
             let mut bytes = 0usize;
+            let mut log_bytes = 0u64;
             while j < pieces.len() {
                 let b = piece_scratch_estimate(&pieces[j], self.geo.raid_disks);
-                if j > i && bytes + b > self.batch_budget_bytes {
+                let lb = self.ppl_piece_bytes(dir == Dir::Write, &pieces[j].kind);
+                if j > i
+                    && (bytes + b > self.batch_budget_bytes
+                        || !self.ppl_fits(dir == Dir::Write, j - i + 1, log_bytes + lb))
+                {
                     break;
                 }
                 bytes += b;
+                log_bytes += lb;
                 j += 1;
                 if j - i >= 256 {
                     break;
@@ -1387,6 +2374,33 @@ impl Array {
     }
 
     fn plan(&self, piece: &Piece, dir: Dir, states: &[MemberState]) -> Result<PieceOp> {
+        let first_copy;
+        let piece = match &piece.kind {
+            // While a resync is pending, mirror reads go to the first live copy (the one the
+            // resync copies from), as md's do.
+            PieceKind::Copies { .. }
+                if dir == Dir::Read
+                    && self
+                        .resync_pending
+                        .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                let mut p = piece.clone();
+                if let PieceKind::Copies { read_hint, .. } = &mut p.kind {
+                    *read_hint = 0;
+                }
+                first_copy = p;
+                &first_copy
+            }
+            _ => piece,
+        };
+        let avoid;
+        let states = match self.bad_block_states(piece, states) {
+            Some(s) => {
+                avoid = s;
+                &avoid[..]
+            }
+            None => states,
+        };
         PieceOp::new(&self.geo, piece, dir, states).map_err(|e| match e {
             PlanError::Unrecoverable { lost_members } => EngineError::ArrayFailed {
                 detail: format!(
@@ -1406,12 +2420,15 @@ impl Array {
         user_ptr: *mut u8,
         user_len: usize,
     ) -> Result<()> {
-        let (mut states, mut members) = self.snapshot();
+        // Members and replacements are taken together: a write planned against a slot's
+        // member also reaches the replacement that may take the slot over meanwhile.
+        let (mut states, mut members, mut replacements) = self.snapshot_for(dir);
         let mut ops: Vec<PieceOp> = Vec::with_capacity(pieces.len());
         for p in pieces {
             ops.push(self.plan(p, dir, &states)?);
         }
         let mut done = vec![false; ops.len()];
+        let _active = pool::ActiveGuard::enter();
         loop {
             // Collect the next phase of every op.
             let mut ios: Vec<(usize, core::MemberIo)> = Vec::new();
@@ -1444,13 +2461,38 @@ impl Array {
             if ios.is_empty() {
                 return Ok(());
             }
+            // The partial parity log goes first: bands about to be written are logged on
+            // their parity members before any of their data or parity is.
+            let writing: Vec<bool> = (0..ops.len())
+                .map(|k| !done[k] && phase_dir[k] == Dir::Write)
+                .collect();
+            let ppl_hold = if dir == Dir::Write && self.ppl.is_some() {
+                // SAFETY: as above; no member I/O of this phase has been issued yet.
+                let user = unsafe { std::slice::from_raw_parts(user_ptr as *const u8, user_len) };
+                let hold = self.ppl_log_phase(&ops, &writing, user, &states)?;
+                if hold.is_some() {
+                    // A member whose log failed is no longer written.
+                    (states, members) = self.snapshot();
+                }
+                hold
+            } else {
+                None
+            };
             let batch = Batch::new();
-            let mut submitted: Vec<(usize, usize)> = Vec::with_capacity(ios.len()); // (op, slot)
+            // (op, slot, to the slot's replacement)
+            let mut submitted: Vec<(usize, usize, bool)> = Vec::with_capacity(ios.len());
             let mut skipped_reads: Vec<usize> = Vec::new();
-            let mut jobs: Vec<(Arc<Member>, Job)> = Vec::with_capacity(ios.len());
+            // Members borrowed from the snapshot: no reference-count traffic per I/O. Members
+            // being copied onto replacements get every write their slot gets.
+            let mut jobs: Vec<(&Member, Job)> = Vec::with_capacity(ios.len());
             for (k, io) in &ios {
-                let member = match (&members[io.member], states[io.member].usable()) {
-                    (Some(m), true) => m.clone(),
+                let live = if io.dir == Dir::Read {
+                    states[io.member].usable()
+                } else {
+                    states[io.member].writable()
+                };
+                let member = match (&members[io.member], live) {
+                    (Some(m), true) => &**m,
                     _ => {
                         // The member went away after planning: a read must be replanned,
                         // a write to it is simply no longer needed.
@@ -1469,10 +2511,27 @@ impl Array {
                     }
                     BufRef::Scratch { index } => ops[*k].scratch_mut()[index].as_mut_ptr(),
                 };
+                if io.dir == Dir::Write {
+                    if let Some(Some(r)) = replacements.get(io.member) {
+                        submitted.push((*k, io.member, true));
+                        jobs.push((
+                            &**r,
+                            Job {
+                                kind: JobKind::Write,
+                                offset_bytes: r.data_offset_bytes
+                                    + io.member_sector * SECTOR as u64,
+                                ptr,
+                                len,
+                                batch: batch.clone(),
+                                tag: submitted.len() - 1,
+                            },
+                        ));
+                    }
+                }
                 let tag = submitted.len();
-                submitted.push((*k, io.member));
+                submitted.push((*k, io.member, false));
                 jobs.push((
-                    member.clone(),
+                    member,
                     Job {
                         kind: if io.dir == Dir::Read {
                             JobKind::Read
@@ -1488,19 +2547,41 @@ impl Array {
                 ));
             }
             batch.add(jobs.len());
-            // The calling thread performs the last job itself: one thread handoff fewer per
-            // phase, which is most of the latency of a small request on a busy machine.
-            let inline = jobs.pop();
-            for (m, job) in jobs {
-                m.worker.submit(job, m.disk.name());
-            }
-            if let Some((m, job)) = inline {
-                crate::pool::execute(m.disk.as_ref(), job);
+            let phase_bytes: usize = jobs.iter().map(|(_, j)| j.len).sum();
+            let cpu_bound = jobs.iter().all(|(m, _)| m.worker.cpu_bound());
+            if pool::inline_all(jobs.len(), phase_bytes, cpu_bound) {
+                for (m, job) in jobs {
+                    m.worker.execute_here(job);
+                }
+            } else {
+                // The calling thread performs the last job itself, then takes back whatever
+                // the workers have not started yet instead of sleeping while they get a CPU.
+                let inline = jobs.pop();
+                let mut helped = Vec::with_capacity(jobs.len());
+                for (m, job) in jobs {
+                    m.worker.submit(job, m.disk.name());
+                    helped.push(m);
+                }
+                if let Some((m, job)) = inline {
+                    m.worker.execute_here(job);
+                }
+                for m in helped.drain(..) {
+                    while let Some(job) = m.worker.steal(&batch) {
+                        m.worker.execute_here(job);
+                    }
+                }
             }
             let errors = batch.wait();
+            if let Some(hold) = ppl_hold {
+                hold.finish();
+            }
             let mut replan: Vec<usize> = skipped_reads;
             for (tag, err) in errors {
-                let (k, slot) = submitted[tag];
+                let (k, slot, replacement) = submitted[tag];
+                if replacement {
+                    self.replacement_failed(slot, &err.to_string());
+                    continue;
+                }
                 self.member_failed(slot, &err.to_string());
                 if phase_dir[k] == Dir::Read {
                     replan.push(k);
@@ -1509,7 +2590,7 @@ impl Array {
             if !replan.is_empty() {
                 replan.sort_unstable();
                 replan.dedup();
-                (states, members) = self.snapshot();
+                (states, members, replacements) = self.snapshot_for(dir);
                 for k in replan {
                     ops[k] = self.plan(&pieces[k], dir, &states)?;
                     done[k] = false;
@@ -1517,122 +2598,6 @@ impl Array {
             }
             if dir == Dir::Write {
                 self.check_failed()?;
-            }
-        }
-    }
-
-    /// Rebuilds slot `slot` onto member `index` (a spare): reconstructs every chunk of the
-    /// slot from the others and writes it, then gives the member the slot.
-    fn rebuild(&self, index: usize, slot: usize) -> Result<()> {
-        let member = {
-            let st = lock(&self.state);
-            st.members[index].clone()
-        };
-        let Some(member) = member else { return Ok(()) };
-        let dev_number = lock(&self.state).sbs[index].dev_number;
-        // Record the recovery start in the new member's superblock only.
-        {
-            let _g = lock(&self.sb_lock);
-            let mut st = lock(&self.state);
-            st.sbs[index]
-                .set_role(dev_number, DevRole::Active(slot as u16))
-                .map_err(meta_err)?;
-            st.sbs[index].set_recovery_offset(0);
-            write_superblock(member.disk.as_ref(), &st.sbs[index], self.version)?;
-        }
-        self.ensure_dirty()?;
-        let chunk = if self.geo.chunk_sectors > 0 {
-            self.geo.chunk_sectors
-        } else {
-            256
-        };
-        let step = chunk.min(self.max_band_sectors.max(8));
-        let data_sectors = self.geo.member_data_sectors;
-        let mut ms = 0u64;
-        while ms < data_sectors {
-            // Each step stays inside one chunk: the reconstruction works chunk by chunk.
-            let n = step.min(data_sectors - ms).min(chunk - ms % chunk);
-            let block = self.reconstruct_member_range(slot, ms, n)?;
-            member
-                .disk
-                .write_at(&block, member.data_offset_bytes + ms * SECTOR as u64)?;
-            ms += n;
-        }
-        member.disk.flush()?;
-        let _g = lock(&self.sb_lock);
-        let mut st = lock(&self.state);
-        st.sbs[index].clear_recovery_offset();
-        st.slot_member[slot] = Some(index);
-        st.slot_state[slot] = MemberState::InSync;
-        let name = member.disk.name().to_string();
-        st.log.push(format!("{name}: rebuilt into slot {slot}"));
-        self.update_superblocks(&mut st, |sb| {
-            let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
-        });
-        Ok(())
-    }
-
-    /// Contents slot `slot` should hold at member sectors `[ms, ms+n)`, computed from the
-    /// other members (n stays within one chunk).
-    fn reconstruct_member_range(&self, slot: usize, ms: u64, n: u64) -> Result<Vec<u8>> {
-        let len = n as usize * SECTOR;
-        let mut out = vec![0u8; len];
-        match self.geo.scheme() {
-            Scheme::Copies => {
-                // Find which array range this member range holds: scan the array chunks that
-                // map a copy here. For RAID 1 the array sector is the member sector.
-                if self.geo.level == 1 {
-                    self.read_at(&mut out, ms * SECTOR as u64)?;
-                    return Ok(out);
-                }
-                // RAID 10: ask the layout crate's inverse map (md's raid10 unmap) which array
-                // sector this member sector holds.
-                let theirs = raidkit_layout::Geometry::from_md(&raidkit_layout::MdParams {
-                    level: self.geo.level,
-                    layout: self.geo.layout,
-                    raid_disks: self.geo.raid_disks as u32,
-                    chunk_sectors: self.geo.chunk_sectors as u32,
-                    member_data_sectors: vec![self.geo.member_data_sectors; self.geo.raid_disks],
-                })
-                .map_err(|e| EngineError::Invalid(e.to_string()))?;
-                match theirs.unmap(slot as u32, ms) {
-                    Ok(raidkit_layout::MemberChunkRole::Data { array_sector, .. }) => {
-                        self.read_at(&mut out, array_sector * SECTOR as u64)?;
-                    }
-                    // Past the used area: nothing of the array lives there.
-                    Ok(_) => {}
-                    Err(e) => return Err(EngineError::Invalid(e.to_string())),
-                }
-                Ok(out)
-            }
-            Scheme::Parity { .. } => {
-                let stripe = ms / self.geo.chunk_sectors;
-                let lo = ms % self.geo.chunk_sectors;
-                let info = self.geo.stripe(stripe);
-                let d = info.data_members.len();
-                // Read the whole band of data through the array (degraded reads recover the
-                // lost slot if it is data), then derive P/Q or pick the data block.
-                let mut data = vec![vec![0u8; len]; d];
-                let base = stripe * d as u64 * self.geo.chunk_sectors;
-                for (dd, blk) in data.iter_mut().enumerate() {
-                    let array_sector = base + dd as u64 * self.geo.chunk_sectors + lo;
-                    self.read_at(blk, array_sector * SECTOR as u64)?;
-                }
-                if let Some(dd) = info.data_members.iter().position(|&m| m == slot) {
-                    return Ok(std::mem::take(&mut data[dd]));
-                }
-                let mut p = vec![0u8; len];
-                let mut q = vec![0u8; len];
-                let refs: Vec<Option<&[u8]>> = if info.q_member.is_some() {
-                    info.syndrome_slots
-                        .iter()
-                        .map(|e| e.map(|dd| data[dd].as_slice()))
-                        .collect()
-                } else {
-                    data.iter().map(|b| Some(b.as_slice())).collect()
-                };
-                crate::gf::gen_pq(&refs, &mut p, Some(&mut q));
-                Ok(if slot == info.p_member { p } else { q })
             }
         }
     }

@@ -36,11 +36,20 @@ pub enum MemberState {
     Faulty,
     /// No device in this slot.
     Missing,
+    /// Being rebuilt (md's recovery): never read, but every write that reaches the slot is
+    /// written to it, so that the part the rebuild has already passed stays current.
+    Rebuilding,
 }
 
 impl MemberState {
+    /// Holds current data: may be read.
     pub fn usable(self) -> bool {
         self == MemberState::InSync
+    }
+
+    /// Receives writes (in sync, or being rebuilt).
+    pub fn writable(self) -> bool {
+        matches!(self, MemberState::InSync | MemberState::Rebuilding)
     }
 }
 
@@ -101,6 +110,15 @@ pub enum PlanError {
     Unrecoverable { lost_members: Vec<usize> },
 }
 
+/// The array sectors one lock key of a mirror level covers (`lock_key = sector / unit`).
+pub fn copies_lock_unit(geo: &Geo) -> u64 {
+    if geo.level == 1 {
+        256
+    } else {
+        geo.chunk_sectors
+    }
+}
+
 /// Splits `[array_sector, array_sector + sectors)` into pieces no wider than `max_band_sectors`.
 pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) -> Vec<Piece> {
     let mut out = Vec::new();
@@ -108,11 +126,7 @@ pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) 
     let max_band = max_band_sectors.max(8);
     match geo.scheme() {
         Scheme::Copies => {
-            let unit = if geo.level == 1 {
-                256
-            } else {
-                geo.chunk_sectors
-            };
+            let unit = copies_lock_unit(geo);
             let mut s = array_sector;
             while s < end {
                 let (copies, run) = geo.copies(s);
@@ -223,9 +237,35 @@ pub enum Step {
     Done,
 }
 
+/// What a RAID 4/5 band write writes ([`PieceOp::band_write`]).
+#[derive(Debug)]
+pub struct BandWriteView<'a> {
+    pub stripe: u64,
+    /// In-chunk sectors `[lo, lo + sectors)` of data indices `dd_first..=dd_last`.
+    pub lo: u64,
+    pub sectors: u64,
+    pub dd_first: usize,
+    pub dd_last: usize,
+    /// Member of each data index of the stripe.
+    pub data_members: &'a [usize],
+    pub p_member: usize,
+    /// False when the parity member could not be written when the band was planned.
+    pub parity_written: bool,
+    pub kind: PlanKind,
+    /// Member sector (relative to the data offset) of row `lo` on every member of the band.
+    pub member_sector: u64,
+    /// User buffer offset of `dd_first`'s rows; each further index is `chunk_bytes` on.
+    pub user_offset_bytes: usize,
+    pub chunk_bytes: usize,
+    /// The band's new parity (`sectors * 512` bytes).
+    pub new_p: &'a [u8],
+}
+
 /// Band bookkeeping for parity levels.
 #[derive(Debug)]
 struct BandCtx {
+    /// The stripe number.
+    stripe: u64,
     info: StripeInfo,
     lo: u64,
     sectors: u64,
@@ -233,11 +273,15 @@ struct BandCtx {
     dd_last: usize,
     user_offset_bytes: usize,
     chunk_bytes: usize,
-    /// Members of the stripe that were not usable when the band was planned.
-    lost_members: Vec<usize>,
+    /// Members of the stripe that could not be written when the band was planned (a member
+    /// being rebuilt is written but not read, so it is not among them).
+    unwritable_members: Vec<usize>,
 }
 
 impl BandCtx {
+    fn info_stripe(&self) -> u64 {
+        self.stripe
+    }
     fn len(&self) -> usize {
         self.sectors as usize * SECTOR
     }
@@ -346,6 +390,7 @@ impl PieceOp {
                 if live.is_empty() {
                     return Err(lost_error(copies.iter().map(|c| c.0)));
                 }
+                let writable = |m: usize| states.get(m).is_some_and(|s| s.writable());
                 let plan = match dir {
                     Dir::Read => {
                         let (member, member_sector) = live[read_hint % live.len()];
@@ -357,7 +402,11 @@ impl PieceOp {
                         }
                     }
                     Dir::Write => Plan::CopiesWrite {
-                        targets: live,
+                        targets: copies
+                            .iter()
+                            .copied()
+                            .filter(|&(m, _)| writable(m))
+                            .collect(),
                         sectors: *sectors,
                         user: *user_offset_bytes,
                     },
@@ -390,7 +439,13 @@ impl PieceOp {
                 if lost_members.len() > max_degraded {
                     return Err(lost_error(lost_members));
                 }
+                let unwritable_members: Vec<usize> = members
+                    .iter()
+                    .copied()
+                    .filter(|&m| !states.get(m).is_some_and(|s| s.writable()))
+                    .collect();
                 let ctx = BandCtx {
+                    stripe: *stripe,
                     info,
                     lo: *lo,
                     sectors: *sectors,
@@ -398,7 +453,7 @@ impl PieceOp {
                     dd_last: *dd_last,
                     user_offset_bytes: *user_offset_bytes,
                     chunk_bytes: geo.chunk_sectors as usize * SECTOR,
-                    lost_members,
+                    unwritable_members,
                 };
                 match dir {
                     Dir::Read => Ok(Self::plan_band_read(ctx, &ok)),
@@ -467,6 +522,9 @@ impl PieceOp {
         let d = ctx.info.data_members.len();
         let p_ok = ok(ctx.info.p_member);
         let q_ok = ctx.info.q_member.is_some_and(ok);
+        let writes = |m: usize| !ctx.unwritable_members.contains(&m);
+        let p_written = writes(ctx.info.p_member);
+        let q_written = ctx.info.q_member.is_some_and(writes);
         let written: Vec<usize> = (ctx.dd_first..=ctx.dd_last).collect();
         let unwritten: Vec<usize> = (0..d).filter(|&dd| !ctx.touched(dd)).collect();
         let data_ok = |dd: usize| ok(ctx.info.data_members[dd]);
@@ -478,9 +536,14 @@ impl PieceOp {
         } else {
             unwritten.len()
         };
-        let rmw_ok = written.iter().all(|&dd| data_ok(dd)) && parity_live > 0;
+        // Read-modify-write derives new parity from old parity, so every parity member that
+        // is written (a member being rebuilt is written, not read) must also be readable.
+        let rmw_ok = written.iter().all(|&dd| data_ok(dd))
+            && parity_live > 0
+            && (!p_written || p_ok)
+            && (!q_written || q_ok);
         let rmw_reads = written.len() + parity_live;
-        let kind = if parity_live == 0 {
+        let kind = if !p_written && !q_written {
             // No parity survives to keep consistent: only the data is written.
             PlanKind::Direct
         } else if unwritten.is_empty() {
@@ -558,6 +621,36 @@ impl PieceOp {
 
     pub fn kind(&self) -> PlanKind {
         self.kind
+    }
+
+    /// The shape and new parity of a RAID 4/5 band write, for the partial parity log. The
+    /// parity is only meaningful once [`PieceOp::next`] has handed out the write phase (it is
+    /// computed between the phases); `None` for other plans and for RAID 6.
+    pub fn band_write(&self) -> Option<BandWriteView<'_>> {
+        let Plan::BandWrite {
+            ctx, kind, new_p, ..
+        } = &self.plan
+        else {
+            return None;
+        };
+        if ctx.info.q_member.is_some() {
+            return None;
+        }
+        Some(BandWriteView {
+            stripe: ctx.info_stripe(),
+            lo: ctx.lo,
+            sectors: ctx.sectors,
+            dd_first: ctx.dd_first,
+            dd_last: ctx.dd_last,
+            data_members: &ctx.info.data_members,
+            p_member: ctx.info.p_member,
+            parity_written: !ctx.unwritable_members.contains(&ctx.info.p_member),
+            kind: *kind,
+            member_sector: ctx.member_sector(),
+            user_offset_bytes: ctx.user_offset_bytes,
+            chunk_bytes: ctx.chunk_bytes,
+            new_p: &self.scratch[*new_p],
+        })
     }
 
     /// Scratch blocks, for the driver to read into and write from.
@@ -723,8 +816,8 @@ impl PieceOp {
             } => {
                 let _ = (old, kind);
                 let ms = ctx.member_sector();
-                // `lost` members are exactly the ones not in sync; the plan was made with the
-                // states at `new`, so writes go to members that were usable then.
+                // Writes go to every member that was writable when the band was planned (in
+                // sync or being rebuilt).
                 for dd in ctx.dd_first..=ctx.dd_last {
                     let m = ctx.info.data_members[dd];
                     if !self.member_lost(m) {
@@ -759,12 +852,17 @@ impl PieceOp {
 
     fn member_lost(&self, member: usize) -> bool {
         match &self.plan {
-            Plan::BandWrite { ctx, .. } => ctx_lost(ctx).contains(&member),
+            Plan::BandWrite { ctx, .. } => ctx.unwritable_members.contains(&member),
             _ => false,
         }
     }
 
+    /// Between the read and the write phase: rebuilds lost data (degraded reads and writes)
+    /// and computes new parity. Works in place on the user buffer and the scratch blocks:
+    /// lost data a read returns is rebuilt straight into the user buffer, old parity is
+    /// updated where it lies, and nothing is allocated or copied besides a few slice lists.
     fn compute(&mut self, user: UserBuf<'_>) {
+        let scratch = &mut self.scratch;
         match &self.plan {
             Plan::BandRead {
                 ctx,
@@ -774,38 +872,36 @@ impl PieceOp {
                 lost,
             } if !lost.is_empty() => {
                 let UserBuf::Read(ubuf) = user else { return };
-                let len = ctx.len();
-                let (slot_of, nslots) = ctx.slots();
-                // Gather blocks in slot order.
-                let mut slots: Vec<Vec<u8>> = vec![Vec::new(); nslots];
-                let mut zero = vec![false; nslots];
-                let mut slot_for_dd = vec![0usize; data.len()];
-                for (slot, entry) in slot_of.iter().enumerate() {
-                    match entry {
-                        None => {
-                            zero[slot] = true;
-                            slots[slot] = vec![0u8; len];
+                let (slot_of, _) = ctx.slots();
+                let mut user_blocks = carve(
+                    ubuf,
+                    ctx.user_offset_bytes,
+                    ctx.chunk_bytes,
+                    ctx.dd_last + 1 - ctx.dd_first,
+                    ctx.len(),
+                );
+                let mut sc = scratch_slices(scratch);
+                // Every data index's block; a lost one the request covers is rebuilt in the
+                // user buffer, which frees its scratch block to serve as P's place when P is
+                // lost too (recovery from Q needs one).
+                let mut spare: Option<&mut [u8]> = None;
+                let mut blocks: Vec<Option<&mut [u8]>> = Vec::with_capacity(data.len());
+                for (dd, b) in data.iter().enumerate() {
+                    let touched = ctx.touched(dd);
+                    blocks.push(match *b {
+                        Block::Lost(i) if touched => {
+                            spare = sc[i].take();
+                            user_blocks[dd - ctx.dd_first].take()
                         }
-                        Some(dd) => {
-                            slot_for_dd[*dd] = slot;
-                            slots[slot] = match data[*dd] {
-                                Block::User(off) => ubuf[off..off + len].to_vec(),
-                                Block::Scratch(i) | Block::Lost(i) => self.scratch[i].clone(),
-                                Block::Unneeded => vec![0u8; len],
-                            };
-                        }
-                    }
+                        Block::User(_) => user_blocks[dd - ctx.dd_first].take(),
+                        Block::Scratch(i) | Block::Lost(i) => sc[i].take(),
+                        // Recovery reads every data block; the plan has them all.
+                        Block::Unneeded => None,
+                    });
                 }
-                let pb = p.map(|i| self.scratch[i].as_slice());
-                let qb = q.map(|i| self.scratch[i].as_slice());
-                let how = recovery(lost, &slot_for_dd, pb.is_some());
-                gf::recover(&mut slots, &zero, how, pb, qb);
-                for &dd in lost {
-                    if ctx.touched(dd) {
-                        let off = ctx.user_off(dd);
-                        ubuf[off..off + len].copy_from_slice(&slots[slot_for_dd[dd]]);
-                    }
-                }
+                let pb = p.and_then(|i| sc[i].take());
+                let qb = q.and_then(|i| sc[i].take());
+                rebuild(&slot_of, blocks, lost, pb, qb, spare);
             }
             Plan::BandWrite {
                 ctx,
@@ -818,100 +914,123 @@ impl PieceOp {
                 lost,
             } => {
                 let UserBuf::Write(ubuf) = user else { return };
-                if *kind == PlanKind::Direct {
-                    return;
-                }
                 let len = ctx.len();
-                let (slot_of, nslots) = ctx.slots();
-                let mut slot_for_dd = vec![0usize; ctx.info.data_members.len()];
-                for (slot, entry) in slot_of.iter().enumerate() {
-                    if let Some(dd) = entry {
-                        slot_for_dd[*dd] = slot;
-                    }
-                }
                 let new_data = |dd: usize| -> &[u8] {
                     let off = ctx.user_off(dd);
                     &ubuf[off..off + len]
                 };
-                if *kind == PlanKind::ReadModifyWrite {
-                    let mut np = p.map(|i| self.scratch[i].clone());
-                    let mut nq = q.map(|i| self.scratch[i].clone());
-                    for dd in ctx.dd_first..=ctx.dd_last {
-                        let Some(Block::Scratch(i)) = old[dd] else {
-                            continue;
-                        };
-                        let mut delta = self.scratch[i].clone();
-                        gf::xor_into(&mut delta, new_data(dd));
-                        gf::apply_delta(
-                            &delta,
-                            slot_for_dd[dd],
-                            np.as_deref_mut(),
-                            nq.as_deref_mut(),
-                        );
-                    }
-                    if let Some(np) = np {
-                        self.scratch[*new_p] = np;
-                    }
-                    if let (Some(nq), Some(iq)) = (nq, new_q) {
-                        self.scratch[*iq] = nq;
-                    }
-                    return;
-                }
-                // Full stripe or reconstruct-write: parity of the whole new band.
-                let mut recovered: Vec<Vec<u8>> = Vec::new();
-                if !lost.is_empty() {
-                    let mut slots: Vec<Vec<u8>> = vec![Vec::new(); nslots];
-                    let mut zero = vec![false; nslots];
-                    for (slot, entry) in slot_of.iter().enumerate() {
-                        match entry {
-                            None => {
-                                zero[slot] = true;
-                                slots[slot] = vec![0u8; len];
+                match kind {
+                    PlanKind::Direct => {}
+                    PlanKind::ReadModifyWrite => {
+                        // P' = P ^ old ^ new, Q' = Q ^ g^slot (old ^ new), in place in the
+                        // old parity blocks, which then become the ones written.
+                        let (slot_of, nslots) = ctx.slots();
+                        let mut sc = scratch_slices(scratch);
+                        let written: Vec<(usize, usize, usize)> = (ctx.dd_first..=ctx.dd_last)
+                            .filter_map(|dd| match old[dd] {
+                                Some(Block::Scratch(i)) => {
+                                    let slot = slot_of.iter().position(|&e| e == Some(dd))?;
+                                    Some((dd, i, slot))
+                                }
+                                _ => None,
+                            })
+                            .collect();
+                        let pb = p.and_then(|i| sc[i].take());
+                        let qb = q.and_then(|i| sc[i].take());
+                        let olds: Vec<(usize, &[u8])> = written
+                            .iter()
+                            .filter_map(|&(_, i, slot)| {
+                                let b: &[u8] = sc[i].take()?;
+                                Some((slot, b))
+                            })
+                            .collect();
+                        let news: Vec<(usize, &[u8])> = written
+                            .iter()
+                            .map(|&(dd, _, slot)| (slot, new_data(dd)))
+                            .collect();
+                        match (pb, qb) {
+                            (Some(pb), None) => {
+                                let srcs: Vec<&[u8]> =
+                                    olds.iter().chain(&news).map(|&(_, b)| b).collect();
+                                gf::xor_sources_into(pb, &srcs);
                             }
-                            Some(dd) => {
-                                slots[slot] = match old[*dd] {
-                                    Some(Block::Scratch(i)) | Some(Block::Lost(i)) => {
-                                        self.scratch[i].clone()
+                            (pb, Some(qb)) => {
+                                // With P lost, new P's block takes the P side of the syndrome
+                                // update; it is not written.
+                                let pb = match pb {
+                                    Some(pb) => pb,
+                                    None => match sc[*new_p].take() {
+                                        Some(b) => b,
+                                        None => return,
+                                    },
+                                };
+                                for set in [&olds, &news] {
+                                    let mut slots: Vec<&[u8]> = vec![&[]; nslots];
+                                    for &(slot, b) in set.iter() {
+                                        slots[slot] = b;
                                     }
-                                    _ => vec![0u8; len],
+                                    gf::xor_syndrome_into(&slots, pb, qb);
                                 }
                             }
+                            (None, None) => {}
+                        }
+                        if let Some(i) = p {
+                            scratch.swap(*i, *new_p);
+                        }
+                        if let (Some(i), Some(nq)) = (q, new_q) {
+                            scratch.swap(*i, *nq);
                         }
                     }
-                    let pb = p.map(|i| self.scratch[i].as_slice());
-                    let qb = q.map(|i| self.scratch[i].as_slice());
-                    let how = recovery(lost, &slot_for_dd, pb.is_some());
-                    gf::recover(&mut slots, &zero, how, pb, qb);
-                    recovered = slots;
-                }
-                let mut np = std::mem::take(&mut self.scratch[*new_p]);
-                let mut nq = new_q.map(|i| std::mem::take(&mut self.scratch[i]));
-                {
-                    let block_of = |dd: usize| -> &[u8] {
-                        if ctx.touched(dd) {
-                            new_data(dd)
-                        } else if !recovered.is_empty() {
-                            &recovered[slot_for_dd[dd]]
-                        } else {
-                            match old[dd] {
-                                Some(Block::Scratch(i)) | Some(Block::Lost(i)) => &self.scratch[i],
-                                _ => &[],
+                    _ => {
+                        // Full stripe or reconstruct-write: parity of the whole new band,
+                        // after rebuilding lost data the request does not overwrite.
+                        let (slot_of, _) = ctx.slots();
+                        if !lost.is_empty() {
+                            let mut sc = scratch_slices(scratch);
+                            let blocks: Vec<Option<&mut [u8]>> = old
+                                .iter()
+                                .map(|b| match b {
+                                    Some(Block::Scratch(i)) | Some(Block::Lost(i)) => sc[*i].take(),
+                                    _ => None,
+                                })
+                                .collect();
+                            let pb = p.and_then(|i| sc[i].take());
+                            let qb = q.and_then(|i| sc[i].take());
+                            // New P is computed below; until then its block is free.
+                            let spare = sc[*new_p].take();
+                            rebuild(&slot_of, blocks, lost, pb, qb, spare);
+                        }
+                        let mut np = std::mem::take(&mut scratch[*new_p]);
+                        let mut nq = new_q.map(|i| std::mem::take(&mut scratch[i]));
+                        {
+                            let scratch = &*scratch;
+                            let block_of = |dd: usize| -> &[u8] {
+                                if ctx.touched(dd) {
+                                    new_data(dd)
+                                } else {
+                                    match old[dd] {
+                                        Some(Block::Scratch(i)) | Some(Block::Lost(i)) => {
+                                            &scratch[i]
+                                        }
+                                        _ => &[],
+                                    }
+                                }
+                            };
+                            if nq.is_some() {
+                                let refs: Vec<Option<&[u8]>> =
+                                    slot_of.iter().map(|e| e.map(block_of)).collect();
+                                gf::gen_pq(&refs, &mut np, nq.as_deref_mut());
+                            } else {
+                                let refs: Vec<&[u8]> =
+                                    (0..ctx.info.data_members.len()).map(block_of).collect();
+                                gf::gen_p(&refs, &mut np);
                             }
                         }
-                    };
-                    if nq.is_some() {
-                        let refs: Vec<Option<&[u8]>> =
-                            slot_of.iter().map(|e| e.map(block_of)).collect();
-                        gf::gen_pq(&refs, &mut np, nq.as_deref_mut());
-                    } else {
-                        let refs: Vec<&[u8]> =
-                            (0..ctx.info.data_members.len()).map(block_of).collect();
-                        gf::gen_p(&refs, &mut np);
+                        scratch[*new_p] = np;
+                        if let (Some(nq), Some(iq)) = (nq, new_q) {
+                            scratch[*iq] = nq;
+                        }
                     }
-                }
-                self.scratch[*new_p] = np;
-                if let (Some(nq), Some(iq)) = (nq, new_q) {
-                    self.scratch[*iq] = nq;
                 }
             }
             _ => {}
@@ -919,20 +1038,69 @@ impl PieceOp {
     }
 }
 
-/// Members of a write band that were not usable when it was planned.
-fn ctx_lost(ctx: &BandCtx) -> &[usize] {
-    &ctx.lost_members
+/// Every scratch block as a separately borrowable slice.
+fn scratch_slices(scratch: &mut [Vec<u8>]) -> Vec<Option<&mut [u8]>> {
+    scratch.iter_mut().map(|b| Some(b.as_mut_slice())).collect()
 }
 
-fn recovery(lost_dd: &[usize], slot_for_dd: &[usize], p_available: bool) -> gf::Lost {
-    let mut slots: Vec<usize> = lost_dd.iter().map(|&dd| slot_for_dd[dd]).collect();
-    slots.sort_unstable();
-    match slots.as_slice() {
-        [a, b, ..] => gf::Lost::TwoData(*a, *b),
-        [a] if p_available => gf::Lost::DataViaP(*a),
-        [a] => gf::Lost::DataViaQ(*a),
-        [] => gf::Lost::DataViaP(0),
+/// `count` blocks of `len` bytes, `stride` bytes apart from `first` on, as disjoint slices
+/// (the data indices of a band in the user buffer: one chunk apart, `len` ≤ chunk).
+fn carve(
+    buf: &mut [u8],
+    first: usize,
+    stride: usize,
+    count: usize,
+    len: usize,
+) -> Vec<Option<&mut [u8]>> {
+    let mut out = Vec::with_capacity(count);
+    let mut rest: &mut [u8] = &mut buf[first..];
+    for k in 0..count {
+        let (blk, tail) = std::mem::take(&mut rest).split_at_mut(len);
+        out.push(Some(blk));
+        if k + 1 < count {
+            rest = &mut tail[stride - len..];
+        }
     }
+    out
+}
+
+/// Rebuilds the lost data indices `lost` (one or two) in place. `blocks[dd]` is data index
+/// dd's block (lost ones are the outputs); `slot_of[slot]` is the data index in syndrome slot
+/// `slot` (`None`: a zero block). One lost block comes back from P by XOR; with P lost or two
+/// blocks lost, md's RAID-6 recovery runs, which needs a block for P: the live P, else `spare`
+/// (its contents are overwritten).
+fn rebuild(
+    slot_of: &[Option<usize>],
+    mut blocks: Vec<Option<&mut [u8]>>,
+    lost: &[usize],
+    p: Option<&mut [u8]>,
+    q: Option<&mut [u8]>,
+    spare: Option<&mut [u8]>,
+) {
+    if let ([x], Some(p)) = (lost, p.as_deref()) {
+        let Some(dst) = blocks[*x].take() else { return };
+        let mut srcs: Vec<&[u8]> = blocks.iter().flatten().map(|b| &**b).collect();
+        srcs.push(p);
+        gf::gen_p(&srcs, dst);
+        return;
+    }
+    let (Some(p), Some(q)) = (p.or(spare), q) else {
+        // The planner refuses bands it cannot rebuild; nothing to do with what is left.
+        return;
+    };
+    let n = slot_of.len();
+    let slot = |dd: usize| slot_of.iter().position(|&e| e == Some(dd)).unwrap_or(n);
+    let missing: Vec<usize> = match lost {
+        [x] => vec![slot(*x), n],
+        _ => lost.iter().map(|&dd| slot(dd)).collect(),
+    };
+    let mut list: Vec<&mut [u8]> = Vec::with_capacity(n + 2);
+    for e in slot_of {
+        list.push(e.and_then(|dd| blocks[dd].take()).unwrap_or_default());
+    }
+    list.push(p);
+    list.push(q);
+    gf::recover_in_place(&mut list, &missing);
 }
 
 #[cfg(test)]
@@ -1041,6 +1209,63 @@ mod tests {
             PieceOp::new(&g, p, Dir::Read, &states),
             Err(PlanError::Unrecoverable { .. })
         ));
+    }
+
+    #[test]
+    fn a_member_being_rebuilt_is_written_never_read() {
+        // RAID 5 and RAID 6: whatever the plan, no read touches the rebuilding member, every
+        // write of the band that lands on it is issued, and the parity written is that of the
+        // whole new band (checked by XOR over what the plan writes plus the untouched data).
+        for (level, n) in [(5, 5), (6, 6)] {
+            let g = Geo::new(level, 2, n, 16, 16 * 100).unwrap();
+            for target in 0..n {
+                let mut states = vec![MemberState::InSync; n];
+                states[target] = MemberState::Rebuilding;
+                for (start, len) in [(0u64, 16 * (n as u64 - 2)), (0, 16), (20, 30), (70, 5)] {
+                    for p in split(&g, start, len, 4096) {
+                        let mut op = PieceOp::new(&g, &p, Dir::Write, &states).unwrap();
+                        let user = vec![7u8; len as usize * SECTOR];
+                        let mut wrote = Vec::new();
+                        loop {
+                            match op.next(UserBuf::Write(&user)) {
+                                Step::Done => break,
+                                Step::Io { dir, ios } => {
+                                    for io in ios {
+                                        if dir == Dir::Read {
+                                            assert_ne!(
+                                                io.member, target,
+                                                "read from a rebuilding member"
+                                            );
+                                        } else {
+                                            wrote.push(io.member);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        let PieceKind::Band {
+                            stripe,
+                            dd_first,
+                            dd_last,
+                            ..
+                        } = p.kind
+                        else {
+                            unreachable!()
+                        };
+                        let info = g.stripe(stripe);
+                        let touched_target = info.data_members[dd_first..=dd_last]
+                            .contains(&target)
+                            || info.p_member == target
+                            || info.q_member == Some(target);
+                        assert_eq!(
+                            wrote.contains(&target),
+                            touched_target,
+                            "level {level} target {target} stripe {stripe}: {wrote:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

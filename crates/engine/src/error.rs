@@ -61,6 +61,8 @@ pub enum EngineError {
     ReadOnly,
     /// Metadata could not be built or decoded.
     Metadata(String),
+    /// Another background task is running on the array.
+    Busy(String),
 }
 
 impl fmt::Display for EngineError {
@@ -104,6 +106,7 @@ impl fmt::Display for EngineError {
             EngineError::Invalid(s) => write!(f, "{s}"),
             EngineError::ReadOnly => write!(f, "the array is read-only"),
             EngineError::Metadata(s) => write!(f, "metadata: {s}"),
+            EngineError::Busy(s) => write!(f, "busy: {s}"),
         }
     }
 }

@@ -113,6 +113,44 @@ pub fn gen_p(blocks: &[&[u8]], p: &mut [u8]) {
     }
 }
 
+/// dst ^= every source, in one pass over dst (the dispatched kernel; word loop as fallback).
+pub fn xor_sources_into(dst: &mut [u8], sources: &[&[u8]]) {
+    if raidkit_parity::xor_into(dst, sources).is_ok() {
+        return;
+    }
+    for s in sources {
+        xor_into_words(dst, s);
+    }
+}
+
+/// P ^= the data slots and Q ^= g^slot times each (md's `xor_syndrome`, the read-modify-write
+/// step); empty slots are zero and skipped.
+pub fn xor_syndrome_into(slots: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+    let Some(start) = slots.iter().position(|s| !s.is_empty()) else {
+        return;
+    };
+    let stop = slots.iter().rposition(|s| !s.is_empty()).unwrap_or(start);
+    if raidkit_parity::xor_syndrome(slots, start, stop, p, q).is_ok() {
+        return;
+    }
+    for (slot, s) in slots.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+        xor_into_words(p, s);
+        mul_xor_into(q, s, gf_pow2(slot));
+    }
+}
+
+/// Rebuilds the `missing` blocks of `blocks` (data slots, then P, then Q, as
+/// [`raidkit_parity::recover`]) in place.
+///
+/// Panics when the blocks break the kernel's rules (unequal lengths, more than two missing):
+/// the planner builds them from one band, so that would be a bug here, and going on would
+/// hand out wrong data.
+pub fn recover_in_place(blocks: &mut [&mut [u8]], missing: &[usize]) {
+    if let Err(e) = raidkit_parity::recover(blocks, missing) {
+        panic!("band recovery refused by the parity kernel: {e}");
+    }
+}
+
 /// Multiplication in GF(2^8) mod 0x11d.
 pub fn gf_mul(mut a: u8, mut b: u8) -> u8 {
     let mut r = 0u8;

@@ -18,10 +18,12 @@ pub mod geo;
 pub mod gf;
 mod meta;
 mod pool;
+pub mod ppl;
+pub mod recon;
 
 pub use array::{
-    Array, ArrayState, AssembleOptions, AssembleReport, CreateOptions, EngineConfig, MemberStatus,
-    Status,
+    Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,
+    EngineConfig, MemberStatus, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
 pub use error::{EngineError, Result};
 pub use geo::Geo;

@@ -3,7 +3,9 @@
 //! members with a correct checksum and the same geometry.
 
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
-use raidkit_engine::{Array, AssembleOptions, CreateOptions, EngineConfig, EngineError};
+use raidkit_engine::{
+    Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError,
+};
 use raidkit_metadata::SuperblockVersion;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -64,7 +66,9 @@ fn create_on(
     version: SuperblockVersion,
     uuid: u8,
 ) -> Array {
-    Array::create(
+    // md's own rules for arrays without a write-hole guard (dirty + degraded needs force);
+    // arrays with a partial parity log are tested in ppl.rs.
+    Array::create_with_policy(
         open(paths, false),
         CreateOptions {
             level,
@@ -80,8 +84,10 @@ fn create_on(
                 .collect(),
             ctime_seconds: 1_700_000_000,
             members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },
+        ConsistencyPolicy::Resync,
     )
     .unwrap()
 }

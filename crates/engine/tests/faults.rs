@@ -92,6 +92,7 @@ fn setup(level: i32, n: usize) -> (Vec<Breakable>, Array) {
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1,
             members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },
     )

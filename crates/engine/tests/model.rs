@@ -59,6 +59,7 @@ fn create(
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
             members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig {
                 stripe_cache_bytes: 1 << 20,
                 max_inflight: 4,
@@ -309,6 +310,15 @@ fn spares_rebuild_failed_slots() {
                 .add_spare(Box::new(s.clone()), [0xa0 + k as u8; 16])
                 .unwrap_or_else(|e| panic!("{ctx}: add: {e}"));
         }
+        let reports = array
+            .run_pending(&mut |_| {}, &std::sync::atomic::AtomicBool::new(false))
+            .unwrap_or_else(|e| panic!("{ctx}: rebuild: {e}"));
+        assert!(
+            reports
+                .iter()
+                .all(|r| r.outcome == raidkit_engine::TaskOutcome::Completed),
+            "{ctx}: {reports:?}"
+        );
         let st = array.status();
         assert!(
             !st.degraded,
@@ -424,6 +434,9 @@ fn replaced_member_offered_again_is_left_out() {
     let spare = MemDisk::new("spare", 2 << 20);
     array
         .add_spare(Box::new(spare.clone()), [0xee; 16])
+        .unwrap();
+    array
+        .run_pending(&mut |_| {}, &std::sync::atomic::AtomicBool::new(false))
         .unwrap();
     random_phase(&array, &mut model, &mut rng, 10, "replace");
     array.stop().unwrap();

@@ -142,6 +142,13 @@ pub enum MetadataError {
         /// Offending value.
         value: u64,
     },
+    /// A partial parity log header (`struct ppl_header`) failed a check.
+    Ppl {
+        /// Which rule.
+        rule: &'static str,
+        /// Offending value.
+        value: u64,
+    },
 }
 
 impl fmt::Display for MetadataError {
@@ -251,6 +258,7 @@ impl fmt::Display for MetadataError {
             ),
             InvalidGeometry { rule } => write!(f, "invalid geometry: {rule}"),
             Bitmap { rule, value } => write!(f, "bitmap superblock: {rule} (value {value})"),
+            Ppl { rule, value } => write!(f, "partial parity log header: {rule} (value {value})"),
         }
     }
 }

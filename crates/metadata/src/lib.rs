@@ -7,6 +7,7 @@
 //!   bad-block-log placement (a pure function of device size and array shape);
 //! - [`bitmap`]: the write-intent bitmap superblock (`bitmap_super_t`) and its bit array;
 //! - [`badblocks`]: the bad-block log page;
+//! - [`ppl`]: the partial parity log header (`struct ppl_header`) with md's crc32c checksums;
 //! - [`examine`]: an `mdadm --examine`-style report as plain serialisable data.
 //!
 //! Nothing here does I/O, reads a clock or draws random numbers: UUIDs and times come from
@@ -17,6 +18,7 @@ pub mod bitmap;
 pub mod data_layout;
 pub mod error;
 pub mod examine;
+pub mod ppl;
 pub mod superblock;
 
 pub use badblocks::BadBlock;
@@ -24,6 +26,7 @@ pub use bitmap::{BitmapBits, BitmapSuper, BitmapVersion, BITMAP_MAGIC};
 pub use data_layout::{BitmapPlacement, CreateShape, DataLayout};
 pub use error::MetadataError;
 pub use examine::ExamineReport;
+pub use ppl::{PplEntry, PplHeader};
 pub use superblock::{
     calc_sb_1_csum, mdadm_max_dev, DevFlags, DevRole, Examined, FeatureMap, Level, Location,
     MdTime, NewMember, PplArea, ReshapeFields, SetName, Superblock, SuperblockVersion, Uuid,

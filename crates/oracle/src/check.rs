@@ -1,5 +1,6 @@
 //! Cross-check 1 (md -> raidkit): rebuild an md-written array from its raw member images with
-//! raidkit-layout and raidkit-parity, and compare with what md reported.
+//! raidkit-layout and raidkit-parity, and compare with what md reported. (Arrays of the other
+//! direction are handed to [`crate::assembled`].)
 //!
 //! For one array the checks are, in order (each failure is a precise line: stripe, member,
 //! byte, expected versus got):
@@ -15,7 +16,7 @@
 //!    and, for raid6, without each pair, equals the written data.
 
 use crate::pattern::{expected_contents, PatternWrite};
-use crate::plan::PlannedArray;
+use crate::plan::{PlannedArray, Scenario};
 use crate::records::ArrayReport;
 use crate::superblock::{read_v12, MemberSuperblock};
 use raidkit_layout::{Geometry, MdParams, MemberChunkRole, StripeMap};
@@ -123,6 +124,9 @@ fn level_name(level: i32, layout: Option<&str>) -> String {
 
 /// Check one array of the plan against the VM's report.
 pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOutcome {
+    if plan.kind == Scenario::Assemble {
+        return crate::assembled::check_assembled(plan, report);
+    }
     let mut out = CheckOutcome {
         name: plan.name.clone(),
         description: level_name(plan.level as i32, plan.layout.as_deref()),

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! raidkit-oracle plan --matrix FILE --work DIR [--full] [--only SUB,SUB] [--vms N]
-//!     write batch directories (job.sh, drives, zeroed member images) and plan.json;
-//!     prints the number of batches
+//!     write batch directories (job.sh, drives, member images: zeroed for arrays md creates,
+//!     created and written by raidkit for arrays md assembles) and plan.json; prints the
+//!     number of batches
 //! raidkit-oracle check --work DIR [--started-at UNIX_SECONDS]
 //!     check every planned array against its VM records; one line per array, then
 //!     "md-oracle: N passed, M failed"; exit status 1 if any failed
@@ -90,8 +91,11 @@ fn plan_cmd(a: &Args) -> Result<ExitCode, String> {
     if rows.is_empty() {
         return Err("no matrix rows selected".into());
     }
-    let plan = make_plan(&rows, work, a.vms.max(1));
-    write_plan(&plan, work)
+    let mut plan = make_plan(&rows, work, a.vms.max(1));
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    write_plan(&mut plan, work, threads)
         .map_err(|e| format!("writing the plan under {}: {e}", work.display()))?;
     println!("{}", plan.batches);
     Ok(ExitCode::SUCCESS)
@@ -154,7 +158,12 @@ fn check_cmd(a: &Args) -> Result<ExitCode, String> {
             );
         } else {
             failed += 1;
-            println!("md-oracle: FAIL {}: {}", outcome.name, outcome.description);
+            println!(
+                "md-oracle: FAIL {}: {} [passed: {}]",
+                outcome.name,
+                outcome.description,
+                outcome.passed.join(", ")
+            );
             for f in &outcome.failures {
                 println!("md-oracle:     {f}");
             }

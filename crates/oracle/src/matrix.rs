@@ -1,25 +1,82 @@
-//! The scenario matrix (tests/md-oracle/matrix): which arrays md creates in the VM.
+//! The scenario matrix (tests/md-oracle/matrix): which arrays the oracle builds, and who writes
+//! them.
 //!
 //! One row per array, whitespace separated, `#` starts a comment:
 //!
 //! ```text
-//! # set  name           level  layout            chunk  members
-//! fast   r5-ls-4x64k    5      left-symmetric    64K    4x8M
-//! full   r0-unequal     0      original          32K    8M,6M,4M
+//! # set  by       name              level  layout          chunk  members   [options]
+//! fast   md       r5-ls-4x64k       5      left-symmetric  64K    4x8M
+//! full   md       r0-unequal        0      original        32K    8M,6M,4M
+//! fast   raidkit  rk-r6-ls-5x64k-f2 6      left-symmetric  64K    5x4M      fail=2
+//! full   raidkit  rk-r1-2x-v10      1      -               -      2x4M      meta=1.0
 //! ```
 //!
-//! `set` is `fast` (run by default and by `--full`) or `full` (only `--full`). `layout` and
-//! `chunk` are mdadm's spellings or `-` for md's default / not applicable (raid1). `members`
-//! is `NxSIZE` or a comma list of sizes; sizes take K or M suffixes. Names must be unique,
-//! because records, member images and report lines are keyed by them.
+//! `set` is `fast` (run by default and by `--full`) or `full` (only `--full`). `by` is the
+//! direction: `md` rows are created and written by md in the VM and checked by raidkit on the
+//! host; `raidkit` rows are created and written by raidkit on the host and assembled and checked
+//! by md in the VM. `layout` and `chunk` are mdadm's spellings or `-` for the default / not
+//! applicable (raid1). `members` is `NxSIZE` or a comma list of sizes; sizes take K or M
+//! suffixes. Names must be unique, because records, member images and report lines are keyed by
+//! them.
+//!
+//! Options (raidkit rows only; a new raidkit-side scenario is a new option):
+//! - `meta=1.0|1.1|1.2`: superblock placement (default 1.2);
+//! - `fail=N` or `fail=N,M`: after writing, raidkit fails these members (`raidkit fail`); md
+//!   must assemble the array degraded and read the same data;
+//! - `rebuild=P` (1 to 99): after failing the members (`fail=`, or the last member when none is
+//!   given), raidkit adds one new spare per failed member, rebuilds and stops the rebuild once
+//!   it passed P percent, then stops the array cleanly: the spares carry md's recovery_offset.
+//!   md must resume the recovery from there, finish it and read the same data;
+//! - `bitmap` or `bitmap=SIZE`: raidkit creates the array with an internal write-intent bitmap
+//!   (SIZE per bit, a power of two of at least 4K; `bitmap` alone takes mdadm's default). With
+//!   `fail=`, raidkit also writes while the member is failed, so bits stay set; md must find
+//!   the bitmap (`mdadm -X`) as raidkit left it.
 
 use std::collections::BTreeSet;
 use std::fmt;
+
+/// Who creates and writes the array, and so which side checks the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// md creates and writes in the VM; raidkit checks the member bytes on the host.
+    Md,
+    /// raidkit creates and writes on the host; md assembles and checks in the VM.
+    Raidkit,
+}
+
+/// md superblock placement (mdadm's `--metadata`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetadataVersion {
+    V1_0,
+    V1_1,
+    V1_2,
+}
+
+impl MetadataVersion {
+    /// mdadm's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MetadataVersion::V1_0 => "1.0",
+            MetadataVersion::V1_1 => "1.1",
+            MetadataVersion::V1_2 => "1.2",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MetadataVersion> {
+        match s {
+            "1.0" => Some(MetadataVersion::V1_0),
+            "1.1" => Some(MetadataVersion::V1_1),
+            "1.2" => Some(MetadataVersion::V1_2),
+            _ => None,
+        }
+    }
+}
 
 /// One array of the matrix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MatrixRow {
     pub fast: bool,
+    pub by: Writer,
     pub name: String,
     /// md level number (0, 1, 4, 5, 6, 10).
     pub level: u32,
@@ -29,6 +86,16 @@ pub struct MatrixRow {
     pub chunk_kib: Option<u64>,
     /// Member image sizes, in member order.
     pub member_bytes: Vec<u64>,
+    /// Superblock placement (always 1.2 for md rows).
+    pub metadata: MetadataVersion,
+    /// raidkit rows: the members raidkit fails after writing (ascending).
+    pub fail_members: Vec<usize>,
+    /// raidkit rows: replace the failed members by spares and stop their rebuild once it
+    /// passed this percentage.
+    pub rebuild_percent: Option<u8>,
+    /// raidkit rows: create with an internal write-intent bitmap of this chunk (0: mdadm's
+    /// default).
+    pub bitmap_chunk_bytes: Option<u64>,
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -78,19 +145,30 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             reason,
         };
         let f: Vec<&str> = line.split_whitespace().collect();
-        let [set, name, level, layout, chunk, members] = f.as_slice() else {
-            return Err(err(format!("expected 6 fields, found {}", f.len())));
-        };
-        let fast = match *set {
+        if f.len() < 7 {
+            return Err(err(format!(
+                "expected at least 7 fields, found {}",
+                f.len()
+            )));
+        }
+        let (set, by, name, level, layout, chunk, members) =
+            (f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
+        let options = &f[7..];
+        let fast = match set {
             "fast" => true,
             "full" => false,
             other => return Err(err(format!("set must be fast or full, not {other}"))),
+        };
+        let by = match by {
+            "md" => Writer::Md,
+            "raidkit" => Writer::Raidkit,
+            other => return Err(err(format!("by must be md or raidkit, not {other}"))),
         };
         let level: u32 = match level.trim_start_matches("raid").parse() {
             Ok(l @ (0 | 1 | 4 | 5 | 6 | 10)) => l,
             _ => return Err(err(format!("unsupported level {level}"))),
         };
-        let chunk_kib = match *chunk {
+        let chunk_kib = match chunk {
             "-" => None,
             c => match parse_size(c) {
                 Some(b) if b >= 4096 && b % 1024 == 0 => Some(b / 1024),
@@ -105,19 +183,81 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                 "members {members}: need 2 or more sizes in 4K units"
             )));
         }
-        if name.len() > 40 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return Err(err(format!("name {name}: use up to 40 of [A-Za-z0-9-]")));
+        if name.len() > 31 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            // 31 bytes: raidkit stores the row name as the md set name.
+            return Err(err(format!("name {name}: use up to 31 of [A-Za-z0-9-]")));
+        }
+        let mut metadata = MetadataVersion::V1_2;
+        let mut fail_members: Vec<usize> = Vec::new();
+        let mut rebuild_percent = None;
+        let mut bitmap_chunk_bytes = None;
+        for opt in options {
+            if by == Writer::Md {
+                return Err(err(format!(
+                    "option {opt}: options apply to raidkit rows only"
+                )));
+            }
+            match opt.split_once('=') {
+                Some(("meta", v)) => {
+                    metadata = MetadataVersion::parse(v)
+                        .ok_or_else(|| err(format!("meta={v}: use 1.0, 1.1 or 1.2")))?
+                }
+                Some(("fail", v)) => {
+                    for m in v.split(',') {
+                        match m.parse::<usize>() {
+                            Ok(m) if m < member_bytes.len() && !fail_members.contains(&m) => {
+                                fail_members.push(m)
+                            }
+                            _ => {
+                                return Err(err(format!(
+                                    "fail={v}: needs distinct member indices below {}",
+                                    member_bytes.len()
+                                )))
+                            }
+                        }
+                    }
+                    fail_members.sort_unstable();
+                }
+                Some(("rebuild", v)) => match v.parse::<u8>() {
+                    Ok(p @ 1..=99) => rebuild_percent = Some(p),
+                    _ => return Err(err(format!("rebuild={v}: use a percentage from 1 to 99"))),
+                },
+                Some(("bitmap", v)) => match parse_size(v) {
+                    Some(b) if b >= 4096 && b.is_power_of_two() => bitmap_chunk_bytes = Some(b),
+                    _ => {
+                        return Err(err(format!(
+                            "bitmap={v}: use a power of two of at least 4K"
+                        )))
+                    }
+                },
+                None if *opt == "bitmap" => bitmap_chunk_bytes = Some(0),
+                _ => return Err(err(format!("unknown option {opt}"))),
+            }
+        }
+        if (rebuild_percent.is_some() || bitmap_chunk_bytes.is_some()) && level == 0 {
+            return Err(err(
+                "rebuild and bitmap need a level with redundancy (not 0)".to_string(),
+            ));
+        }
+        if rebuild_percent.is_some() && fail_members.is_empty() {
+            // Rebuild the last member unless the row names the ones to fail.
+            fail_members.push(member_bytes.len() - 1);
         }
         if !names.insert(name.to_string()) {
             return Err(err(format!("duplicate name {name}")));
         }
         rows.push(MatrixRow {
             fast,
+            by,
             name: name.to_string(),
             level,
-            layout: (*layout != "-").then(|| layout.to_string()),
+            layout: (layout != "-").then(|| layout.to_string()),
             chunk_kib,
             member_bytes,
+            metadata,
+            fail_members,
+            rebuild_percent,
+            bitmap_chunk_bytes,
         });
     }
     Ok(rows)
@@ -130,29 +270,69 @@ mod tests {
     #[test]
     fn parses_rows() {
         let rows = parse_matrix(
-            "# comment\nfast r5 5 left-symmetric 64K 4x8M\n\nfull r0 0 - 4K 8M,6M # tail\n",
+            "# comment\nfast md r5 5 left-symmetric 64K 4x8M\n\nfull md r0 0 - 4K 8M,6M # tail\n\
+             fast raidkit rk6 6 ls 64K 5x4M fail=2 meta=1.1\n",
         )
         .unwrap();
-        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.len(), 3);
         assert!(rows[0].fast);
+        assert_eq!(rows[0].by, Writer::Md);
         assert_eq!(rows[0].layout.as_deref(), Some("left-symmetric"));
         assert_eq!(rows[0].chunk_kib, Some(64));
         assert_eq!(rows[0].member_bytes, vec![8 << 20; 4]);
+        assert_eq!(rows[0].metadata, MetadataVersion::V1_2);
         assert!(!rows[1].fast);
         assert_eq!(rows[1].layout, None);
         assert_eq!(rows[1].member_bytes, vec![8 << 20, 6 << 20]);
+        assert_eq!(rows[2].by, Writer::Raidkit);
+        assert_eq!(rows[2].fail_members, vec![2]);
+        assert_eq!(rows[2].metadata, MetadataVersion::V1_1);
+        assert_eq!(rows[2].rebuild_percent, None);
+        assert_eq!(rows[2].bitmap_chunk_bytes, None);
+    }
+
+    #[test]
+    fn parses_rebuild_and_bitmap_options() {
+        let rows = parse_matrix(
+            "fast raidkit a 6 ls 64K 5x4M fail=3,1 rebuild=40
+             fast raidkit b 5 ls 64K 4x4M rebuild=60
+             fast raidkit c 1 - - 2x4M bitmap
+             fast raidkit d 10 n2 64K 4x4M bitmap=64K fail=1
+",
+        )
+        .unwrap();
+        assert_eq!(rows[0].fail_members, vec![1, 3]);
+        assert_eq!(rows[0].rebuild_percent, Some(40));
+        // Without fail=, the last member is the one rebuilt.
+        assert_eq!(rows[1].fail_members, vec![3]);
+        assert_eq!(rows[2].bitmap_chunk_bytes, Some(0));
+        assert_eq!(rows[3].bitmap_chunk_bytes, Some(64 << 10));
+        assert_eq!(rows[3].fail_members, vec![1]);
     }
 
     #[test]
     fn rejects_bad_rows() {
         for bad in [
-            "fast r5 5 ls 64K",
-            "slow r5 5 ls 64K 4x8M",
-            "fast r5 7 ls 64K 4x8M",
-            "fast r5 5 ls 3K 4x8M",
-            "fast r5 5 ls 64K 1x8M",
-            "fast r_5 5 ls 64K 4x8M",
-            "fast r5 5 ls 64K 4x8M\nfast r5 5 ls 64K 4x8M",
+            "fast md r5 5 ls 64K",
+            "slow md r5 5 ls 64K 4x8M",
+            "fast mdadm r5 5 ls 64K 4x8M",
+            "fast md r5 7 ls 64K 4x8M",
+            "fast md r5 5 ls 3K 4x8M",
+            "fast md r5 5 ls 64K 1x8M",
+            "fast md r_5 5 ls 64K 4x8M",
+            "fast md r5 5 ls 64K 4x8M\nfast md r5 5 ls 64K 4x8M",
+            "fast md r5 5 ls 64K 4x8M fail=1",
+            "fast raidkit r5 5 ls 64K 4x8M fail=4",
+            "fast raidkit r5 5 ls 64K 4x8M meta=0.9",
+            "fast raidkit r5 5 ls 64K 4x8M bogus",
+            "fast raidkit r5 5 ls 64K 4x8M fail=1,1",
+            "fast raidkit r5 5 ls 64K 4x8M rebuild=0",
+            "fast raidkit r5 5 ls 64K 4x8M rebuild=100",
+            "fast raidkit r5 5 ls 64K 4x8M bitmap=3K",
+            "fast raidkit r5 5 ls 64K 4x8M bitmap=48K",
+            "fast raidkit r0 0 - 64K 4x8M bitmap",
+            "fast raidkit r0 0 - 64K 4x8M rebuild=50",
+            "fast md r5 5 ls 64K 4x8M bitmap",
         ] {
             assert!(parse_matrix(bad).is_err(), "accepted: {bad}");
         }

@@ -5,20 +5,27 @@
 //! after the boot, `results`. `plan.json` in the work directory lists every array with its
 //! batch and member images, which is all `check` needs besides the results.
 //!
+//! Two scenario types: [`Scenario::Create`] (md creates and writes in the VM; members start as
+//! zeroed sparse images) and [`Scenario::Assemble`] (raidkit creates and writes the members on
+//! the host before the boot, see [`crate::prepare`]; the VM assembles them with md). The
+//! raidkit side's expectations (array size, data hash, its examine report) go into plan.json.
+//!
 //! Invariants: serials are unique within the plan and at most 20 bytes (virtio-blk's limit);
 //! a batch never holds more than [`MAX_MEMBERS_PER_VM`] member disks (PCI slots).
 
-use crate::matrix::MatrixRow;
+use crate::matrix::{MatrixRow, Writer};
+use crate::prepare::{prepare_array, RaidkitExpectation};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Member disks per VM. The run script puts eight virtio-blk functions in each PCI slot
-/// (30 usable slots, two disks for the job and the results); 120 keeps well inside that
-/// while letting the default matrix fit in two boots.
-pub const MAX_MEMBERS_PER_VM: usize = 120;
+/// Member disks per VM. The run script puts eight virtio-blk functions in each PCI slot from
+/// slot 2 on; in a VM with 128 disks, the functions in slots 15 and 16 were listed on the PCI
+/// bus but never became block devices, while slots 2 to 14 (104 disks) always worked. 96
+/// members plus the job and result disks stay inside slots 2 to 14.
+pub const MAX_MEMBERS_PER_VM: usize = 96;
 
 /// One member disk of a planned array.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +35,8 @@ pub struct PlannedMember {
     pub size_bytes: u64,
 }
 
-/// A write the job performs after creating the array (`len_bytes == None`: to the end).
+/// A write into the array (`len_bytes == None`: to the end): performed by the VM job
+/// (create) or by raidkit on the host (assemble).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedWrite {
     pub seed: u64,
@@ -36,12 +44,21 @@ pub struct PlannedWrite {
     pub len_bytes: Option<u64>,
 }
 
+/// The scenario type of an array: who writes it and who checks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// md creates and writes the array in the VM; raidkit checks the members on the host.
+    Create,
+    /// raidkit creates and writes the array on the host; md assembles and checks it in the VM.
+    Assemble,
+}
+
 /// One array of the plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedArray {
     pub name: String,
-    /// Scenario type: `create` (md creates, raidkit checks).
-    pub kind: String,
+    pub kind: Scenario,
     pub level: u32,
     pub layout: Option<String>,
     pub chunk_kib: Option<u64>,
@@ -49,6 +66,84 @@ pub struct PlannedArray {
     pub md_device: String,
     pub members: Vec<PlannedMember>,
     pub writes: Vec<PlannedWrite>,
+    /// Superblock version, mdadm's spelling ("1.2").
+    #[serde(default = "default_metadata")]
+    pub metadata: String,
+    /// Assemble: the members raidkit fails after writing (ascending).
+    #[serde(default)]
+    pub fail_members: Vec<usize>,
+    /// Assemble: spares raidkit adds for the failed members and rebuilds, stopping once the
+    /// rebuild passed this percentage.
+    #[serde(default)]
+    pub rebuild_percent: Option<u8>,
+    /// Assemble: the array has an internal write-intent bitmap of this chunk (0: mdadm's
+    /// default).
+    #[serde(default)]
+    pub bitmap_chunk_bytes: Option<u64>,
+    /// The last `spares` of `members` are the spares raidkit adds (rebuild); the others are
+    /// the members the array is created with, in slot order.
+    #[serde(default)]
+    pub spares: usize,
+    /// Assemble: what raidkit wrote, for the check (set when the members were prepared).
+    #[serde(default)]
+    pub expect: Option<RaidkitExpectation>,
+    /// Assemble: why raidkit could not prepare the members.
+    #[serde(default)]
+    pub prepare_error: Option<String>,
+}
+
+fn default_metadata() -> String {
+    "1.2".to_string()
+}
+
+impl PlannedArray {
+    /// Members the array is created with (its raid devices).
+    pub fn raid_devices(&self) -> usize {
+        self.members.len() - self.spares
+    }
+
+    /// Members that are part of the running array once raidkit is done: all but the failed
+    /// ones (a rebuilt spare takes its failed member's place).
+    pub fn working_members(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|i| !self.fail_members.contains(i))
+            .collect()
+    }
+
+    /// Slots md must find without a member (failed and not being rebuilt).
+    pub fn expected_missing(&self) -> usize {
+        if self.rebuild_percent.is_some() {
+            0
+        } else {
+            self.fail_members.len()
+        }
+    }
+
+    /// The words telling the VM job what else to do and record for this array.
+    pub fn vm_flags(&self) -> String {
+        let mut f = Vec::new();
+        if self.bitmap_chunk_bytes.is_some() {
+            f.push("bitmap");
+        }
+        if self.rebuild_percent.is_some() {
+            f.push("rebuild");
+        }
+        if f.is_empty() {
+            "-".to_string()
+        } else {
+            f.join(",")
+        }
+    }
+}
+
+/// Image sizes of a row: its members, then (rebuild rows) one spare per failed member, of that
+/// member's size.
+fn image_sizes(row: &MatrixRow) -> Vec<u64> {
+    let mut v = row.member_bytes.clone();
+    if row.rebuild_percent.is_some() {
+        v.extend(row.fail_members.iter().map(|&m| row.member_bytes[m]));
+    }
+    v
 }
 
 /// The whole plan, as stored in `plan.json`.
@@ -97,20 +192,32 @@ fn create_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
     ]
 }
 
+/// The writes raidkit makes (assemble scenario): those of [`create_writes`] plus one that is
+/// not sector aligned (raidkit reads, patches and writes back the edge sectors), in stripe 3.
+fn raidkit_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
+    let mut w = create_writes(row);
+    w.push(PlannedWrite {
+        seed: 4,
+        offset_bytes: 3 * stripe_bytes(row) + 777,
+        len_bytes: Some(3000),
+    });
+    w
+}
+
 /// Assign rows to batches: at least `min_batches` (to keep every core busy), more if the
 /// member disks do not fit; the biggest arrays first, each to the least loaded batch.
 pub fn make_plan(rows: &[MatrixRow], work: &Path, min_batches: usize) -> Plan {
-    let total_members: usize = rows.iter().map(|r| r.member_bytes.len()).sum();
+    let total_members: usize = rows.iter().map(|r| image_sizes(r).len()).sum();
     let mut batches = min_batches
         .max(total_members.div_ceil(MAX_MEMBERS_PER_VM))
         .min(rows.len().max(1));
     let mut order: Vec<usize> = (0..rows.len()).collect();
-    let cost = |r: &MatrixRow| r.member_bytes.iter().sum::<u64>();
+    let cost = |r: &MatrixRow| image_sizes(r).iter().sum::<u64>();
     order.sort_by_key(|&i| std::cmp::Reverse(cost(&rows[i])));
     let mut load = vec![(0u64, 0usize); batches];
     let mut batch_of = vec![0usize; rows.len()];
     for &i in &order {
-        let disks = rows[i].member_bytes.len();
+        let disks = image_sizes(&rows[i]).len();
         let pick = (0..batches)
             .filter(|&b| load[b].1 + disks <= MAX_MEMBERS_PER_VM)
             .min_by_key(|&b| load[b].0);
@@ -134,8 +241,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, min_batches: usize) -> Plan {
             let b = batch_of[i];
             let md_device = format!("md{}", next_md[b]);
             next_md[b] += 1;
-            let members = row
-                .member_bytes
+            let members = image_sizes(row)
                 .iter()
                 .enumerate()
                 .map(|(m, &size_bytes)| PlannedMember {
@@ -146,61 +252,155 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, min_batches: usize) -> Plan {
                     size_bytes,
                 })
                 .collect();
+            let (kind, writes) = match row.by {
+                Writer::Md => (Scenario::Create, create_writes(row)),
+                Writer::Raidkit => (Scenario::Assemble, raidkit_writes(row)),
+            };
             PlannedArray {
                 name: row.name.clone(),
-                kind: "create".to_string(),
+                kind,
                 level: row.level,
                 layout: row.layout.clone(),
                 chunk_kib: row.chunk_kib,
                 batch: b,
                 md_device,
                 members,
-                writes: create_writes(row),
+                writes,
+                metadata: row.metadata.name().to_string(),
+                fail_members: row.fail_members.clone(),
+                rebuild_percent: row.rebuild_percent,
+                bitmap_chunk_bytes: row.bitmap_chunk_bytes,
+                spares: if row.rebuild_percent.is_some() {
+                    row.fail_members.len()
+                } else {
+                    0
+                },
+                expect: None,
+                prepare_error: None,
             }
         })
         .collect();
     Plan { batches, arrays }
 }
 
-/// The job script lines of one array.
+/// The job script lines of one array (none for an array raidkit could not prepare: its check
+/// reports why).
 pub fn job_lines(a: &PlannedArray) -> String {
     let serials: Vec<&str> = a.members.iter().map(|m| m.serial.as_str()).collect();
     let serials = serials.join(" ");
     let mut s = String::new();
-    let layout = a.layout.as_deref().unwrap_or("-");
-    let chunk = a.chunk_kib.map_or("-".to_string(), |c| c.to_string());
     // Writing to a String cannot fail.
+    match a.kind {
+        Scenario::Create => {
+            let layout = a.layout.as_deref().unwrap_or("-");
+            let chunk = a.chunk_kib.map_or("-".to_string(), |c| c.to_string());
+            let _ = writeln!(
+                s,
+                "oracle_create {} {} {} {} {} {}",
+                a.name, a.md_device, a.level, layout, chunk, serials
+            );
+            for w in &a.writes {
+                let len = w.len_bytes.map_or("rest".to_string(), |l| l.to_string());
+                let _ = writeln!(
+                    s,
+                    "oracle_write {} {} {} {} {}",
+                    a.name, a.md_device, w.seed, w.offset_bytes, len
+                );
+            }
+        }
+        Scenario::Assemble => {
+            let Some(expect) = &a.expect else {
+                return s;
+            };
+            let _ = writeln!(
+                s,
+                "oracle_assemble {} {} {} {} {}",
+                a.name,
+                a.md_device,
+                expect.sha256,
+                a.vm_flags(),
+                serials
+            );
+        }
+    }
+    let flags = match a.kind {
+        Scenario::Create => "-".to_string(),
+        Scenario::Assemble => a.vm_flags(),
+    };
     let _ = writeln!(
         s,
-        "oracle_create {} {} {} {} {} {}",
-        a.name, a.md_device, a.level, layout, chunk, serials
+        "oracle_report {} {} {} {}",
+        a.name, a.md_device, flags, serials
     );
-    for w in &a.writes {
-        let len = w.len_bytes.map_or("rest".to_string(), |l| l.to_string());
-        let _ = writeln!(
-            s,
-            "oracle_write {} {} {} {} {}",
-            a.name, a.md_device, w.seed, w.offset_bytes, len
-        );
-    }
-    let _ = writeln!(s, "oracle_report {} {} {}", a.name, a.md_device, serials);
     s
 }
 
-/// Create the batch directories, zeroed (sparse) member images, job scripts, drive lists and
-/// plan.json under `work`.
-pub fn write_plan(plan: &Plan, work: &Path) -> io::Result<()> {
+/// Prepare the members of every assemble array with raidkit (in parallel, `threads` at a
+/// time), recording the expectations or the error in the plan.
+pub fn prepare_arrays(plan: &mut Plan, threads: usize) {
+    let todo: Vec<usize> = (0..plan.arrays.len())
+        .filter(|&i| plan.arrays[i].kind == Scenario::Assemble)
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    let arrays = &plan.arrays;
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&i) = todo.get(k) else {
+                    break;
+                };
+                let r = prepare_array(&arrays[i]);
+                if let Ok(mut v) = results.lock() {
+                    v.push((i, r));
+                }
+            });
+        }
+    });
+    let results = match results.into_inner() {
+        Ok(v) => v,
+        Err(p) => p.into_inner(),
+    };
+    let mut done = vec![false; plan.arrays.len()];
+    for (i, r) in results {
+        done[i] = true;
+        match r {
+            Ok(e) => plan.arrays[i].expect = Some(e),
+            Err(e) => plan.arrays[i].prepare_error = Some(e.to_string()),
+        }
+    }
+    for i in todo {
+        if !done[i] {
+            plan.arrays[i].prepare_error = Some("the preparing thread panicked".into());
+        }
+    }
+}
+
+/// Create the batch directories, member images (zeroed sparse files for create arrays;
+/// raidkit-written ones for assemble arrays, [`prepare_arrays`]), job scripts, drive lists
+/// and plan.json under `work`.
+pub fn write_plan(plan: &mut Plan, work: &Path, threads: usize) -> io::Result<()> {
+    for b in 0..plan.batches {
+        fs::create_dir_all(work.join(format!("batch{b}")))?;
+    }
+    for a in plan.arrays.iter().filter(|a| a.kind == Scenario::Create) {
+        for m in &a.members {
+            let f = fs::File::create(&m.image)?;
+            f.set_len(m.size_bytes)?;
+        }
+    }
+    prepare_arrays(plan, threads);
     for b in 0..plan.batches {
         let dir = work.join(format!("batch{b}"));
-        fs::create_dir_all(&dir)?;
         let mut job = String::new();
         let mut drives = String::new();
         for a in plan.arrays.iter().filter(|a| a.batch == b) {
             job.push_str(&job_lines(a));
             for m in &a.members {
-                let f = fs::File::create(&m.image)?;
-                f.set_len(m.size_bytes)?;
-                let _ = writeln!(drives, "{} {}", m.serial, m.image.display());
+                if m.image.exists() {
+                    let _ = writeln!(drives, "{} {}", m.serial, m.image.display());
+                }
             }
         }
         fs::write(dir.join("job.sh"), job)?;
@@ -219,7 +419,7 @@ mod tests {
     fn batches_respect_the_disk_limit_and_serials_are_unique() {
         let mut text = String::new();
         for i in 0..40 {
-            text.push_str(&format!("fast a{i} 6 left-symmetric 64K 8x8M\n"));
+            text.push_str(&format!("fast md a{i} 6 left-symmetric 64K 8x8M\n"));
         }
         let rows = parse_matrix(&text).unwrap();
         let plan = make_plan(&rows, Path::new("/w"), 2);
@@ -244,7 +444,7 @@ mod tests {
 
     #[test]
     fn job_lines_name_every_member_and_write() {
-        let rows = parse_matrix("fast r6 6 left-symmetric 64K 4x8M\n").unwrap();
+        let rows = parse_matrix("fast md r6 6 left-symmetric 64K 4x8M\n").unwrap();
         let plan = make_plan(&rows, Path::new("/w"), 2);
         let job = job_lines(&plan.arrays[0]);
         assert!(
@@ -252,6 +452,30 @@ mod tests {
         );
         assert!(job.contains("oracle_write r6 md0 1 0 rest\n"));
         assert!(job.contains("oracle_write r6 md0 2 163840 4096\n"));
-        assert!(job.ends_with("oracle_report r6 md0 rk0m0 rk0m1 rk0m2 rk0m3\n"));
+        assert!(job.ends_with("oracle_report r6 md0 - rk0m0 rk0m1 rk0m2 rk0m3\n"));
+    }
+
+    #[test]
+    fn assemble_rows_are_prepared_by_raidkit_and_assembled_by_md() {
+        let work = std::env::temp_dir().join(format!("raidkit-oracle-plan-{}", std::process::id()));
+        let rows =
+            parse_matrix("fast raidkit rk5 5 right-asymmetric 16K 3x1M fail=1 meta=1.0\n").unwrap();
+        let mut plan = make_plan(&rows, &work, 1);
+        assert_eq!(plan.arrays[0].kind, Scenario::Assemble);
+        // No VM job before raidkit prepared the members.
+        assert_eq!(job_lines(&plan.arrays[0]), "");
+        write_plan(&mut plan, &work, 1).unwrap();
+        let a = &plan.arrays[0];
+        assert_eq!(a.prepare_error, None);
+        let sha = &a.expect.as_ref().unwrap().sha256;
+        let job = fs::read_to_string(work.join("batch0/job.sh")).unwrap();
+        let _ = fs::remove_dir_all(&work);
+        assert_eq!(
+            job,
+            format!(
+                "oracle_assemble rk5 md0 {sha} - rk0m0 rk0m1 rk0m2\noracle_report rk5 md0 - rk0m0 rk0m1 rk0m2\n"
+            )
+        );
+        assert!(!job.contains("oracle_write"));
     }
 }

@@ -4,7 +4,7 @@
 
 use raidkit_oracle::check::check_array;
 use raidkit_oracle::pattern::{expected_contents, PatternWrite};
-use raidkit_oracle::plan::{PlannedArray, PlannedMember, PlannedWrite};
+use raidkit_oracle::plan::{PlannedArray, PlannedMember, PlannedWrite, Scenario};
 use raidkit_oracle::records::parse_records;
 use raidkit_oracle::superblock::{checksum, SB_OFFSET_BYTES};
 use sha2::{Digest, Sha256};
@@ -111,7 +111,7 @@ fn fixture(tag: &str) -> Fixture {
         .collect();
     let plan = PlannedArray {
         name: "a".into(),
-        kind: "create".into(),
+        kind: Scenario::Create,
         level: 5,
         layout: Some("left-symmetric".into()),
         chunk_kib: Some(4),
@@ -136,6 +136,13 @@ fn fixture(tag: &str) -> Fixture {
                 len_bytes: Some(2048),
             },
         ],
+        metadata: "1.2".into(),
+        fail_members: Vec::new(),
+        rebuild_percent: None,
+        bitmap_chunk_bytes: None,
+        spares: 0,
+        expect: None,
+        prepare_error: None,
     };
     Fixture {
         text: records(size, &sha, &writes),

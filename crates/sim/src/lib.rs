@@ -43,6 +43,9 @@ pub struct Totals {
     pub faults: u64,
     pub crashes: u64,
     pub rebuilds: u64,
+    pub resyncs: u64,
+    pub scrubs: u64,
+    pub patrols: u64,
     pub member_checks: u64,
     pub over_budget: u64,
     /// Seeds where part of the schedule was left out as write-hole class.
@@ -57,6 +60,9 @@ impl Totals {
         self.faults += r.faults;
         self.crashes += r.crashes;
         self.rebuilds += r.rebuilds;
+        self.resyncs += r.resyncs;
+        self.scrubs += r.scrubs;
+        self.patrols += r.patrols;
         self.member_checks += r.member_checks;
         self.over_budget += r.over_budget as u64;
         self.write_hole_excluded += !r.excluded.is_empty() as u64;

@@ -32,6 +32,7 @@ fn build(level: i32, layout: u32, n: usize) -> (SimWorld, Array, Model, Geometry
             device_uuids: (0..n).map(|i| [i as u8 + 2; 16]).collect(),
             ctime_seconds: 0,
             members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },
     )
@@ -155,6 +156,7 @@ fn faulty_disk_under_an_array_fails_the_member_and_keeps_the_data() {
             device_uuids: vec![[4; 16], [5; 16], [6; 16]],
             ctime_seconds: 0,
             members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },
     )

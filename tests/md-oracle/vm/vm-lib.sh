@@ -8,6 +8,15 @@
 # Scenario types are sequences of these calls:
 #   md -> raidkit:  oracle_create, oracle_write..., oracle_report
 #   raidkit -> md:  oracle_assemble, oracle_report (members prepared on the host)
+# FLAGS (oracle_assemble, oracle_report): "-" or a comma list of what else to do and record:
+#   bitmap   mdadm --examine-bitmap of every member before assembly and after the stop;
+#   rebuild  md resumes a recovery raidkit stopped part way: assemble read-only, record what
+#            md read, start the recovery held at its first step to record where it starts
+#            (sync_completed, each member's recovery_start, md_do_sync's "resuming" debug
+#            message), then let it finish (resume_recovery).
+
+# last_sha NAME: the sha256 recorded for NAME so far.
+last_sha() { sed -n "s/^$1 sha256 //p" "$RESULTS" | tail -n 1; }
 
 RESULTS=/tmp/results
 
@@ -16,15 +25,53 @@ emit() { echo "$*" >> "$RESULTS"; }
 # stamp NAME STEP: record the VM's uptime after a step (for the timing summary on the host).
 stamp() { emit "$1 time $2 $(cut -d' ' -f1 /proc/uptime)"; }
 
+# serial_map: write /tmp/serials, one "SERIAL /dev/vdX" line per virtio disk. Built once (and
+# again after a miss): reading a hundred sysfs files per lookup costs seconds per array in an
+# emulated CPU, where every external command is a fork. Only shell builtins here.
+SERIALS=/tmp/serials
+serial_map() {
+    : > "$SERIALS.new"
+    for d in /sys/block/vd*; do
+        [ -r "$d/serial" ] || continue
+        s=""
+        read -r s < "$d/serial"
+        echo "$s /dev/${d##*/}" >> "$SERIALS.new"
+    done
+    mv "$SERIALS.new" "$SERIALS"
+}
+
 # dev_of SERIAL: print /dev/vdX of the virtio disk with that serial.
 dev_of() {
-    for d in /sys/block/vd*; do
-        [ -e "$d/serial" ] || continue
-        if [ "$(cat "$d/serial")" = "$1" ]; then
-            echo "/dev/${d##*/}"
+    for attempt in 1 2; do
+        if [ -s "$SERIALS" ]; then
+            while read -r s d; do
+                if [ "$s" = "$1" ]; then
+                    echo "$d"
+                    return 0
+                fi
+            done < "$SERIALS"
+        fi
+        [ "$attempt" = 1 ] && serial_map
+    done
+    return 1
+}
+
+# serial_of vdX: the serial of a virtio disk (reverse of dev_of).
+serial_of() {
+    while read -r s d; do
+        if [ "$d" = "/dev/$1" ]; then
+            echo "$s"
             return 0
         fi
-    done
+    done < "$SERIALS"
+    echo "$1"
+}
+
+# has_flag FLAGS WORD: whether the comma list FLAGS holds WORD.
+has_flag() {
+    case ",$1," in
+        *",$2,"*) return 0 ;;
+    esac
     return 1
 }
 
@@ -51,6 +98,7 @@ oracle_create() {
     shift 5
     emit "$name begin create"
     stamp "$name" begin
+    dmesg -c > /dev/null 2>&1
     devs=$(devs_of "$name" "$@") || return 1
     set -- --create "/dev/$md" --run --metadata=1.2 --level="$level" --raid-devices=$# --assume-clean
     [ "$layout" != - ] && set -- "$@" --layout="$layout"
@@ -62,17 +110,157 @@ oracle_create() {
     fi
 }
 
-# oracle_assemble NAME MD SERIAL...: assemble existing members (prepared on the host).
-oracle_assemble() {
-    name=$1 md=$2
+# emit_lines NAME KEY: one record per line of stdin (leading blanks kept).
+emit_lines() {
+    while IFS= read -r line; do
+        emit "$1 $2 $line"
+    done
+}
+
+# examine_members NAME KEY SERIAL...: one mdadm --examine for all members, recorded as
+# "NAME KEY SERIAL LINE"; its "/dev/vdX:" headers say whose lines follow.
+examine_members() {
+    name=$1 key=$2
     shift 2
+    map="" devs=""
+    for s in "$@"; do
+        d=$(dev_of "$s") || continue
+        map="$map $d:=$s"
+        devs="$devs $d"
+    done
+    serial=""
+    # shellcheck disable=SC2086 # devs is a list of /dev paths without spaces
+    mdadm --examine $devs 2>&1 | while IFS= read -r line; do
+        case "$line" in
+            /dev/vd*:)
+                for pair in $map; do
+                    [ "${pair%%=*}" = "$line" ] && serial=${pair#*=}
+                done ;;
+        esac
+        emit "$name $key ${serial:-unknown} $line"
+    done
+}
+
+# examine_bitmaps NAME KEY SERIAL...: mdadm --examine-bitmap of each member, recorded as
+# "NAME KEY SERIAL LINE".
+examine_bitmaps() {
+    name=$1 key=$2
+    shift 2
+    for s in "$@"; do
+        d=$(dev_of "$s") || continue
+        mdadm --examine-bitmap "$d" 2>&1 | emit_lines "$name" "$key $s"
+    done
+}
+
+# debug_md_do_sync: have the kernel log md_do_sync's debug messages (among them "resuming
+# recovery of mdX from checkpoint", md's only message saying a recovery did not start at 0).
+# Prints "on" when it worked.
+debug_md_do_sync() {
+    ctl=/proc/dynamic_debug/control
+    if [ ! -w "$ctl" ]; then
+        mkdir -p /sys/kernel/debug
+        mount -t debugfs debugfs /sys/kernel/debug 2> /dev/null
+        ctl=/sys/kernel/debug/dynamic_debug/control
+    fi
+    if [ -w "$ctl" ] && echo 'func md_do_sync +p' > "$ctl" 2> /dev/null; then
+        echo on
+    else
+        echo off
+    fi
+}
+
+# record_sync NAME MD KEY: sync state and every member's slot, state and recovery_start.
+record_sync() {
+    sys=/sys/block/$2/md
+    for f in array_state sync_action sync_completed sync_max degraded; do
+        [ -r "$sys/$f" ] && emit "$1 $3 $f $(cat "$sys/$f")"
+    done
+    for d in "$sys"/dev-*; do
+        [ -d "$d" ] || continue
+        s=$(serial_of "${d##*/dev-}")
+        emit "$1 ${3}_dev $s slot $(cat "$d/slot") state $(tr ' ,' '_+' < "$d/state") recovery_start $(cat "$d/recovery_start")"
+    done
+}
+
+# resume_recovery NAME MD: md holds raidkit's members read-only (assembled with --readonly):
+# record what md read (each member's recovery_start), then let the recovery start with
+# sync_max just below that point, so md_do_sync waits right where it resumes and
+# sync_completed shows it; record that, lift the limit and wait until the recovery is done.
+resume_recovery() {
+    name=$1 md=$2
+    sys=/sys/block/$md/md
+    record_sync "$name" "$md" held
+    emit "$name recovering debug_messages $(debug_md_do_sync)"
+    # The lowest recovery_start, and the multiple of the chunk (sync_max's unit) below it.
+    low=""
+    for d in "$sys"/dev-*; do
+        r=$(cat "$d/recovery_start")
+        [ "$r" = none ] && continue
+        if [ -z "$low" ] || [ "$r" -lt "$low" ]; then low=$r; fi
+    done
+    unit=$(($(cat "$sys/chunk_size") / 512))
+    [ "$unit" -gt 0 ] || unit=1
+    hold=0
+    [ -n "$low" ] && [ "$low" -gt 0 ] && hold=$(((low - 1) / unit * unit))
+    echo "$hold" > "$sys/sync_max" || emit "$name error cannot set sync_max $hold"
+    emit "$name recovering hold $hold"
+    if ! mdadm --readwrite "/dev/$md" > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --readwrite failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+    fi
+    # md starts the recovery from its own thread: wait (up to 20 s) until it waits at sync_max.
+    i=0
+    while [ "$i" -lt 200 ]; do
+        c=$(cat "$sys/sync_completed")
+        [ "$(cat "$sys/sync_action")" = recover ] && [ "$c" != none ] && [ "$c" != delayed ] && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    record_sync "$name" "$md" recovering
+    mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" recovering_detail
+    echo max > "$sys/sync_max"
+    # Poll sync_action rather than mdadm --wait: after md's "recovery done" mdadm --wait
+    # went on waiting for its next /proc/mdstat poll, 5 s more per array.
+    i=0
+    while [ "$(cat "$sys/sync_action")" != idle ] && [ "$i" -lt 3000 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    record_sync "$name" "$md" rebuilt
+    mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" rebuilt_detail
+    stamp "$name" recovered
+}
+
+# oracle_assemble NAME MD SHA256 FLAGS SERIAL...: assemble members prepared on the host
+# (raidkit created and wrote them; SHA256 is the host's expectation of the whole array).
+# Records mdadm --examine before md touches the members, mdadm's messages, md's state right
+# after assembly (a clean array must not resync) and mdadm --detail; FLAGS as above. With
+# rebuild, md assembles read-only first (resume_recovery).
+oracle_assemble() {
+    name=$1 md=$2 want=$3 flags=$4
+    shift 4
     emit "$name begin assemble"
+    stamp "$name" begin
+    echo "$want" > "/tmp/want.$name"
     devs=$(devs_of "$name" "$@") || return 1
+    examine_members "$name" pre_examine "$@"
+    has_flag "$flags" bitmap && examine_bitmaps "$name" pre_bitmap "$@"
+    ro=""
+    has_flag "$flags" rebuild && ro=--readonly
+    dmesg -c > /dev/null 2>&1
     # shellcheck disable=SC2086
-    if ! mdadm --assemble "/dev/$md" --run $devs > /tmp/mdadm.log 2>&1; then
+    if ! mdadm --assemble "/dev/$md" --run $ro $devs > /tmp/mdadm.log 2>&1; then
         emit "$name error mdadm --assemble failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+        emit_lines "$name" assemble_out < /tmp/mdadm.log
         return 1
     fi
+    emit_lines "$name" assemble_out < /tmp/mdadm.log
+    sys=/sys/block/$md/md
+    for f in array_state sync_action resync_start degraded raid_disks; do
+        [ -r "$sys/$f" ] && emit "$name assembled $f $(cat "$sys/$f")"
+    done
+    mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" detail
+    stamp "$name" assemble
+    has_flag "$flags" rebuild && resume_recovery "$name" "$md"
 }
 
 # oracle_write NAME MD SEED OFFSET LEN: write the rkpattern stream; LEN "rest" = to the end.
@@ -93,20 +281,37 @@ oracle_write() {
     fi
 }
 
-# oracle_report NAME MD SERIAL...: size, sha256 of the whole array, md's geometry from sysfs,
-# md's own parity/mirror check, then stop the array and record mdadm --examine of each member.
+# oracle_report NAME MD FLAGS SERIAL...: size, sha256 of the whole array, md's geometry from
+# sysfs, md's own parity/mirror check, then stop the array and record mdadm --examine of each
+# member (and, with the bitmap flag, mdadm --examine-bitmap).
 oracle_report() {
-    name=$1 md=$2
-    shift 2
+    name=$1 md=$2 flags=$3
+    shift 3
     if [ -b "/dev/$md" ]; then
         sys=/sys/block/$md/md
         emit "$name size_bytes $(blockdev --getsize64 "/dev/$md")"
         emit "$name sha256 $(sha256sum "/dev/$md" | cut -d' ' -f1)"
         stamp "$name" sha256
-        for f in level layout chunk_size raid_disks component_size; do
+        # With the host's expectation (oracle_assemble) and a different hash: per-MiB hashes,
+        # so the host can say where md's data differs.
+        if [ -r "/tmp/want.$name" ] && [ "$(cat "/tmp/want.$name")" != "$(last_sha "$name")" ]; then
+            size=$(blockdev --getsize64 "/dev/$md")
+            i=0
+            while [ $((i * 1048576)) -lt "$size" ] && [ "$i" -lt 512 ]; do
+                len=$((size - i * 1048576))
+                [ "$len" -gt 1048576 ] && len=1048576
+                h=$(dd if="/dev/$md" bs=1048576 skip="$i" count=1 2>/dev/null | sha256sum | cut -d' ' -f1)
+                emit "$name region_sha256 $((i * 1048576)) $len $h"
+                i=$((i + 1))
+            done
+        fi
+        for f in level layout chunk_size raid_disks component_size degraded; do
             [ -r "$sys/$f" ] && emit "$name sysfs $f $(cat "$sys/$f")"
         done
-        if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ]; then
+        # md's check compares redundancy; with a member missing there is none to compare.
+        degraded=0
+        [ -r "$sys/degraded" ] && degraded=$(cat "$sys/degraded")
+        if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ] && [ "$degraded" = 0 ]; then
             echo check > "$sys/sync_action"
             sleep 0.2
             mdadm --wait "/dev/$md" > /dev/null 2>&1
@@ -117,24 +322,9 @@ oracle_report() {
         sync
         mdadm --stop "/dev/$md" > /dev/null 2>&1 || emit "$name error mdadm --stop failed"
     fi
-    # One mdadm --examine for all members; its "/dev/vdX:" headers say whose lines follow.
-    map="" devs=""
-    for s in "$@"; do
-        d=$(dev_of "$s") || continue
-        map="$map $d:=$s"
-        devs="$devs $d"
-    done
-    serial=""
-    # shellcheck disable=SC2086 # devs is a list of /dev paths without spaces
-    mdadm --examine $devs 2>&1 | while IFS= read -r line; do
-        case "$line" in
-            /dev/vd*:)
-                for pair in $map; do
-                    [ "${pair%%=*}" = "$line" ] && serial=${pair#*=}
-                done ;;
-        esac
-        emit "$name examine ${serial:-unknown} $line"
-    done
+    examine_members "$name" examine "$@"
+    has_flag "$flags" bitmap && examine_bitmaps "$name" bitmap "$@"
+    dmesg -c 2>/dev/null | grep -E 'md[0-9]|md/|md:|raid' | emit_lines "$name" dmesg
     stamp "$name" examine
     emit "$name end"
 }

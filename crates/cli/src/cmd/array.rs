@@ -5,42 +5,110 @@
 //! sectors) before any member is opened. Commands that only look (examine, detail, read) open
 //! every member read-only, so they never change a member, whatever the array's state; given only
 //! some members, `read` runs degraded where the level allows and says so on stderr.
+//!
+//! Commands that could destroy data decide before they write: `create` refuses members that
+//! hold an md superblock (unless `--force`) and rehearses the engine's create on size-only
+//! devices before creating a file, removing the files it created should the real create
+//! still fail; `fail` refuses, on a read-only assembly, a failure the level cannot survive
+//! (unless `--force`). `write` streams its input, so its memory does not grow with it.
 
 mod demo;
+pub mod tasks;
 mod util;
 
 use crate::{CliError, ExitCode};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
-    Array, AssembleOptions, AssembleReport, CreateOptions, EngineConfig, EngineError,
+    Array, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions, EngineConfig,
+    EngineError, TaskKind,
 };
 use raidkit_metadata::{ExamineReport, SuperblockVersion};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 pub use util::{parse_layout, parse_level, parse_size_bytes};
+
+/// Shown under the help of the commands that also act on served arrays.
+const CONTROL_EXAMPLES: &str = "\
+Stopped arrays are named by their member files; an array that `raidkit serve` is serving is
+reached through the server's control socket instead:
+  raidkit fail --member m2.img m0.img m1.img m2.img m3.img          (stopped array)
+  raidkit serve --socket /run/md0.sock m0.img m1.img m2.img m3.img   (control: /run/md0.sock.ctl)
+  raidkit detail --control /run/md0.sock.ctl [--json]
+  raidkit fail   --control /run/md0.sock.ctl --member m2.img
+  raidkit remove --control /run/md0.sock.ctl --member m2.img
+  raidkit add    --control /run/md0.sock.ctl --member new.img --size 1G --wait
+Give --array NAME when the server serves several arrays.";
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ArrayCommand {
     /// Create an array of image files, write and verify data, fail members, read degraded.
     Demo(demo::DemoArgs),
-    /// Create a new array on members (image files are created with --size when missing).
+    /// Create a new array on members (image files are created with --image-size when
+    /// missing). Refuses members that already hold an md superblock unless --force.
     Create(CreateArgs),
-    /// Print the md superblock of each member, like mdadm --examine.
+    /// Print the md superblock of each member, like mdadm --examine; a damaged superblock is
+    /// printed too, with what is wrong with it (exit code 3).
     Examine(ExamineArgs),
-    /// Assemble the members read-only and print the array's state, like mdadm --detail.
-    Detail(MembersArgs),
+    /// Assemble the members read-only and print the array's state, like mdadm --detail; with
+    /// --control, ask a running `raidkit serve` about an array it serves.
+    #[command(after_help = CONTROL_EXAMPLES)]
+    Detail(DetailArgs),
     /// Copy array contents to a file or stdout (read-only; runs degraded with missing members).
     Read(ReadArgs),
-    /// Write a file into the array at an offset.
+    /// Write a file (or stdin, streamed) into the array at an offset.
     Write(WriteArgs),
-    /// Mark a member faulty in the superblocks of the others.
-    Fail(MemberArgs),
-    /// Remove a faulty or spare member from the array's superblocks.
+    /// Mark a member faulty in the superblocks of the others (of a served array with --control).
+    /// Refuses (exit code 3) when the array cannot lose the member, unless --force.
+    #[command(after_help = CONTROL_EXAMPLES)]
+    Fail(FailArgs),
+    /// Remove a faulty or spare member from the array's superblocks (of a served array with
+    /// --control).
+    #[command(after_help = CONTROL_EXAMPLES)]
     Remove(MemberArgs),
-    /// Add a member as a spare; if a slot is missing it is rebuilt onto the new member.
+    /// Add a member as a spare; if a slot is missing it is rebuilt onto the new member (in a
+    /// served array with --control).
+    #[command(after_help = CONTROL_EXAMPLES)]
     Add(AddArgs),
     /// Assemble and stop cleanly (marks the superblocks clean).
     Stop(MembersArgs),
+    /// Count stripes whose parity or copies disagree with the data (md's check); changes
+    /// nothing. Exit code 5 when mismatches are found.
+    Check(tasks::TaskArgs),
+    /// Like check, and rewrite parity (or copies) that disagree (md's repair).
+    Repair(tasks::TaskArgs),
+    /// Finish pending background work: rebuild onto spares, replacements, resync after an
+    /// unclean stop; resumes from the checkpoint a stopped run recorded.
+    Rebuild(tasks::TaskArgs),
+    /// Read every member; unreadable sectors are rewritten from redundancy.
+    Patrol(tasks::TaskArgs),
+    /// Copy a member onto a new one while the array stays whole (mdadm --replace); the old
+    /// member is marked faulty when the copy is complete.
+    Replace(ReplaceArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ReplaceArgs {
+    /// The array's members.
+    #[arg(required = true)]
+    pub members: Vec<PathBuf>,
+    /// The member to replace (one of the members).
+    #[arg(long, short = 'm')]
+    pub member: PathBuf,
+    /// The new member (an image file is created with --image-size when missing).
+    #[arg(long = "with", short = 'w')]
+    pub with: PathBuf,
+    /// Size of the image file to create when the new member does not exist (K, M, G, T
+    /// suffix; a bare number is KiB).
+    #[arg(long = "image-size", alias = "size", value_name = "SIZE")]
+    pub image_size: Option<String>,
+    /// Accept stale members / a dirty degraded array when assembling, as mdadm --force.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub speed: tasks::SpeedArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,13 +134,40 @@ pub struct CreateArgs {
     /// Superblock version: 1.0, 1.1 or 1.2.
     #[arg(long, short = 'e', default_value = "1.2")]
     pub metadata: String,
-    /// Size of image files to create when a member does not exist (K, M, G, T suffix; a bare
-    /// number is KiB).
+    /// Space of each member the array uses, as mdadm --size (K, M, G, T suffix; a bare number
+    /// is KiB; "max" for all that fits). Default: all that fits on the smallest member.
     #[arg(long, short = 'z')]
     pub size: Option<String>,
+    /// Size of the image files to create for members that do not exist (K, M, G, T suffix; a
+    /// bare number is KiB). Existing members are used at the size they have.
+    #[arg(long = "image-size", value_name = "SIZE")]
+    pub image_size: Option<String>,
     /// Array name (stored as "hostname:name", as mdadm does).
     #[arg(long, short = 'N', default_value = "raidkit")]
     pub name: String,
+    /// Overwrite members that already hold an md superblock (of another array or of this
+    /// one). Without it create refuses (exit code 3), names each such member and the array
+    /// it belongs to, and writes nothing.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    /// What keeps parity and copies consistent across a crash, as mdadm's
+    /// --consistency-policy: resync (nothing on disk: a full resync after an unclean stop),
+    /// bitmap (an internal write-intent bitmap: resync and re-add only what was written),
+    /// ppl (RAID 5's partial parity log: closes the write hole). Default: ppl for RAID 5
+    /// when the members have room for its 1 MiB log area, resync otherwise.
+    #[arg(long = "consistency-policy", value_name = "POLICY")]
+    pub consistency_policy: Option<String>,
+    /// mdadm's --bitmap: "internal" for a write-intent bitmap, "none" for none.
+    #[arg(
+        long,
+        short = 'b',
+        value_name = "internal|none",
+        conflicts_with = "consistency_policy"
+    )]
+    pub bitmap: Option<String>,
+    /// Bytes of the array per bitmap bit (K, M, G suffix); default mdadm's choice.
+    #[arg(long = "bitmap-chunk", value_name = "SIZE")]
+    pub bitmap_chunk: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -80,25 +175,65 @@ pub struct CreateArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct ExamineArgs {
+    /// Member image files or block devices (opened read-only).
     #[arg(required = true)]
     pub members: Vec<PathBuf>,
+    /// Print the superblocks as JSON: a list of {member, superblock}; a damaged superblock's
+    /// report lists its problems.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct MembersArgs {
+    /// All members of the (stopped) array.
     #[arg(required = true)]
     pub members: Vec<PathBuf>,
     /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where a served array is: the control socket of `raidkit serve`, and which of its arrays.
+#[derive(clap::Args, Debug)]
+pub struct ControlTarget {
+    /// Act on an array that `raidkit serve` is serving, through its control socket, instead
+    /// of on stopped member files (the server prints the socket's path when it starts).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "force"])]
+    pub control: Option<PathBuf>,
+    /// Export name of the served array (needed only when the server serves several).
+    // `requires` alone is not enough: clap drops the requirement of an argument that
+    // conflicts with one given (control conflicts with members), so say it both ways.
+    #[arg(
+        long = "array",
+        value_name = "NAME",
+        requires = "control",
+        conflicts_with = "members"
+    )]
+    pub array: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DetailArgs {
+    /// All members of the (stopped) array.
+    #[arg(required_unless_present = "control")]
+    pub members: Vec<PathBuf>,
+    /// Accept stale members / a dirty degraded array, as mdadm --force.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    #[command(flatten)]
+    pub target: ControlTarget,
+    /// Print the status as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ReadArgs {
+    /// Members of the (stopped) array; leave out missing or dead ones to read degraded.
     #[arg(required = true)]
     pub members: Vec<PathBuf>,
     /// Byte offset in the array (K, M, G suffixes allowed).
@@ -120,49 +255,91 @@ pub struct ReadArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct WriteArgs {
+    /// All members of the (stopped) array.
     #[arg(required = true)]
     pub members: Vec<PathBuf>,
     /// Byte offset in the array (K, M, G suffixes allowed).
     #[arg(long, default_value = "0")]
     pub offset: String,
-    /// File to write into the array ("-" for stdin).
+    /// File to write into the array ("-" for stdin). It is streamed in 4 MiB blocks: memory
+    /// use does not grow with its size. A regular file that does not fit is refused before
+    /// anything is written; a pipe's length is known only at its end, so blocks up to the
+    /// first that does not fit are written, and the error says how many bytes were.
     #[arg(long, short = 'i')]
     pub input: PathBuf,
+    /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct MemberArgs {
-    /// All members of the array.
-    #[arg(required = true)]
+    /// All members of the (stopped) array.
+    #[arg(required_unless_present = "control")]
     pub members: Vec<PathBuf>,
     /// The member to act on (one of the members).
     #[arg(long, short = 'm')]
     pub member: PathBuf,
+    /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[command(flatten)]
+    pub target: ControlTarget,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FailArgs {
+    /// All members of the (stopped) array.
+    #[arg(required_unless_present = "control")]
+    pub members: Vec<PathBuf>,
+    /// The member to mark faulty (one of the members).
+    #[arg(long, short = 'm')]
+    pub member: PathBuf,
+    /// Fail the member even when the array cannot lose it (its data then becomes
+    /// unavailable, exit code 4); also accept stale members / a dirty degraded array, as
+    /// mdadm --force. Without it such a fail is refused with exit code 3, as md refuses it
+    /// ("set device faulty failed ... Device or resource busy").
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    #[command(flatten)]
+    pub target: ControlTarget,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct AddArgs {
-    /// The array's members.
-    #[arg(required = true)]
+    /// The (stopped) array's members.
+    #[arg(required_unless_present = "control")]
     pub members: Vec<PathBuf>,
-    /// The new member (an image file is created with --size when missing).
+    /// The new member (an image file is created with --image-size when missing).
     #[arg(long, short = 'm')]
     pub member: PathBuf,
-    /// Size of the image file to create when the new member does not exist.
-    #[arg(long, short = 'z')]
-    pub size: Option<String>,
+    /// Size of the image file to create when the new member does not exist (K, M, G, T
+    /// suffix; a bare number is KiB).
+    #[arg(long = "image-size", alias = "size", value_name = "SIZE")]
+    pub image_size: Option<String>,
+    /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[command(flatten)]
+    pub target: ControlTarget,
+    /// With --control: return only once the new member is rebuilt (or is a plain spare).
+    /// Without --control the rebuild always finishes before the command returns.
+    #[arg(long, requires = "control", conflicts_with = "members")]
+    pub wait: bool,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub speed: tasks::SpeedArgs,
 }
 
 pub fn run(cmd: ArrayCommand) -> Result<(), CliError> {
@@ -177,6 +354,11 @@ pub fn run(cmd: ArrayCommand) -> Result<(), CliError> {
         ArrayCommand::Remove(args) => remove(args),
         ArrayCommand::Add(args) => add(args),
         ArrayCommand::Stop(args) => stop(args),
+        ArrayCommand::Check(args) => tasks::run_task_command(Some(TaskKind::Check), args),
+        ArrayCommand::Repair(args) => tasks::run_task_command(Some(TaskKind::Repair), args),
+        ArrayCommand::Rebuild(args) => tasks::run_task_command(None, args),
+        ArrayCommand::Patrol(args) => tasks::run_task_command(Some(TaskKind::Patrol), args),
+        ArrayCommand::Replace(args) => replace(args),
     }
 }
 
@@ -195,7 +377,7 @@ pub fn engine_error(err: EngineError) -> CliError {
         | EngineError::Metadata(_) => ExitCode::Refused,
         EngineError::Unavailable { .. } | EngineError::ArrayFailed { .. } => ExitCode::Unavailable,
         EngineError::Invalid(_) => ExitCode::Usage,
-        EngineError::Disk(_) | EngineError::ReadOnly => ExitCode::Failure,
+        EngineError::Disk(_) | EngineError::ReadOnly | EngineError::Busy(_) => ExitCode::Failure,
     };
     CliError::new(code, err.to_string())
 }
@@ -295,8 +477,20 @@ pub struct CreatePlan {
     pub chunk_sectors: u32,
     pub raid_devices: usize,
     pub metadata: SuperblockVersion,
+    /// Size of the image files to create for members that do not exist.
     pub image_bytes: Option<u64>,
     pub name: String,
+}
+
+/// What `create` adds to a [`CreatePlan`]: mdadm's `--size` and `--force`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateChecks {
+    /// Sectors of each member the array uses (mdadm `--size`); `None` for all that fits.
+    pub size_sectors: Option<u64>,
+    /// Overwrite members that already hold an md superblock.
+    pub force: bool,
+    /// mdadm's --consistency-policy; `None` for the default.
+    pub consistency: Option<ConsistencyPolicy>,
 }
 
 fn parse_metadata(text: &str) -> Result<SuperblockVersion, CliError> {
@@ -310,7 +504,21 @@ fn parse_metadata(text: &str) -> Result<SuperblockVersion, CliError> {
     }
 }
 
-fn plan_create(args: &CreateArgs) -> Result<CreatePlan, CliError> {
+/// mdadm's `--size`: KiB unless suffixed, "max" for all that fits.
+fn parse_used_size(text: &str) -> Result<Option<u64>, CliError> {
+    if text.eq_ignore_ascii_case("max") {
+        return Ok(None);
+    }
+    let bytes = parse_size_bytes(text, 1024)?;
+    if bytes < 4096 || bytes % 512 != 0 {
+        return Err(CliError::usage(format!(
+            "--size {text}: give a whole number of KiB, at least 4K (it is the space of each member the array uses)"
+        )));
+    }
+    Ok(Some(bytes / 512))
+}
+
+fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError> {
     let level = parse_level(&args.level)?;
     let layout = match &args.layout {
         Some(l) => Some(parse_layout(level, l)?),
@@ -328,28 +536,67 @@ fn plan_create(args: &CreateArgs) -> Result<CreatePlan, CliError> {
             raid_devices + args.spare_devices
         )));
     }
-    let image_bytes = match &args.size {
+    let image_bytes = match &args.image_size {
         Some(s) => Some(parse_size_bytes(s, 1024)?),
         None => None,
     };
+    let size_sectors = match &args.size {
+        Some(s) => parse_used_size(s)?,
+        None => None,
+    };
+    let bitmap_chunk = match &args.bitmap_chunk {
+        Some(s) => parse_size_bytes(s, 1024)?,
+        None => 0,
+    };
+    let policy = match (args.consistency_policy.as_deref(), args.bitmap.as_deref()) {
+        (Some("resync"), _) | (None, Some("none")) => Some(ConsistencyPolicy::Resync),
+        (Some("bitmap"), _) | (None, Some("internal")) => Some(ConsistencyPolicy::Bitmap {
+            chunk_bytes: bitmap_chunk,
+        }),
+        (Some("ppl"), _) => Some(ConsistencyPolicy::Ppl),
+        (None, None) => None,
+        (Some(other), _) => {
+            return Err(CliError::usage(format!(
+                "--consistency-policy {other}: one of resync, bitmap, ppl"
+            )))
+        }
+        (None, Some(other)) => {
+            return Err(CliError::usage(format!(
+                "--bitmap {other}: internal or none (bitmap files are not supported)"
+            )))
+        }
+    };
+    if args.bitmap_chunk.is_some() && !matches!(policy, Some(ConsistencyPolicy::Bitmap { .. })) {
+        return Err(CliError::usage(
+            "--bitmap-chunk needs --bitmap internal (or --consistency-policy bitmap)",
+        ));
+    }
     let host = hostname();
     let name = if host.is_empty() {
         args.name.clone()
     } else {
         format!("{host}:{}", args.name)
     };
-    Ok(CreatePlan {
-        level,
-        layout,
-        chunk_sectors,
-        raid_devices,
-        metadata: parse_metadata(&args.metadata)?,
-        image_bytes,
-        name,
-    })
+    Ok((
+        CreatePlan {
+            level,
+            layout,
+            chunk_sectors,
+            raid_devices,
+            metadata: parse_metadata(&args.metadata)?,
+            image_bytes,
+            name,
+        },
+        CreateChecks {
+            size_sectors,
+            force: args.force,
+            consistency: policy,
+        },
+    ))
 }
 
-/// Opens or creates image members for create; returns the disks and whether all were new.
+/// Opens or creates image members for add and replace; returns the disks and whether all were
+/// new.
 pub fn open_for_create(
     paths: &[PathBuf],
     image_bytes: Option<u64>,
@@ -365,7 +612,7 @@ pub fn open_for_create(
         } else {
             let Some(size) = image_bytes else {
                 return Err(CliError::usage(format!(
-                    "{}: does not exist; give --size to create image files",
+                    "{}: does not exist; give --image-size to create image files",
                     p.display()
                 )));
             };
@@ -375,40 +622,211 @@ pub fn open_for_create(
     Ok((disks, all_new))
 }
 
+/// A path's identity for "listed twice": the canonical path, or for a file still to be
+/// created, its canonical folder joined with its name.
+fn identity(p: &Path) -> PathBuf {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return c;
+    }
+    let parent = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(parent), p.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// What one member looked like before create touched anything.
+enum Before {
+    /// Not there: an image file of this size is to be created.
+    Missing { image_bytes: u64 },
+    /// There, holding no md superblock (or, with --force, one that is overwritten).
+    Exists {
+        size_bytes: u64,
+        logical_block_size: u32,
+    },
+}
+
+/// Image files this command created, removed again unless the command succeeds.
+struct CreatedFiles {
+    paths: Vec<PathBuf>,
+    keep: bool,
+}
+
+impl Drop for CreatedFiles {
+    fn drop(&mut self) {
+        if !self.keep {
+            for p in &self.paths {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// Creates an array on `paths` with the checks `create` makes; see [`create_array_checked`].
 pub fn create_array(
     paths: &[PathBuf],
     plan: &CreatePlan,
     config: EngineConfig,
 ) -> Result<Array, CliError> {
-    let (disks, all_new) = open_for_create(paths, plan.image_bytes)?;
-    let mut device_uuids = Vec::new();
-    for _ in 0..disks.len() {
-        device_uuids.push(random_uuid()?);
+    create_array_checked(paths, plan, CreateChecks::default(), config)
+}
+
+/// Creates an array on `paths`, in three steps so that a refusal changes nothing:
+/// 1. look: every path given once; existing members opened read-only and refused when they
+///    hold an md superblock (unless `checks.force`); missing ones need an image size;
+/// 2. rehearse: the engine's own create runs on [`util::DryRunDisk`]s of the same names and
+///    sizes, so its every rule (level, member count, chunk, layout, fit, `--size`) is checked
+///    before any file is created;
+/// 3. act: image files are created and the real create runs. Should it still fail, the files
+///    this call created are removed (files that existed are never removed).
+pub fn create_array_checked(
+    paths: &[PathBuf],
+    plan: &CreatePlan,
+    checks: CreateChecks,
+    config: EngineConfig,
+) -> Result<Array, CliError> {
+    // 1. Look.
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for p in paths {
+        let id = identity(p);
+        if let Some((_, prev)) = seen.iter().find(|(c, _)| *c == id) {
+            return Err(CliError::usage(format!(
+                "{}: listed twice (same file as {}); each member may be given once",
+                p.display(),
+                prev.display()
+            )));
+        }
+        seen.push((id, p));
     }
-    Array::create(
-        disks,
-        CreateOptions {
+    let mut before = Vec::with_capacity(paths.len());
+    let mut in_use = Vec::new();
+    for p in paths {
+        if !p.exists() {
+            let Some(image_bytes) = plan.image_bytes else {
+                return Err(CliError::usage(format!(
+                    "{}: does not exist; give --image-size to create image files (--size is the space of each member the array uses, as in mdadm)",
+                    p.display()
+                )));
+            };
+            before.push(Before::Missing { image_bytes });
+            continue;
+        }
+        let disk = FileDisk::open(
+            p,
+            OpenOptions {
+                read_only: true,
+                direct: DirectIo::Auto,
+            },
+        )
+        .map_err(disk_error)?;
+        if let Some(owner) = util::md_owner(&disk)? {
+            in_use.push(format!("{}: {owner}", p.display()));
+        }
+        before.push(Before::Exists {
+            size_bytes: disk.size_bytes(),
+            logical_block_size: disk.logical_block_size(),
+        });
+    }
+    if !in_use.is_empty() && !checks.force {
+        return Err(CliError::new(
+            ExitCode::Refused,
+            format!(
+                "refusing to create: {} already {} an md superblock, and create would overwrite it; nothing was written (give --force to overwrite)\n  {}",
+                if in_use.len() == 1 { "a member" } else { "members" },
+                if in_use.len() == 1 { "holds" } else { "hold" },
+                in_use.join("\n  ")
+            ),
+        ));
+    }
+    let all_new = before.iter().all(|b| matches!(b, Before::Missing { .. }));
+    let options = |disks: &[Box<dyn Disk>]| -> Result<CreateOptions, CliError> {
+        let mut device_uuids = Vec::new();
+        for _ in disks {
+            device_uuids.push(random_uuid()?);
+        }
+        Ok(CreateOptions {
             level: plan.level,
             layout: plan.layout,
             chunk_sectors: plan.chunk_sectors,
             raid_devices: plan.raid_devices,
             metadata: plan.metadata,
-            size_sectors: None,
+            size_sectors: checks.size_sectors,
             name: plan.name.clone(),
             set_uuid: random_uuid()?,
             device_uuids,
             ctime_seconds: now_seconds(),
             // Freshly created sparse image files read as zeroes: P and Q of zero data are zero.
             members_zeroed: all_new,
+            consistency: checks.consistency.unwrap_or(ConsistencyPolicy::Auto),
             config,
-        },
-    )
-    .map_err(engine_error)
+        })
+    };
+
+    // 2. Rehearse.
+    let dry: Vec<Box<dyn Disk>> = paths
+        .iter()
+        .zip(&before)
+        .map(|(p, b)| {
+            let (size_bytes, lbs) = match *b {
+                Before::Missing { image_bytes } => (image_bytes, 512),
+                Before::Exists {
+                    size_bytes,
+                    logical_block_size,
+                } => (size_bytes, logical_block_size),
+            };
+            Box::new(util::DryRunDisk::new(
+                &p.display().to_string(),
+                size_bytes,
+                lbs,
+            )) as Box<dyn Disk>
+        })
+        .collect();
+    let opts = options(&dry)?;
+    match Array::create(dry, opts) {
+        Ok(array) => drop(array),
+        // Nothing was read from a member here: metadata the engine cannot build comes from
+        // the flags (a chunk md cannot use, say).
+        Err(EngineError::Metadata(m)) => return Err(CliError::usage(m)),
+        Err(e) => return Err(engine_error(e)),
+    }
+
+    // 3. Act.
+    let mut created = CreatedFiles {
+        paths: Vec::new(),
+        keep: false,
+    };
+    let mut disks: Vec<Box<dyn Disk>> = Vec::with_capacity(paths.len());
+    for (p, b) in paths.iter().zip(&before) {
+        match *b {
+            Before::Missing { image_bytes } => {
+                // create_new: a file that appeared since step 1 is not ours to remove.
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(p)
+                    .map_err(|e| CliError::failure(format!("{}: {e}", p.display())))?;
+                created.paths.push(p.clone());
+                disks.push(Box::new(
+                    FileDisk::create(p, image_bytes).map_err(disk_error)?,
+                ));
+            }
+            Before::Exists { .. } => disks.push(Box::new(
+                FileDisk::open(p, OpenOptions::default()).map_err(disk_error)?,
+            )),
+        }
+    }
+    let opts = options(&disks)?;
+    let array = Array::create(disks, opts).map_err(engine_error)?;
+    created.keep = true;
+    Ok(array)
 }
 
 fn create(args: CreateArgs) -> Result<(), CliError> {
-    let plan = plan_create(&args)?;
-    let array = create_array(&args.members, &plan, EngineConfig::default())?;
+    let (plan, checks) = plan_create(&args)?;
+    let array = create_array_checked(&args.members, &plan, checks, EngineConfig::default())?;
     array.stop().map_err(engine_error)?;
     let status = array.status();
     if args.json {
@@ -427,17 +845,30 @@ fn create(args: CreateArgs) -> Result<(), CliError> {
 fn examine(args: ExamineArgs) -> Result<(), CliError> {
     let disks = open_members(&args.members, true)?;
     let mut reports = Vec::new();
-    let mut first_err = None;
+    let mut errors = Vec::new();
     for d in &disks {
-        match raidkit_engine::read_superblock(d.as_ref()) {
-            Ok(found) => reports.push((
+        match util::probe_superblock(d.as_ref())? {
+            util::Probe::Valid(found) => reports.push((
                 d.name().to_string(),
                 ExamineReport::from_superblock(&found.sb, Some(found.device_sectors), None),
             )),
-            Err(e) => {
-                eprintln!("raidkit: {e}");
-                first_err.get_or_insert(engine_error(e));
+            util::Probe::Damaged {
+                examined,
+                device_sectors,
+                ..
+            } => {
+                let report = ExamineReport::from_examined(&examined, Some(device_sectors), None);
+                errors.push(CliError::new(
+                    ExitCode::Refused,
+                    format!(
+                        "{}: md superblock is damaged ({}); md will not assemble this member",
+                        d.name(),
+                        report.problems.join("; ")
+                    ),
+                ));
+                reports.push((d.name().to_string(), report));
             }
+            util::Probe::Absent(e) => errors.push(engine_error(e)),
         }
     }
     if args.json {
@@ -453,19 +884,123 @@ fn examine(args: ExamineArgs) -> Result<(), CliError> {
             println!();
         }
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(()),
+    // Each error is printed once, by main: several are joined into one.
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(CliError::new(
+            errors[0].code,
+            errors
+                .iter()
+                .map(|e| e.message.as_str())
+                .collect::<Vec<_>>()
+                .join("\nraidkit: "),
+        )),
     }
 }
 
-fn detail(args: MembersArgs) -> Result<(), CliError> {
+fn detail(args: DetailArgs) -> Result<(), CliError> {
+    if let Some(control) = &args.target.control {
+        return super::control::detail(control, args.target.array.as_deref(), args.json);
+    }
     let (array, report) = assemble(&args.members, true, args.force)?;
     let status = array.status();
     if args.json {
         return print_json(&serde_json::json!({ "status": status, "assembly": report }));
     }
     report_notes(&report);
+    let view = StatusView::of(&status)?;
+    let state = match (report.was_dirty, status.degraded) {
+        (false, false) => "clean",
+        (false, true) => "clean, degraded",
+        (true, false) => "active (not stopped cleanly)",
+        (true, true) => "active, degraded (not stopped cleanly)",
+    };
+    print_detail(&view, state);
+    Ok(())
+}
+
+/// The parts of an engine [`raidkit_engine::Status`] that `detail` prints, read back from its
+/// JSON form: the same printer serves stopped arrays and (through the control socket) served
+/// ones.
+#[derive(Debug, serde::Deserialize)]
+pub struct StatusView {
+    pub uuid: String,
+    pub name: String,
+    pub level: i32,
+    pub layout: u32,
+    pub raid_disks: usize,
+    pub chunk_sectors: u64,
+    pub array_bytes: u64,
+    pub state: String,
+    pub degraded: bool,
+    pub failed: bool,
+    pub events: u64,
+    pub missing_slots: Vec<usize>,
+    pub members: Vec<MemberView>,
+    #[serde(default)]
+    pub resync_from_sectors: Option<u64>,
+    /// Background work the array needs ("rebuild", "replace", "resync").
+    #[serde(default)]
+    pub pending: Vec<String>,
+    /// The background task running now.
+    #[serde(default)]
+    pub task: Option<TaskView>,
+}
+
+/// The parts of a running task that `detail` prints.
+#[derive(Debug, serde::Deserialize)]
+pub struct TaskView {
+    pub kind: String,
+    pub percent: f64,
+    pub bytes_per_s: f64,
+    pub eta_s: Option<f64>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct MemberView {
+    pub index: usize,
+    pub name: String,
+    pub slot: Option<usize>,
+    pub role: String,
+}
+
+impl StatusView {
+    pub fn of(status: &raidkit_engine::Status) -> Result<StatusView, CliError> {
+        serde_json::to_value(status)
+            .and_then(serde_json::from_value)
+            .map_err(|e| CliError::failure(format!("status: {e}")))
+    }
+
+    /// "whole", "degraded" or "FAILED".
+    pub fn health(&self) -> &'static str {
+        if self.failed {
+            "FAILED"
+        } else if self.degraded {
+            "degraded"
+        } else {
+            "whole"
+        }
+    }
+
+    /// The State line of a running array (written since assembly: active).
+    pub fn state_text(&self) -> String {
+        let mut s = if self.state == "clean" {
+            "clean".to_string()
+        } else {
+            "active".to_string()
+        };
+        if self.failed {
+            s.push_str(", FAILED");
+        } else if self.degraded {
+            s.push_str(", degraded");
+        }
+        s
+    }
+}
+
+/// Prints a status the way mdadm --detail lays it out.
+pub fn print_detail(status: &StatusView, state: &str) {
     println!("     Raid Level : raid{}", status.level);
     println!(
         "     Array Size : {} bytes ({:.2} MiB)",
@@ -486,13 +1021,31 @@ fn detail(args: MembersArgs) -> Result<(), CliError> {
     println!("           UUID : {}", status.uuid);
     println!("           Name : {}", status.name);
     println!("         Events : {}", status.events);
-    let state = match (report.was_dirty, status.degraded) {
-        (false, false) => "clean",
-        (false, true) => "clean, degraded",
-        (true, false) => "active (not stopped cleanly)",
-        (true, true) => "active, degraded (not stopped cleanly)",
-    };
     println!("          State : {state}");
+    if let Some(at) = status.resync_from_sectors {
+        println!("   Resync From : sector {at} (a resync is pending; `raidkit rebuild` runs it)");
+    }
+    for m in status.members.iter().filter(|m| m.role == "rebuilding") {
+        println!(
+            " Rebuild Status : {} rebuilding into slot {} (`raidkit rebuild` continues it)",
+            m.name,
+            m.slot.map(|s| s.to_string()).unwrap_or_default()
+        );
+    }
+    if let Some(t) = &status.task {
+        println!(
+            "  Running Task : {} {:.1}% at {:.0} MB/s{}",
+            t.kind,
+            t.percent,
+            t.bytes_per_s / 1e6,
+            t.eta_s
+                .map(|s| format!(", {s:.0} s to go"))
+                .unwrap_or_default()
+        );
+    }
+    if !status.pending.is_empty() {
+        println!("        Pending : {}", status.pending.join(", "));
+    }
     println!();
     println!("    Number   RaidDevice State");
     for m in &status.members {
@@ -504,7 +1057,6 @@ fn detail(args: MembersArgs) -> Result<(), CliError> {
             println!("    {:>6}   {:>10} {:<8}", "-", s, "removed");
         }
     }
-    Ok(())
 }
 
 fn read(args: ReadArgs) -> Result<(), CliError> {
@@ -564,41 +1116,80 @@ fn read(args: ReadArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Bytes `write` moves per request: the only buffer it holds, whatever the input's size.
+const WRITE_STEP_BYTES: usize = 4 << 20;
+
+/// Reads until `buf` is full or the input ends; returns how many bytes were read.
+fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
 fn write(args: WriteArgs) -> Result<(), CliError> {
     let offset = parse_size_bytes(&args.offset, 1)?;
-    let data = if args.input.as_os_str() == "-" {
-        let mut v = Vec::new();
-        std::io::stdin().read_to_end(&mut v)?;
-        v
+    let input_name = args.input.display().to_string();
+    let input_err = |e: std::io::Error| CliError::failure(format!("{input_name}: {e}"));
+    // A regular file's length is known up front; a pipe's only at its end.
+    let (mut input, known_len): (Box<dyn Read>, Option<u64>) = if args.input.as_os_str() == "-" {
+        (Box::new(std::io::stdin().lock()), None)
     } else {
-        std::fs::read(&args.input)
-            .map_err(|e| CliError::failure(format!("{}: {e}", args.input.display())))?
+        let file = std::fs::File::open(&args.input).map_err(input_err)?;
+        let meta = file.metadata().map_err(input_err)?;
+        let len = meta.file_type().is_file().then_some(meta.len());
+        (Box::new(file), len)
     };
     let (array, report) = assemble(&args.members, false, args.force)?;
     if !args.json {
         report_notes(&report);
     }
-    if offset + data.len() as u64 > array.size_bytes() {
+    let size = array.size_bytes();
+    let fits = |len: u64| offset.checked_add(len).is_some_and(|end| end <= size);
+    if let Some(len) = known_len.filter(|&l| !fits(l)) {
         return Err(CliError::usage(format!(
-            "{} bytes at offset {offset} do not fit in the array ({} bytes)",
-            data.len(),
-            array.size_bytes()
+            "{len} bytes at offset {offset} do not fit in the array ({size} bytes); nothing was written"
         )));
     }
-    let step = 4usize << 20;
-    for (i, chunk) in data.chunks(step).enumerate() {
+    if !fits(0) {
+        return Err(CliError::usage(format!(
+            "--offset {offset} is past the end of the array ({size} bytes)"
+        )));
+    }
+    let mut buf = vec![0u8; WRITE_STEP_BYTES];
+    let mut done = 0u64;
+    loop {
+        let n = read_full(input.as_mut(), &mut buf).map_err(input_err)?;
+        if n == 0 {
+            break;
+        }
+        if !fits(done + n as u64) {
+            array.flush().map_err(engine_error)?;
+            array.stop().map_err(engine_error)?;
+            return Err(CliError::usage(format!(
+                "{input_name} is longer than the array has room for from offset {offset} ({} bytes): the first {done} bytes were written, the rest refused",
+                size - offset
+            )));
+        }
         array
-            .write_at(chunk, offset + (i * step) as u64, false)
+            .write_at(&buf[..n], offset + done, false)
             .map_err(engine_error)?;
+        done += n as u64;
     }
     array.flush().map_err(engine_error)?;
     array.stop().map_err(engine_error)?;
     if args.json {
         return print_json(
-            &serde_json::json!({ "bytes": data.len(), "offset": offset, "status": array.status() }),
+            &serde_json::json!({ "bytes": done, "offset": offset, "status": array.status() }),
         );
     }
-    println!("raidkit: wrote {} bytes at offset {offset}", data.len());
+    println!("raidkit: wrote {done} bytes at offset {offset}");
     Ok(())
 }
 
@@ -616,16 +1207,65 @@ fn member_index(args_members: &[PathBuf], member: &PathBuf) -> Result<usize, Cli
         })
 }
 
-fn fail(args: MemberArgs) -> Result<(), CliError> {
+/// Why failing member `index` would leave the array without some of its data, if it would:
+/// the slots already missing plus the member's own slot, against the level's redundancy.
+fn fail_would_lose_data(array: &Array, index: usize) -> Option<String> {
+    let status = array.status();
+    let geo = array.geometry();
+    let member = status.members.iter().find(|m| m.index == index)?;
+    // Only an in-sync member carries data the array still needs from it: a spare, a member
+    // being rebuilt or a replacement being filled adds nothing to what is missing.
+    let slot = member.slot.filter(|_| member.role == "active")?;
+    let mut failed = vec![false; geo.raid_disks];
+    for &s in &status.missing_slots {
+        failed[s] = true;
+    }
+    failed[slot] = true;
+    if geo.survives(&failed) {
+        return None;
+    }
+    let missing = if status.missing_slots.is_empty() {
+        "no slot missing".to_string()
+    } else {
+        format!("slots {:?} missing already", status.missing_slots)
+    };
+    Some(format!(
+        "refusing to fail {}: RAID {} with {missing} cannot also lose slot {slot}; its data would be unavailable (md refuses this too: \"set device faulty failed ... Device or resource busy\"). Nothing was written; give --force to fail it anyway",
+        member.name, status.level
+    ))
+}
+
+fn fail(args: FailArgs) -> Result<(), CliError> {
+    if let Some(control) = &args.target.control {
+        let array = args.target.array.as_deref();
+        return super::control::fail(control, array, &args.member, args.json);
+    }
     let index = member_index(&args.members, &args.member)?;
+    if !args.force {
+        // Decide on a read-only assembly: a refusal leaves every member as it was.
+        let (array, _) = assemble(&args.members, true, false)?;
+        if let Some(why) = fail_would_lose_data(&array, index) {
+            return Err(CliError::new(ExitCode::Refused, why));
+        }
+    }
     let (array, report) = assemble(&args.members, false, args.force)?;
     report_notes(&report);
     array.fail_member(index).map_err(engine_error)?;
+    // A spare attached to the array takes the slot at once; rebuild it now (md would start
+    // recovery by itself).
+    let reports = if array.pending_tasks().contains(&TaskKind::Rebuild) {
+        tasks::run_with_progress(&array, None, &tasks::SpeedArgs::default())?
+    } else {
+        Vec::new()
+    };
     let result = array.stop();
     let status = array.status();
     if args.json {
-        print_json(&status)?;
+        print_json(&serde_json::json!({ "status": status, "tasks": reports }))?;
     } else {
+        for r in &reports {
+            println!("raidkit: {}", tasks::describe(r));
+        }
         println!(
             "raidkit: {} marked faulty; array is {}",
             args.member.display(),
@@ -649,6 +1289,10 @@ fn fail(args: MemberArgs) -> Result<(), CliError> {
 }
 
 fn remove(args: MemberArgs) -> Result<(), CliError> {
+    if let Some(control) = &args.target.control {
+        let array = args.target.array.as_deref();
+        return super::control::remove(control, array, &args.member, args.json);
+    }
     let index = member_index(&args.members, &args.member)?;
     let (array, report) = assemble(&args.members, false, args.force)?;
     report_notes(&report);
@@ -662,10 +1306,14 @@ fn remove(args: MemberArgs) -> Result<(), CliError> {
 }
 
 fn add(args: AddArgs) -> Result<(), CliError> {
-    let size = match &args.size {
+    let size = match &args.image_size {
         Some(s) => Some(parse_size_bytes(s, 1024)?),
         None => None,
     };
+    if let Some(control) = &args.target.control {
+        let array = args.target.array.as_deref();
+        return super::control::add(control, array, &args.member, size, args.wait, args.json);
+    }
     if args.members.iter().any(|m| m == &args.member) {
         return Err(CliError::usage(format!(
             "{} is already a member",
@@ -676,23 +1324,107 @@ fn add(args: AddArgs) -> Result<(), CliError> {
     report_notes(&report);
     let (mut disks, _) = open_for_create(std::slice::from_ref(&args.member), size)?;
     let disk = disks.remove(0);
-    let degraded = array.status().degraded;
-    array
-        .add_spare(disk, random_uuid()?)
-        .map_err(engine_error)?;
-    array.stop().map_err(engine_error)?;
-    if args.json {
-        return print_json(&array.status());
+    // A device that already holds an md superblock: a former member of this array comes
+    // back through re-add (only what it missed is rebuilt, with a write-intent bitmap);
+    // anything else is refused unless --force, as mdadm does, since adding it as a spare
+    // overwrites what it holds.
+    let mut re_added = None;
+    let disk = match raidkit_engine::read_superblock(disk.as_ref()) {
+        Ok(found) => {
+            let ours = array.status().uuid == found.sb.set_uuid.to_mdadm_string();
+            if ours {
+                match array.re_add(disk) {
+                    Ok(slot) => {
+                        re_added = Some(slot);
+                        None
+                    }
+                    Err(e) if args.force => {
+                        eprintln!("raidkit: re-add not possible ({e}); --force: adding it as a new spare");
+                        let (mut again, _) =
+                            open_for_create(std::slice::from_ref(&args.member), size)?;
+                        Some(again.remove(0))
+                    }
+                    Err(e) => {
+                        return Err(CliError::new(
+                            ExitCode::Refused,
+                            format!(
+                                "{}: a former member of this array, but it cannot be re-added: {e}. Adding it as a spare would overwrite it; give --force to do that",
+                                args.member.display()
+                            ),
+                        ))
+                    }
+                }
+            } else if args.force {
+                Some(disk)
+            } else {
+                return Err(CliError::new(
+                    ExitCode::Refused,
+                    format!(
+                        "{}: holds an md superblock of another array (UUID {}); adding it would overwrite that array's member. Give --force to do it anyway",
+                        args.member.display(),
+                        found.sb.set_uuid.to_mdadm_string()
+                    ),
+                ));
+            }
+        }
+        Err(_) => Some(disk),
+    };
+    if let Some(disk) = disk {
+        array
+            .add_spare(disk, random_uuid()?)
+            .map_err(engine_error)?;
     }
-    if degraded {
+    let rebuilding = array.pending_tasks().contains(&TaskKind::Rebuild);
+    if !args.json {
         println!(
-            "raidkit: {} added and rebuilt into the missing slot",
-            args.member.display()
+            "raidkit: {} {}{}",
+            args.member.display(),
+            match re_added {
+                Some(slot) => format!("re-added into slot {slot}"),
+                None => "added".to_string(),
+            },
+            match (rebuilding, re_added.is_some()) {
+                (true, true) => "; what it missed is rebuilt now (Ctrl-C stops; `raidkit rebuild` resumes)",
+                (true, false) => "; it takes a missing slot and is rebuilt now (Ctrl-C stops; `raidkit rebuild` resumes)",
+                _ => " as a spare",
+            }
         );
-    } else {
-        println!("raidkit: {} added as a spare", args.member.display());
     }
-    Ok(())
+    let reports = if rebuilding {
+        tasks::run_with_progress(&array, None, &args.speed)?
+    } else {
+        Vec::new()
+    };
+    tasks::conclude(&array, &reports, args.json, false)
+}
+
+fn replace(args: ReplaceArgs) -> Result<(), CliError> {
+    let size = match &args.image_size {
+        Some(s) => Some(parse_size_bytes(s, 1024)?),
+        None => None,
+    };
+    let index = member_index(&args.members, &args.member)?;
+    if args.members.iter().any(|m| m == &args.with) {
+        return Err(CliError::usage(format!(
+            "{} is already a member",
+            args.with.display()
+        )));
+    }
+    let (array, report) = assemble(&args.members, false, args.force)?;
+    report_notes(&report);
+    let (mut disks, _) = open_for_create(std::slice::from_ref(&args.with), size)?;
+    array
+        .replace_member(index, disks.remove(0), random_uuid()?)
+        .map_err(engine_error)?;
+    if !args.json {
+        println!(
+            "raidkit: copying {} onto {} while the array stays whole (Ctrl-C stops; `raidkit rebuild` with both resumes)",
+            args.member.display(),
+            args.with.display()
+        );
+    }
+    let reports = tasks::run_with_progress(&array, None, &args.speed)?;
+    tasks::conclude(&array, &reports, args.json, false)
 }
 
 fn stop(args: MembersArgs) -> Result<(), CliError> {
@@ -753,11 +1485,57 @@ mod tests {
     use std::path::Path;
 
     #[test]
+    fn control_flags_exclude_member_files() {
+        let parse = |args: &[&str]| {
+            let mut full = vec!["raidkit"];
+            full.extend_from_slice(args);
+            Top::try_parse_from(full).map(|t| t.cmd)
+        };
+        match parse(&["fail", "--control", "x.ctl", "--member", "m.img"]).unwrap() {
+            ArrayCommand::Fail(a) => {
+                assert_eq!(a.target.control, Some(PathBuf::from("x.ctl")));
+                assert!(a.members.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&[
+            "add",
+            "--control",
+            "x.ctl",
+            "--array",
+            "md1",
+            "-m",
+            "n.img",
+            "--wait",
+        ])
+        .unwrap()
+        {
+            ArrayCommand::Add(a) => assert!(a.wait && a.target.array.as_deref() == Some("md1")),
+            other => panic!("{other:?}"),
+        }
+        // Member files and a control socket at once, --array or --wait without --control,
+        // --force with --control, and no target at all are refused.
+        assert!(parse(&["fail", "--control", "x.ctl", "-m", "a", "a", "b"]).is_err());
+        assert!(parse(&["detail", "--array", "md0", "a.img"]).is_err());
+        assert!(parse(&["add", "--wait", "-m", "n.img", "a.img"]).is_err());
+        assert!(parse(&["detail", "--control", "x.ctl", "--force"]).is_err());
+        assert!(parse(&["detail"]).is_err());
+    }
+
+    #[test]
     fn create_write_read_degraded_and_refusals() {
         let dir = temp_dir("cli");
         let m: Vec<PathBuf> = (0..5).map(|i| dir.0.join(format!("m{i}.img"))).collect();
         let ms: Vec<&str> = m.iter().map(|p| s(p)).collect();
-        let mut args = vec!["create", "--level", "6", "--size", "8M", "--chunk", "64K"];
+        let mut args = vec![
+            "create",
+            "--level",
+            "6",
+            "--image-size",
+            "8M",
+            "--chunk",
+            "64K",
+        ];
         args.extend(&ms);
         run_args(&args).unwrap();
 
@@ -812,7 +1590,7 @@ mod tests {
 
         // add a new member: rebuilt into the failed slot
         let new = dir.0.join("new.img");
-        let mut args = vec!["add", "--member", s(&new), "--size", "8M"];
+        let mut args = vec!["add", "--member", s(&new), "--image-size", "8M"];
         args.extend(&ms);
         run_args(&args).unwrap();
         let mut whole: Vec<PathBuf> = m

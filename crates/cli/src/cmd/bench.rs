@@ -1,5 +1,8 @@
 //! `raidkit bench …`: benchmarks that print figures. Each variant parses its flags into plain
-//! values, calls a benchmark in the raidkit-bench crate, and prints what it returns.
+//! values, calls a benchmark in the raidkit-bench crate (or, for `nbd`, drives the real
+//! server and real clients as processes), and prints what it returns.
+
+mod nbd;
 
 use std::io::Write;
 
@@ -13,6 +16,41 @@ pub enum BenchCommand {
     /// Parity kernels (P, P+Q, two-failure recovery) in GB/s per core, side by side with
     /// ISA-L's xor_gen, pq_gen and ec_encode_data when libisal is installed.
     Parity(ParityArgs),
+    /// A raidkit array (RAID 0, 5, 6 over image files in tmpfs) served by `raidkit serve` next
+    /// to `nbdkit memory`: nbdcopy sequential write and read, fio 4 KiB random read and write
+    /// at iodepth 32; medians, ratios and server CPU seconds per GB.
+    Nbd(nbd::NbdArgs),
+    /// Rebuild speed against a plain sequential read of one member file, and foreground
+    /// throughput while a rebuild runs, on member files (use a folder in /dev/shm).
+    Rebuild(RebuildArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RebuildArgs {
+    /// Folder for the member files (created; the files are removed afterwards).
+    #[arg(long, default_value = "/dev/shm/raidkit-bench")]
+    pub dir: std::path::PathBuf,
+    /// RAID level: 1, 4, 5, 6, 10.
+    #[arg(long, short = 'l', default_value = "5")]
+    pub level: String,
+    /// Members.
+    #[arg(long = "raid-devices", short = 'n', default_value_t = 4)]
+    pub raid_devices: usize,
+    /// Layout (mdadm name or md number).
+    #[arg(long, short = 'p')]
+    pub layout: Option<String>,
+    /// Chunk size.
+    #[arg(long, short = 'c', default_value = "512K")]
+    pub chunk: String,
+    /// Size of each member file.
+    #[arg(long, short = 'z', default_value = "512M")]
+    pub size: String,
+    /// Timed runs (the median is reported; one warm-up run comes first).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -50,7 +88,80 @@ fn parse_runs(s: &str) -> Result<usize, String> {
 pub fn run(cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
         BenchCommand::Parity(args) => run_parity(args),
+        BenchCommand::Rebuild(args) => run_rebuild(args),
+        BenchCommand::Nbd(args) => nbd::run(args),
     }
+}
+
+fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
+    use crate::cmd::array::{parse_layout, parse_level, parse_size_bytes};
+    let level = parse_level(&args.level)?;
+    if level == 0 {
+        return Err(CliError::usage("RAID 0 has nothing to rebuild"));
+    }
+    let layout = match &args.layout {
+        Some(l) => Some(parse_layout(level, l)?),
+        None => None,
+    };
+    let cfg = raidkit_bench::rebuild::RebuildBenchConfig {
+        dir: args.dir.clone(),
+        member_bytes: parse_size_bytes(&args.size, 1024)?,
+        level,
+        layout,
+        raid_devices: args.raid_devices,
+        chunk_sectors: crate::cmd::layout::parse_chunk_sectors(&args.chunk)?,
+        runs: args.runs.max(1),
+    };
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(
+            out,
+            "rebuild of one member of RAID {level} over {} members of {} in {}; member read = one file read sequentially in 1 MiB requests (dd bs=1M)",
+            args.raid_devices,
+            args.size,
+            args.dir.display()
+        )?;
+        writeln!(
+            out,
+            "{:>5} {:>16} {:>12} {:>7}",
+            "run", "member read MB/s", "rebuild MB/s", "ratio"
+        )?;
+    }
+    let mut k = 0;
+    let report = raidkit_bench::rebuild::run_rebuild_bench(&cfg, |r| {
+        k += 1;
+        if !args.json {
+            let _ = writeln!(
+                std::io::stdout(),
+                "{k:>5} {:>16.0} {:>12.0} {:>6.2}x",
+                r.member_read_mb_s,
+                r.rebuild_mb_s,
+                r.ratio
+            );
+        }
+    })
+    .map_err(CliError::failure)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&report)
+            .map_err(|e| CliError::failure(format!("json: {e}")))?;
+        writeln!(out, "{text}")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "median: member read {:.0} MB/s, rebuild {:.0} MB/s per member, ratio {:.2}x (parity kernel {})",
+        report.member_read_mb_s, report.rebuild_mb_s, report.ratio, report.parity_kernel
+    )?;
+    writeln!(
+        out,
+        "foreground sequential reads: {:.0} MB/s alone, {:.0} MB/s during a rebuild at default rates ({:.0} %), while the rebuild ran at {:.0} MB/s",
+        report.foreground_alone_mb_s,
+        report.foreground_during_rebuild_mb_s,
+        report.foreground_fraction * 100.0,
+        report.rebuild_under_load_mb_s
+    )?;
+    writeln!(out, "peak RSS {:.0} MiB", report.peak_rss_mib)?;
+    Ok(())
 }
 
 fn run_parity(args: ParityArgs) -> Result<(), CliError> {
@@ -163,6 +274,8 @@ mod tests {
         full.extend_from_slice(args);
         Wrap::try_parse_from(full).map(|w| match w.cmd {
             BenchCommand::Parity(p) => p,
+            BenchCommand::Rebuild(_) => unreachable!("parsed as parity"),
+            BenchCommand::Nbd(_) => unreachable!("parsed as parity"),
         })
     }
 

@@ -1,11 +1,914 @@
-//! `raidkit control`: manage an array that `raidkit serve` is serving, through its control
-//! socket.
+//! The control socket of `raidkit serve`: served arrays are managed with the same commands that
+//! act on stopped arrays, given `--control PATH` instead of member files
+//! (`raidkit detail|fail|remove|add --control PATH [--array NAME] …`).
+//!
+//! Protocol: one JSON object per line in each direction over a unix stream socket; any number
+//! of requests per connection, answered in order.
+//!
+//! ```text
+//! {"op":"list"}
+//! {"op":"detail","array":"md0"}                       ("array" may be left out when one is served)
+//! {"op":"fail","array":"md0","member":"/abs/m2.img"}
+//! {"op":"remove","array":"md0","member":"/abs/m2.img"}
+//! {"op":"add","array":"md0","path":"/abs/new.img","size_bytes":67108864}
+//! -> {"ok":true,"result":{…}}  or  {"ok":false,"code":N,"error":"…"}
+//! ```
+//!
+//! `code` is one of the exit codes documented in `raidkit --help`; the client exits with it.
+//! Members are named by path; the server compares canonical paths, so `./m2.img` and its
+//! absolute form name the same member.
+//!
+//! Invariants, and why:
+//! - Only the owner gets in: the socket is created mode 0600 (under a umask, so there is no
+//!   moment when it is open to others) and each connection's peer uid (`SO_PEERCRED`) must be
+//!   the server's effective uid; root included, nobody else may steer the arrays.
+//! - A client cannot hurt the server or the arrays: a request is parsed into a closed set of
+//!   typed values (unknown operations and fields are refused) before an array is touched; a
+//!   line is at most [`MAX_LINE_BYTES`] (a longer one gets an error reply and the connection is
+//!   closed); an idle connection is closed after [`IDLE_TIMEOUT`]; at most
+//!   [`MAX_CONNECTIONS`] are served at once; a panic while handling a request is contained to
+//!   its connection.
+//! - Shutdown stops accepting, closes idle connections, and waits for requests in progress (an
+//!   `add` may be rebuilding onto the new member) before returning, so the caller never stops
+//!   an array while its membership is changing.
 
-use crate::CliError;
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
-pub struct ControlArgs {}
+use raidkit_disk::{Disk, FileDisk, OpenOptions};
+use raidkit_engine::{Array, Status};
+use serde::{Deserialize, Serialize};
 
-pub fn run(_args: ControlArgs) -> Result<(), CliError> {
-    Err(CliError::failure("control: not implemented yet"))
+use super::array::{engine_error, random_uuid, StatusView};
+use super::serve::WriteGate;
+use crate::{CliError, ExitCode};
+
+/// Longest request or reply line accepted, newline included.
+pub const MAX_LINE_BYTES: usize = 64 << 10;
+/// Replies can carry a whole status with many members; the client allows more than requests.
+const MAX_REPLY_BYTES: usize = 16 << 20;
+/// A connection that sends nothing for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Control connections served at once; more get an error reply and are closed.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// One request on the control socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// The served arrays, by export name.
+    List,
+    /// The array's status (what `raidkit detail --json` prints for a stopped array).
+    Detail {
+        #[serde(default)]
+        array: Option<String>,
+    },
+    /// Mark an active member faulty.
+    Fail {
+        #[serde(default)]
+        array: Option<String>,
+        member: String,
+    },
+    /// Detach a faulty or spare member.
+    Remove {
+        #[serde(default)]
+        array: Option<String>,
+        member: String,
+    },
+    /// Add an image file (created with `size_bytes` when missing) or block device as a spare;
+    /// a missing slot is rebuilt onto it.
+    Add {
+        #[serde(default)]
+        array: Option<String>,
+        path: String,
+        #[serde(default)]
+        size_bytes: Option<u64>,
+    },
+}
+
+/// One reply line.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Reply {
+    fn success(result: serde_json::Value) -> Reply {
+        Reply {
+            ok: true,
+            result: Some(result),
+            code: None,
+            error: None,
+        }
+    }
+
+    fn failure(err: &CliError) -> Reply {
+        Reply {
+            ok: false,
+            result: None,
+            code: Some(err.code as u8),
+            error: Some(err.message.clone()),
+        }
+    }
+
+    fn to_line(&self) -> Vec<u8> {
+        // Serialising plain values and a `Status` cannot fail; if it ever did, the client
+        // still gets a well-formed error line.
+        let mut line = serde_json::to_vec(self).unwrap_or_else(|e| {
+            format!(r#"{{"ok":false,"code":1,"error":"cannot encode the reply: {e}"}}"#)
+                .into_bytes()
+        });
+        line.push(b'\n');
+        line
+    }
+}
+
+/// An array as the control server sees it.
+pub struct ServedArray {
+    pub name: String,
+    pub array: Arc<Array>,
+    pub read_only: bool,
+    /// Shared with the array's NBD export; held while a spare is added (see [`WriteGate`]).
+    pub gate: Arc<WriteGate>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+/// The bound control socket; the socket file is removed when this is dropped.
+pub struct ControlListener {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ControlListener {
+    /// Binds `path` with mode 0600. A stale socket left by a dead server is replaced; a live
+    /// one (something answers) is `AddrInUse`; anything else at the path is left alone and
+    /// binding fails.
+    pub fn bind(path: &Path) -> io::Result<ControlListener> {
+        use std::os::unix::fs::FileTypeExt;
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if meta.file_type().is_socket() {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{} is in use by a running server", path.display()),
+                    ));
+                }
+                std::fs::remove_file(path)?;
+            }
+        }
+        // The umask makes bind create the socket 0600 in one step. It is process-wide, but it
+        // is only changed for the duration of one bind, and no other thread creates files
+        // while `raidkit serve` starts up.
+        // SAFETY: umask has no memory effects.
+        let old = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let listener = bound?;
+        let control = ControlListener {
+            listener,
+            path: path.to_path_buf(),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        control.listener.set_nonblocking(true)?;
+        Ok(control)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ControlListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What the control server did, for the closing message.
+#[derive(Debug, Default)]
+pub struct ControlReport {
+    pub connections: u64,
+    /// Refused: wrong peer uid or too many connections.
+    pub refused: u64,
+    pub requests: u64,
+}
+
+/// Serves the control socket for `arrays`.
+pub struct ControlServer {
+    arrays: Vec<ServedArray>,
+}
+
+/// The uid of the process at the other end of a unix socket.
+fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    // SAFETY: ucred is plain data; getsockopt fills at most `len` bytes of it.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: valid fd, pointer and length for SO_PEERCRED.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+fn poll_readable(fd: i32, timeout_ms: i32) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc > 0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The registry of open connections stays valid if a holder panicked.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ControlServer {
+    pub fn new(arrays: Vec<ServedArray>) -> ControlServer {
+        ControlServer { arrays }
+    }
+
+    /// Accepts and serves control connections until `shutdown` is set; then closes idle
+    /// connections and waits for requests in progress. Returns what it did.
+    pub fn serve(&self, listener: &ControlListener, shutdown: &AtomicBool) -> ControlReport {
+        // SAFETY: geteuid has no memory effects.
+        let owner = unsafe { libc::geteuid() };
+        let open: Mutex<HashMap<u64, UnixStream>> = Mutex::new(HashMap::new());
+        let active = AtomicUsize::new(0);
+        let requests = AtomicU64::new(0);
+        let mut report = ControlReport::default();
+        let mut next_id = 0u64;
+        std::thread::scope(|scope| {
+            while !shutdown.load(Ordering::SeqCst) {
+                match poll_readable(listener.listener.as_raw_fd(), 100) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                }
+                let stream = match listener.listener.accept() {
+                    Ok((s, _)) => s,
+                    Err(_) => {
+                        // A client gone before accept, or out of descriptors: back off.
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                };
+                if stream.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                let refuse = |stream: &UnixStream, err: CliError| {
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = (&*stream).write_all(&Reply::failure(&err).to_line());
+                };
+                match peer_uid(&stream) {
+                    Ok(uid) if uid == owner => {}
+                    Ok(uid) => {
+                        report.refused += 1;
+                        refuse(
+                            &stream,
+                            CliError::failure(format!(
+                                "uid {uid} may not use this control socket (only uid {owner})"
+                            )),
+                        );
+                        continue;
+                    }
+                    Err(_) => {
+                        report.refused += 1;
+                        continue;
+                    }
+                }
+                if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    report.refused += 1;
+                    refuse(
+                        &stream,
+                        CliError::failure(format!(
+                            "{MAX_CONNECTIONS} control connections are open already; try again"
+                        )),
+                    );
+                    continue;
+                }
+                let Ok(handle) = stream.try_clone() else {
+                    continue;
+                };
+                report.connections += 1;
+                let id = next_id;
+                next_id += 1;
+                lock(&open).insert(id, handle);
+                active.fetch_add(1, Ordering::SeqCst);
+                let (open, active, requests) = (&open, &active, &requests);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("raidkit-ctl-{id}"))
+                    .spawn_scoped(scope, move || {
+                        self.serve_connection(&stream, requests, shutdown);
+                        lock(open).remove(&id);
+                        active.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    lock(open).remove(&id);
+                    active.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            // Idle connections are waiting in read: wake them. A request in progress still
+            // finishes and gets its reply; the scope then waits for it.
+            for s in lock(&open).values() {
+                let _ = s.shutdown(std::net::Shutdown::Read);
+            }
+        });
+        report.requests = requests.load(Ordering::Relaxed);
+        report
+    }
+
+    /// Serves one connection: request lines in, reply lines out, until the client closes,
+    /// idles too long, sends an overlong line, or the server shuts down.
+    pub fn serve_connection(
+        &self,
+        stream: &UnixStream,
+        requests: &AtomicU64,
+        shutdown: &AtomicBool,
+    ) {
+        if stream.set_read_timeout(Some(IDLE_TIMEOUT)).is_err()
+            || stream.set_write_timeout(Some(IDLE_TIMEOUT)).is_err()
+        {
+            return;
+        }
+        let mut reader = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = match (&mut reader)
+                .take(MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)
+            {
+                Ok(n) => n,
+                // Timed out, reset, or shut down for the server's shutdown.
+                Err(_) => return,
+            };
+            if n == 0 {
+                return;
+            }
+            let complete = line.last() == Some(&b'\n');
+            if !complete && line.len() > MAX_LINE_BYTES {
+                let err = CliError::usage(format!(
+                    "request longer than {MAX_LINE_BYTES} bytes; closing the connection"
+                ));
+                let _ = (&*stream).write_all(&Reply::failure(&err).to_line());
+                return;
+            }
+            if !complete {
+                // The client closed in the middle of a line: nothing to answer.
+                return;
+            }
+            if shutdown.load(Ordering::SeqCst) {
+                let err = CliError::failure("the server is shutting down");
+                let _ = (&*stream).write_all(&Reply::failure(&err).to_line());
+                return;
+            }
+            requests.fetch_add(1, Ordering::Relaxed);
+            let reply =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handle_line(&line)))
+                    .unwrap_or_else(|_| {
+                        Reply::failure(&CliError::failure(
+                            "internal error while handling the request",
+                        ))
+                    });
+            if (&*stream).write_all(&reply.to_line()).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Parses and runs one request line.
+    pub fn handle_line(&self, line: &[u8]) -> Reply {
+        match parse_request(line).and_then(|r| self.handle(r)) {
+            Ok(v) => Reply::success(v),
+            Err(e) => Reply::failure(&e),
+        }
+    }
+
+    fn find(&self, name: Option<&str>) -> Result<&ServedArray, CliError> {
+        let names = || {
+            self.arrays
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match name {
+            Some(n) => self.arrays.iter().find(|a| a.name == n).ok_or_else(|| {
+                CliError::usage(format!(
+                    "no array {n:?} is served here (served: {})",
+                    names()
+                ))
+            }),
+            None if self.arrays.len() == 1 => Ok(&self.arrays[0]),
+            None => Err(CliError::usage(format!(
+                "several arrays are served; say which with --array NAME (served: {})",
+                names()
+            ))),
+        }
+    }
+
+    fn writable(served: &ServedArray) -> Result<(), CliError> {
+        if served.read_only {
+            return Err(CliError::usage(format!(
+                "{} is served read-only; its members are not changed",
+                served.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn handle(&self, request: Request) -> Result<serde_json::Value, CliError> {
+        match request {
+            Request::List => {
+                let arrays: Vec<serde_json::Value> = self
+                    .arrays
+                    .iter()
+                    .map(|a| {
+                        let s = a.array.status();
+                        serde_json::json!({
+                            "name": a.name,
+                            "level": s.level,
+                            "raid_disks": s.raid_disks,
+                            "array_bytes": s.array_bytes,
+                            "degraded": s.degraded,
+                            "failed": s.failed,
+                            "read_only": a.read_only,
+                        })
+                    })
+                    .collect();
+                Ok(serde_json::json!({ "arrays": arrays }))
+            }
+            Request::Detail { array } => {
+                let served = self.find(array.as_deref())?;
+                Ok(result_of(served, None))
+            }
+            Request::Fail { array, member } => {
+                let served = self.find(array.as_deref())?;
+                Self::writable(served)?;
+                let status = served.array.status();
+                let (index, name) = member_of(&status, &member, &served.name)?;
+                let was_faulty = status
+                    .members
+                    .iter()
+                    .any(|m| m.index == index && m.role == "faulty");
+                served.array.fail_member(index).map_err(engine_error)?;
+                let mut result = result_of(served, Some(&name));
+                result["was_faulty"] = serde_json::Value::from(was_faulty);
+                Ok(result)
+            }
+            Request::Remove { array, member } => {
+                let served = self.find(array.as_deref())?;
+                Self::writable(served)?;
+                let (index, name) = member_of(&served.array.status(), &member, &served.name)?;
+                served.array.remove_member(index).map_err(engine_error)?;
+                Ok(result_of(served, Some(&name)))
+            }
+            Request::Add {
+                array,
+                path,
+                size_bytes,
+            } => {
+                let served = self.find(array.as_deref())?;
+                Self::writable(served)?;
+                let path = PathBuf::from(path);
+                if !path.is_absolute() {
+                    return Err(CliError::usage(format!(
+                        "{}: the server needs an absolute path",
+                        path.display()
+                    )));
+                }
+                // A member of any served array (this one or another) is never taken over.
+                for other in &self.arrays {
+                    if member_of(&other.array.status(), &path.to_string_lossy(), &other.name)
+                        .is_ok()
+                    {
+                        return Err(CliError::new(
+                            ExitCode::Refused,
+                            format!(
+                                "{} is already a member of the served array {}",
+                                path.display(),
+                                other.name
+                            ),
+                        ));
+                    }
+                }
+                let disk = open_new_member(&path, size_bytes)?;
+                let name = disk.name().to_string();
+                let uuid = random_uuid()?;
+                {
+                    let _writes_held = served.gate.hold_writes();
+                    served.array.add_spare(disk, uuid).map_err(engine_error)?;
+                }
+                Ok(result_of(served, Some(&name)))
+            }
+        }
+    }
+}
+
+/// Parses a request line (trailing newline and surrounding blanks allowed).
+pub fn parse_request(line: &[u8]) -> Result<Request, CliError> {
+    let text = std::str::from_utf8(line)
+        .map_err(|_| CliError::usage("a request must be UTF-8 JSON"))?
+        .trim();
+    if text.is_empty() {
+        return Err(CliError::usage("empty request"));
+    }
+    serde_json::from_str(text).map_err(|e| CliError::usage(format!("bad request: {e}")))
+}
+
+fn result_of(served: &ServedArray, member: Option<&str>) -> serde_json::Value {
+    let status: Status = served.array.status();
+    let mut v = serde_json::json!({
+        "array": served.name,
+        "read_only": served.read_only,
+        "status": status,
+    });
+    if let Some(m) = member {
+        v["member"] = serde_json::Value::from(m);
+    }
+    v
+}
+
+/// The member of `status` named `wanted`: by its name, or by canonical path.
+fn member_of(status: &Status, wanted: &str, array: &str) -> Result<(usize, String), CliError> {
+    if let Some(m) = status.members.iter().find(|m| m.name == wanted) {
+        return Ok((m.index, m.name.clone()));
+    }
+    let canon = |p: &str| std::fs::canonicalize(p).ok();
+    if let Some(want) = canon(wanted) {
+        if let Some(m) = status
+            .members
+            .iter()
+            .find(|m| canon(&m.name).as_ref() == Some(&want))
+        {
+            return Ok((m.index, m.name.clone()));
+        }
+    }
+    let names: Vec<&str> = status.members.iter().map(|m| m.name.as_str()).collect();
+    Err(CliError::usage(format!(
+        "{wanted} is not a member of {array} (members: {})",
+        names.join(", ")
+    )))
+}
+
+/// Opens an existing image file or block device, or creates an image file of `size_bytes`.
+fn open_new_member(path: &Path, size_bytes: Option<u64>) -> Result<Box<dyn Disk>, CliError> {
+    let disk = if path.exists() {
+        FileDisk::open(path, OpenOptions::default())
+    } else {
+        let Some(size) = size_bytes else {
+            return Err(CliError::usage(format!(
+                "{}: does not exist; give --image-size to create an image file",
+                path.display()
+            )));
+        };
+        FileDisk::create(path, size)
+    }
+    .map_err(|e| CliError::failure(e.to_string()))?;
+    Ok(Box::new(disk))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+/// A connection to a control socket.
+pub struct ControlClient {
+    reader: BufReader<UnixStream>,
+    path: PathBuf,
+}
+
+impl ControlClient {
+    pub fn connect(path: &Path) -> Result<ControlClient, CliError> {
+        let stream = UnixStream::connect(path).map_err(|e| {
+            CliError::failure(format!(
+                "{}: cannot connect to the control socket ({e}); is `raidkit serve` running?",
+                path.display()
+            ))
+        })?;
+        Ok(ControlClient {
+            reader: BufReader::new(stream),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Sends one request and returns its result, or the server's error with its exit code.
+    pub fn call(&mut self, request: &Request) -> Result<serde_json::Value, CliError> {
+        let lost = |e: io::Error| {
+            CliError::failure(format!("{}: control connection: {e}", self.path.display()))
+        };
+        let mut line = serde_json::to_vec(request)
+            .map_err(|e| CliError::failure(format!("cannot encode the request: {e}")))?;
+        line.push(b'\n');
+        // A server that refuses the connection replies with an error and closes before
+        // reading; then the write fails but the reply is waiting to be read.
+        let sent = self.reader.get_ref().write_all(&line);
+        let mut reply = Vec::new();
+        let received = (&mut self.reader)
+            .take(MAX_REPLY_BYTES as u64)
+            .read_until(b'\n', &mut reply);
+        if reply.last() != Some(&b'\n') {
+            sent.map_err(lost)?;
+            received.map_err(lost)?;
+            return Err(CliError::failure(format!(
+                "{}: the server closed the connection without a reply",
+                self.path.display()
+            )));
+        }
+        let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
+            CliError::failure(format!("{}: malformed reply: {e}", self.path.display()))
+        })?;
+        if reply.ok {
+            return Ok(reply.result.unwrap_or(serde_json::Value::Null));
+        }
+        let code = match reply.code {
+            Some(2) => ExitCode::Usage,
+            Some(3) => ExitCode::Refused,
+            Some(4) => ExitCode::Unavailable,
+            Some(5) => ExitCode::Mismatch,
+            _ => ExitCode::Failure,
+        };
+        Err(CliError::new(
+            code,
+            reply.error.unwrap_or_else(|| "request failed".into()),
+        ))
+    }
+}
+
+/// A path for the server: absolute, and canonical when the file exists (the server runs in
+/// another directory).
+fn absolute(path: &Path) -> Result<String, CliError> {
+    let abs = match std::fs::canonicalize(path) {
+        Ok(p) => p,
+        Err(_) if path.is_absolute() => path.to_path_buf(),
+        Err(_) => std::env::current_dir()?.join(path),
+    };
+    abs.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| CliError::usage(format!("{}: the path must be valid UTF-8", path.display())))
+}
+
+/// The status part of a result, in the shape the text printer reads.
+fn status_view(result: &serde_json::Value) -> Result<StatusView, CliError> {
+    serde_json::from_value(result["status"].clone())
+        .map_err(|e| CliError::failure(format!("malformed status in the reply: {e}")))
+}
+
+fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::failure(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}
+
+/// `raidkit detail --control PATH [--array NAME] [--json]`.
+pub fn detail(control: &Path, array: Option<&str>, json: bool) -> Result<(), CliError> {
+    let result = ControlClient::connect(control)?.call(&Request::Detail {
+        array: array.map(str::to_string),
+    })?;
+    if json {
+        return print_json(&result);
+    }
+    let view = status_view(&result)?;
+    println!(
+        "         Served : {} on {}{}",
+        result["array"].as_str().unwrap_or_default(),
+        control.display(),
+        if result["read_only"].as_bool() == Some(true) {
+            " (read-only)"
+        } else {
+            ""
+        }
+    );
+    super::array::print_detail(&view, &view.state_text());
+    Ok(())
+}
+
+/// `raidkit fail --control PATH [--array NAME] --member M`.
+pub fn fail(
+    control: &Path,
+    array: Option<&str>,
+    member: &Path,
+    json: bool,
+) -> Result<(), CliError> {
+    let result = ControlClient::connect(control)?.call(&Request::Fail {
+        array: array.map(str::to_string),
+        member: absolute(member)?,
+    })?;
+    let view = status_view(&result)?;
+    if json {
+        print_json(&result)?;
+    } else {
+        println!(
+            "raidkit: {} {}; array {} is {}",
+            member.display(),
+            if result["was_faulty"].as_bool() == Some(true) {
+                "was faulty already"
+            } else {
+                "marked faulty"
+            },
+            result["array"].as_str().unwrap_or_default(),
+            view.health()
+        );
+    }
+    if view.failed {
+        return Err(CliError::new(
+            ExitCode::Unavailable,
+            "the array has lost more members than it can",
+        ));
+    }
+    Ok(())
+}
+
+/// `raidkit remove --control PATH [--array NAME] --member M`.
+pub fn remove(
+    control: &Path,
+    array: Option<&str>,
+    member: &Path,
+    json: bool,
+) -> Result<(), CliError> {
+    let result = ControlClient::connect(control)?.call(&Request::Remove {
+        array: array.map(str::to_string),
+        member: absolute(member)?,
+    })?;
+    if json {
+        return print_json(&result);
+    }
+    println!(
+        "raidkit: {} removed from array {}",
+        member.display(),
+        result["array"].as_str().unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// How an added member stands in a status: rebuilt (or nothing to rebuild), or still waiting.
+fn added_member_settled(view: &StatusView, name: &str) -> Option<bool> {
+    let m = view.members.iter().find(|m| m.name == name)?;
+    Some(m.role == "active" || (m.role == "spare" && !view.degraded) || view.failed)
+}
+
+/// `raidkit add --control PATH [--array NAME] --member M [--size S] [--wait]`.
+pub fn add(
+    control: &Path,
+    array: Option<&str>,
+    member: &Path,
+    size_bytes: Option<u64>,
+    wait: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let mut client = ControlClient::connect(control)?;
+    let array = array.map(str::to_string);
+    let result = client.call(&Request::Add {
+        array: array.clone(),
+        path: absolute(member)?,
+        size_bytes,
+    })?;
+    let name = result["member"].as_str().unwrap_or_default().to_string();
+    let mut view = status_view(&result)?;
+    let mut last = result;
+    if wait {
+        // The engine may rebuild in the background: poll until the new member is active.
+        let start = Instant::now();
+        let mut next_note = Duration::from_secs(5);
+        while added_member_settled(&view, &name) == Some(false) {
+            std::thread::sleep(Duration::from_millis(200));
+            last = client.call(&Request::Detail {
+                array: array.clone(),
+            })?;
+            view = status_view(&last)?;
+            if !json && start.elapsed() >= next_note {
+                eprintln!(
+                    "raidkit: waiting for the rebuild onto {} ({} s)",
+                    member.display(),
+                    start.elapsed().as_secs()
+                );
+                next_note += Duration::from_secs(5);
+            }
+        }
+    }
+    if json {
+        return print_json(&last);
+    }
+    let role = view
+        .members
+        .iter()
+        .find(|m| m.name == name)
+        .map(|m| m.role.clone())
+        .unwrap_or_else(|| "gone".into());
+    match role.as_str() {
+        "active" => println!(
+            "raidkit: {} added and rebuilt; array is {}",
+            member.display(),
+            view.health()
+        ),
+        "spare" if view.degraded => println!(
+            "raidkit: {} added; it is being rebuilt into a missing slot (follow with detail, or add --wait)",
+            member.display()
+        ),
+        "spare" => println!("raidkit: {} added as a spare", member.display()),
+        other => println!("raidkit: {} added; it is {other}", member.display()),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_into_typed_values() {
+        assert_eq!(parse_request(br#"{"op":"list"}"#).unwrap(), Request::List);
+        assert_eq!(
+            parse_request(b"{\"op\":\"detail\"}\n").unwrap(),
+            Request::Detail { array: None }
+        );
+        assert_eq!(
+            parse_request(br#"{"op":"fail","array":"md0","member":"/a/b.img"}"#).unwrap(),
+            Request::Fail {
+                array: Some("md0".into()),
+                member: "/a/b.img".into()
+            }
+        );
+        assert_eq!(
+            parse_request(br#"{"op":"add","path":"/n.img","size_bytes":4096}"#).unwrap(),
+            Request::Add {
+                array: None,
+                path: "/n.img".into(),
+                size_bytes: Some(4096)
+            }
+        );
+        // Round trip: what the client sends is what the server reads.
+        for r in [
+            Request::List,
+            Request::Remove {
+                array: None,
+                member: "x".into(),
+            },
+        ] {
+            let line = serde_json::to_vec(&r).unwrap();
+            assert_eq!(parse_request(&line).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn garbage_requests_are_usage_errors() {
+        for bad in [
+            &b""[..],
+            b"   \n",
+            b"\xff\xfe{}",
+            b"{",
+            b"[]",
+            b"null",
+            b"{\"op\":\"format\"}",
+            b"{\"op\":\"fail\"}",
+            b"{\"op\":\"fail\",\"member\":7}",
+            b"{\"op\":\"detail\",\"array\":\"md0\",\"extra\":1}",
+            b"{\"op\":\"add\",\"path\":\"/x\",\"size_bytes\":-1}",
+            b"{\"op\":\"add\",\"path\":\"/x\",\"size_bytes\":1e99}",
+            b"{\"op\":\"list\"} {\"op\":\"list\"}",
+        ] {
+            let err = parse_request(bad).unwrap_err();
+            assert_eq!(
+                err.code,
+                ExitCode::Usage,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 }

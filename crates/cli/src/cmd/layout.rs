@@ -2,7 +2,9 @@
 //!
 //! Parse, then act: the flags become a `LayoutRequest` (plain values, checked against md's and
 //! mdadm's rules by raidkit-layout), and only then is a table rendered. The members are given
-//! just enough sectors to hold the requested rows, so far and offset copies show up too.
+//! just enough sectors to hold the requested rows, so far and offset copies show up too, or
+//! for RAID 0 the sizes given with `--member-sizes`, so md's zones show up. Rows are capped at
+//! [`MAX_STRIPES`]: a table is for reading, and an unbounded one only fills memory.
 
 use crate::CliError;
 use raidkit_layout::{
@@ -29,9 +31,14 @@ pub struct LayoutArgs {
     /// Number of raid5/raid6 sets for level 50/60.
     #[arg(long, default_value_t = 2)]
     pub sets: u32,
-    /// Rows (stripes) to show; default twice the number of devices.
+    /// Rows (stripes) to show, at most 4096; default twice the number of devices (with
+    /// --member-sizes: every row of the members, up to 4096).
     #[arg(long)]
     pub stripes: Option<u64>,
+    /// RAID 0 only: the size of each member, comma separated (K, M, G suffix; a bare number
+    /// is KiB), to show md's zones when members differ in size.
+    #[arg(long = "member-sizes", value_delimiter = ',', value_name = "SIZE,...")]
+    pub member_sizes: Vec<String>,
     /// Print the table as JSON.
     #[arg(long)]
     pub json: bool,
@@ -63,6 +70,33 @@ pub fn parse_chunk_sectors(text: &str) -> Result<u32, CliError> {
     u32::try_from(sectors).map_err(|_| bad())
 }
 
+/// Most rows a table may show.
+pub const MAX_STRIPES: u64 = 4096;
+
+/// `--member-sizes` in sectors, checked against the level and member count.
+fn member_sizes_sectors(args: &LayoutArgs, level: Level) -> Result<Option<Vec<u64>>, CliError> {
+    if args.member_sizes.is_empty() {
+        return Ok(None);
+    }
+    if level != Level::Raid0 {
+        return Err(CliError::usage(format!(
+            "--member-sizes applies to RAID 0 (md builds zones from unequal members); {level} uses the smallest member's size on every member"
+        )));
+    }
+    if args.member_sizes.len() != args.raid_devices as usize {
+        return Err(CliError::usage(format!(
+            "--member-sizes lists {} sizes for {} raid devices; give one per member",
+            args.member_sizes.len(),
+            args.raid_devices
+        )));
+    }
+    args.member_sizes
+        .iter()
+        .map(|t| super::array::parse_size_bytes(t, 1024).map(|b| b / 512))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
 /// What to draw, after parsing.
 enum LayoutRequest {
     Plain(Geometry),
@@ -81,12 +115,15 @@ fn build(args: &LayoutArgs, rows: u64) -> Result<LayoutRequest, CliError> {
         .checked_mul(rows.max(1))
         .ok_or_else(|| CliError::usage("too many rows for this chunk size"))?;
     let layout_or = |default: &str| args.layout.clone().unwrap_or_else(|| default.to_string());
+    let sizes = member_sizes_sectors(args, level)?;
     let md = |level: i32, layout: u32| MdParams {
         level,
         layout,
         raid_disks: n,
         chunk_sectors,
-        member_data_sectors: vec![dev_sectors; n as usize],
+        member_data_sectors: sizes
+            .clone()
+            .unwrap_or_else(|| vec![dev_sectors; n as usize]),
     };
     let plain = |params: MdParams| {
         Geometry::from_md(&params)
@@ -173,9 +210,17 @@ struct JsonOutput<'a> {
 
 /// Render the requested table as text or JSON.
 pub fn render(args: &LayoutArgs) -> Result<String, CliError> {
-    let rows = args
-        .stripes
-        .unwrap_or_else(|| 2 * u64::from(args.raid_devices));
+    let rows = match args.stripes {
+        Some(0) => return Err(CliError::usage("--stripes must be at least 1")),
+        Some(r) if r > MAX_STRIPES => {
+            return Err(CliError::usage(format!(
+                "--stripes {r} is more than a table can usefully show (at most {MAX_STRIPES})"
+            )))
+        }
+        Some(r) => r,
+        None if !args.member_sizes.is_empty() => MAX_STRIPES,
+        None => (2 * u64::from(args.raid_devices)).min(MAX_STRIPES),
+    };
     let request = build(args, rows)?;
     let (table, level, md_level, md_layout, chunk_sectors) = match &request {
         LayoutRequest::Plain(g) => (
@@ -332,5 +377,57 @@ mod tests {
         assert!(text.starts_with("raid60 over 2 sets"), "{text}");
         let bad = parse(&["--level", "60", "-n", "9", "--sets", "2"]);
         assert_eq!(render(&bad).unwrap_err().code, ExitCode::Usage);
+    }
+
+    #[test]
+    fn stripes_are_capped() {
+        let a = parse(&["--level", "5", "-n", "4", "--stripes", "99999999999"]);
+        let err = render(&a).unwrap_err();
+        assert_eq!(err.code, ExitCode::Usage);
+        assert!(err.message.contains("at most 4096"), "{}", err.message);
+        let zero = parse(&["--level", "5", "-n", "4", "--stripes", "0"]);
+        assert_eq!(render(&zero).unwrap_err().code, ExitCode::Usage);
+        let most = parse(&[
+            "--level",
+            "5",
+            "-n",
+            "4",
+            "--stripes",
+            "4096",
+            "--chunk",
+            "4K",
+        ]);
+        assert_eq!(render(&most).unwrap().lines().count(), 2 + 4096);
+    }
+
+    #[test]
+    fn raid0_member_sizes_show_zones() {
+        // Members of 2, 4 and 8 chunks: zone 0 stripes all three for 2 rows, zone 1 the two
+        // larger ones for 2 more, zone 2 the largest alone for its last 4.
+        let a = parse(&[
+            "--level",
+            "0",
+            "-n",
+            "3",
+            "--chunk",
+            "4K",
+            "--member-sizes",
+            "8K,16K,32K",
+        ]);
+        let text = render(&a).unwrap();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert!(text.lines().next().unwrap().contains("3 zones"), "{text}");
+        assert_eq!(rows.len(), 8, "{text}");
+        assert_eq!(rows[0], ["0", "D0", "D1", "D2"]);
+        assert_eq!(rows[2], ["2", "-", "D6", "D7"]);
+        assert_eq!(rows[7], ["7", "-", "-", "D13"]);
+        let wrong_level = parse(&["--level", "5", "-n", "3", "--member-sizes", "8K,8K,8K"]);
+        assert_eq!(render(&wrong_level).unwrap_err().code, ExitCode::Usage);
+        let wrong_count = parse(&["--level", "0", "-n", "3", "--member-sizes", "8K,8K"]);
+        assert_eq!(render(&wrong_count).unwrap_err().code, ExitCode::Usage);
     }
 }

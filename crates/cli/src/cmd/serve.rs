@@ -2,9 +2,19 @@
 //!
 //! Each array is assembled from its member files, wrapped in [`ArrayExport`] (the NBD server's
 //! view of an array: it only moves bytes and declares capabilities), and served on a unix socket
-//! or on TCP bound to loopback unless `--bind` says otherwise. On SIGINT or SIGTERM the server
-//! stops accepting, lets in-flight requests finish, flushes every export, and then every array is
-//! stopped, which marks it clean in its superblocks.
+//! or on TCP bound to loopback unless `--bind` says otherwise. Beside it a control socket (see
+//! [`super::control`]) lets `raidkit detail|fail|remove|add --control PATH` manage the served
+//! arrays. On SIGINT or SIGTERM the server stops accepting, lets in-flight requests finish,
+//! flushes every export, waits for control requests in progress (a rebuild onto an added
+//! member), and then every array is stopped, which marks it clean in its superblocks.
+//!
+//! Multi-connection clients: `ArrayExport` advertises `NBD_FLAG_CAN_MULTI_CONN`, which promises
+//! that a flush on any connection makes durable every write any connection has seen a reply
+//! for. That holds because the engine replies to a write only after every member write of it
+//! has completed (returned from the member's `pwrite`), and `Array::flush` fdatasyncs every
+//! in-sync member, whichever connection the writes came from; the test
+//! `flush_on_one_connection_covers_writes_from_another` checks it on simulated members that
+//! keep volatile and durable bytes apart.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -15,6 +25,7 @@ use raidkit_engine::{Array, AssembleOptions, EngineError};
 use raidkit_nbd::{BlockSize, Export, Listener, Server};
 
 use super::array::{engine_error, open_members};
+use super::control::{ControlListener, ControlServer, ServedArray};
 use crate::{CliError, ExitCode};
 
 #[derive(clap::Args, Debug)]
@@ -43,17 +54,81 @@ pub struct ServeArgs {
     /// Assemble stale members or a dirty degraded parity array anyway (mdadm --force).
     #[arg(long)]
     pub force: bool,
+    /// Control socket (unix, mode 0600, owner only) through which
+    /// `raidkit detail|fail|remove|add --control PATH` manage the served arrays
+    /// [default: the NBD socket's path with ".ctl" appended; with --port none unless given].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Open no control socket.
+    #[arg(long, conflicts_with = "control")]
+    pub no_control: bool,
+    /// NBD requests executed at once per connection.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+}
+
+/// The control socket's path: `--control`, else the NBD socket's path plus ".ctl".
+fn control_path(args: &ServeArgs) -> Result<Option<PathBuf>, CliError> {
+    if args.no_control {
+        return Ok(None);
+    }
+    let path = match (&args.control, &args.socket) {
+        (Some(p), _) => p.clone(),
+        (None, Some(nbd)) => {
+            let mut p = nbd.clone().into_os_string();
+            p.push(".ctl");
+            PathBuf::from(p)
+        }
+        (None, None) => return Ok(None),
+    };
+    if args.socket.as_ref() == Some(&path) {
+        return Err(CliError::usage(
+            "--control and --socket name the same path; give them different ones",
+        ));
+    }
+    Ok(Some(path))
+}
+
+/// Holds NBD writes back while a member is being rebuilt.
+///
+/// `Array::add_spare` rebuilds the new member from the others before it marks the member in
+/// sync, and a write that lands meanwhile is not applied to the member being rebuilt: a write
+/// to a stripe the rebuild has already copied leaves the new member stale there, which shows
+/// once the member is read (checked by hand: nbdcopy over the whole array during the rebuild
+/// of a 256 MiB RAID 6 member left the new member's chunks stale from byte 65536 on). Until
+/// the engine applies writes below its rebuild cursor to the rebuilding member, the control
+/// server holds this gate exclusively for the duration of `add_spare`, and every
+/// data-changing export call holds it shared: writes wait, reads go on.
+#[derive(Default)]
+pub struct WriteGate(std::sync::RwLock<()>);
+
+impl WriteGate {
+    /// Shared: one data-changing request.
+    pub fn write(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        // The guarded value is `()`: a panic elsewhere cannot leave it inconsistent.
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Exclusive: membership change with a rebuild; waits for writes in flight to finish.
+    pub fn hold_writes(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// An array as an NBD export.
 pub struct ArrayExport {
     array: Arc<Array>,
     read_only: bool,
+    gate: Arc<WriteGate>,
 }
 
 impl ArrayExport {
-    pub fn new(array: Arc<Array>, read_only: bool) -> Self {
-        ArrayExport { array, read_only }
+    pub fn new(array: Arc<Array>, read_only: bool, gate: Arc<WriteGate>) -> Self {
+        ArrayExport {
+            array,
+            read_only,
+            gate,
+        }
     }
 }
 
@@ -109,6 +184,7 @@ impl Export for ArrayExport {
     }
 
     fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let _gate = self.gate.write();
         self.array.write_at(data, offset, fua).map_err(io_error)
     }
 
@@ -117,6 +193,7 @@ impl Export for ArrayExport {
     }
 
     fn trim(&self, offset: u64, len_bytes: u64, fua: bool) -> io::Result<()> {
+        let _gate = self.gate.write();
         self.array.trim(offset, len_bytes).map_err(io_error)?;
         if fua {
             self.array.flush().map_err(io_error)?;
@@ -131,6 +208,7 @@ impl Export for ArrayExport {
         fua: bool,
         _may_trim: bool,
     ) -> io::Result<()> {
+        let _gate = self.gate.write();
         self.array
             .write_zeroes(offset, len_bytes)
             .map_err(io_error)?;
@@ -183,6 +261,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             "say where to listen: --socket PATH or --port N",
         ));
     }
+    let control_path = control_path(&args)?;
 
     let mut arrays = Vec::new();
     for (name, members) in &specs {
@@ -202,7 +281,14 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         for note in &report.notes {
             eprintln!("raidkit: {name}: {note}");
         }
-        arrays.push((name.clone(), Arc::new(array)));
+        let array = Arc::new(array);
+        // Rebuilds onto spares, resync after an unclean stop and requested checks run in the
+        // background while the array is served.
+        array.start_background().map_err(engine_error)?;
+        for kind in array.pending_tasks() {
+            eprintln!("raidkit: {name}: {kind} pending; it runs in the background");
+        }
+        arrays.push((name.clone(), array, Arc::new(WriteGate::default())));
     }
 
     let listener = match (&args.socket, args.port) {
@@ -212,12 +298,26 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     .map_err(|e| CliError::failure(format!("cannot listen: {e}")))?;
 
-    let mut builder = Server::builder();
-    for (name, array) in &arrays {
-        let export: Arc<dyn Export> = Arc::new(ArrayExport::new(array.clone(), args.read_only));
+    let control_listener = match &control_path {
+        Some(p) => Some(ControlListener::bind(p).map_err(|e| {
+            CliError::failure(format!(
+                "cannot open the control socket {}: {e}",
+                p.display()
+            ))
+        })?),
+        None => None,
+    };
+
+    let mut builder = Server::builder().threads_per_connection(args.threads as usize);
+    for (name, array, gate) in &arrays {
+        let export: Arc<dyn Export> = Arc::new(ArrayExport::new(
+            array.clone(),
+            args.read_only,
+            gate.clone(),
+        ));
         builder = builder.export(name.clone(), export);
     }
-    if let Some((first, _)) = arrays.first() {
+    if let Some((first, _, _)) = arrays.first() {
         builder = builder.default_export(first.clone());
     }
     let server = builder
@@ -226,26 +326,56 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let shutdown = raidkit_nbd::shutdown_on_signals()
         .map_err(|e| CliError::failure(format!("cannot install signal handlers: {e}")))?;
 
-    for (name, array) in &arrays {
+    for (name, array, _) in &arrays {
         eprintln!(
             "raidkit: serving {name} ({} bytes) on {}",
             array.size_bytes(),
             listener.describe()
         );
     }
-    let report = server
-        .serve(&listener, shutdown)
-        .map_err(|e| CliError::failure(format!("server failed: {e}")))?;
+    if let Some(l) = &control_listener {
+        eprintln!("raidkit: control socket {}", l.path().display());
+    }
+    let control = ControlServer::new(
+        arrays
+            .iter()
+            .map(|(name, array, gate)| ServedArray {
+                name: name.clone(),
+                array: array.clone(),
+                read_only: args.read_only,
+                gate: gate.clone(),
+            })
+            .collect(),
+    );
+    let (report, control_report) = std::thread::scope(|scope| {
+        let control_thread = control_listener
+            .as_ref()
+            .map(|l| scope.spawn(|| control.serve(l, shutdown)));
+        let report = server.serve(&listener, shutdown);
+        // The NBD server may also end on an error: the control server must end with it.
+        shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
+        let control_report = control_thread.map(|t| t.join());
+        (report, control_report)
+    });
+    let report = report.map_err(|e| CliError::failure(format!("server failed: {e}")))?;
     eprintln!(
         "raidkit: shutting down after {} connections",
         report.connections_accepted
     );
+    match control_report {
+        Some(Ok(c)) => eprintln!(
+            "raidkit: control socket: {} connections, {} requests, {} refused",
+            c.connections, c.requests, c.refused
+        ),
+        Some(Err(_)) => eprintln!("raidkit: the control server ended abnormally"),
+        None => {}
+    }
 
     let mut failed = Vec::new();
     for (name, err) in &report.flush_failures {
         failed.push(format!("{name}: flush failed: {err}"));
     }
-    for (name, array) in &arrays {
+    for (name, array, _) in &arrays {
         if args.read_only {
             continue;
         }
@@ -278,6 +408,191 @@ mod tests {
             members,
             vec![PathBuf::from("a.img"), PathBuf::from("b.img")]
         );
+    }
+
+    /// A minimal NBD client over a unix socket: fixed newstyle, NBD_OPT_GO, simple replies.
+    struct Client(std::os::unix::net::UnixStream);
+
+    impl Client {
+        fn connect(socket: &std::path::Path, export: &str) -> (Client, u16) {
+            use std::io::{Read, Write};
+            let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            let mut greeting = [0u8; 18];
+            s.read_exact(&mut greeting).unwrap();
+            assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
+            s.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
+            let mut data = (export.len() as u32).to_be_bytes().to_vec();
+            data.extend_from_slice(export.as_bytes());
+            data.extend_from_slice(&0u16.to_be_bytes());
+            let mut opt = b"IHAVEOPT".to_vec();
+            opt.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
+            opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            opt.extend_from_slice(&data);
+            s.write_all(&opt).unwrap();
+            let mut flags = None;
+            loop {
+                let mut h = [0u8; 20];
+                s.read_exact(&mut h).unwrap();
+                let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
+                let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+                let mut d = vec![0u8; len];
+                s.read_exact(&mut d).unwrap();
+                match typ {
+                    1 => break, // NBD_REP_ACK
+                    3 if d[..2] == [0, 0] => flags = Some(u16::from_be_bytes([d[10], d[11]])),
+                    3 => {}
+                    other => panic!("NBD_OPT_GO refused: reply type {other:#x}"),
+                }
+            }
+            (Client(s), flags.expect("NBD_INFO_EXPORT"))
+        }
+
+        /// Sends one request (with `payload` for a write) and waits for its simple reply;
+        /// returns the error value.
+        fn call(
+            &mut self,
+            command: u16,
+            cookie: u64,
+            offset: u64,
+            len: u32,
+            payload: &[u8],
+        ) -> u32 {
+            use std::io::{Read, Write};
+            let mut v = 0x2560_9513u32.to_be_bytes().to_vec();
+            v.extend_from_slice(&0u16.to_be_bytes());
+            v.extend_from_slice(&command.to_be_bytes());
+            v.extend_from_slice(&cookie.to_be_bytes());
+            v.extend_from_slice(&offset.to_be_bytes());
+            v.extend_from_slice(&len.to_be_bytes());
+            v.extend_from_slice(payload);
+            self.0.write_all(&v).unwrap();
+            let mut h = [0u8; 16];
+            self.0.read_exact(&mut h).unwrap();
+            assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
+            assert_eq!(u64::from_be_bytes(h[8..].try_into().unwrap()), cookie);
+            u32::from_be_bytes(h[4..8].try_into().unwrap())
+        }
+    }
+
+    /// What an array assembled from the members' durable bytes (what a power loss would
+    /// leave) holds at `offset`.
+    fn durable_contents(disks: &[raidkit_sim::SimDisk], offset: u64, len: usize) -> Vec<u8> {
+        let members: Vec<Box<dyn raidkit_disk::Disk>> = disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let image = d.durable_image();
+                let m = raidkit_disk::MemDisk::new(&format!("durable{i}"), image.len() as u64);
+                raidkit_disk::Disk::write_at(&m, &image, 0).unwrap();
+                Box::new(m) as Box<dyn raidkit_disk::Disk>
+            })
+            .collect();
+        let (array, _) = Array::assemble(
+            members,
+            AssembleOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut out = vec![0u8; len];
+        array.read_at(&mut out, offset).unwrap();
+        out
+    }
+
+    /// NBD_FLAG_CAN_MULTI_CONN promises that a flush on one connection covers writes another
+    /// connection has seen replies for. Members are simulated disks whose completed writes sit
+    /// in a volatile cache until flushed, so the test sees exactly what a flush made durable.
+    #[test]
+    fn flush_on_one_connection_covers_writes_from_another() {
+        const WRITE: u16 = 1;
+        const FLUSH: u16 = 3;
+        const CAN_MULTI_CONN: u16 = 1 << 8;
+        const SEND_FLUSH: u16 = 1 << 2;
+        let disks: Vec<raidkit_sim::SimDisk> = (0..4)
+            .map(|i| raidkit_sim::SimDisk::new(&format!("sim{i}"), 8 << 20, i))
+            .collect();
+        let array = Array::create(
+            disks
+                .iter()
+                .map(|d| Box::new(d.clone()) as Box<dyn raidkit_disk::Disk>)
+                .collect(),
+            raidkit_engine::CreateOptions {
+                level: 5,
+                layout: None,
+                chunk_sectors: 128,
+                raid_devices: 4,
+                metadata: raidkit_metadata::SuperblockVersion::V1_2,
+                size_sectors: None,
+                name: "multi-conn".into(),
+                set_uuid: [7; 16],
+                device_uuids: (0..4u8).map(|i| [i + 1; 16]).collect(),
+                ctime_seconds: 0,
+                members_zeroed: true,
+                consistency: raidkit_engine::ConsistencyPolicy::Resync,
+                config: Default::default(),
+            },
+        )
+        .unwrap();
+        let array = Arc::new(array);
+        let dir = std::env::temp_dir().join(format!("raidkit-multi-conn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("nbd.sock");
+        let listener = Listener::bind_unix(&socket).unwrap();
+        let server = Server::builder()
+            .export(
+                "md",
+                Arc::new(ArrayExport::new(array.clone(), false, Default::default()))
+                    as Arc<dyn Export>,
+            )
+            .build()
+            .unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        /// Stops the server however the test ends, so a failed assertion cannot hang it.
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        std::thread::scope(|scope| {
+            let served = scope.spawn(|| server.serve(&listener, &stop).unwrap());
+            let stopper = StopOnDrop(&stop);
+            let (mut a, flags) = Client::connect(&socket, "md");
+            let (mut b, _) = Client::connect(&socket, "md");
+            assert_ne!(flags & CAN_MULTI_CONN, 0, "arrays advertise CAN_MULTI_CONN");
+            assert_ne!(flags & SEND_FLUSH, 0);
+
+            // Three chunks' worth from a chunk boundary minus a bit: data and parity of two
+            // stripes change.
+            let offset = 3 * 65536 - 4096;
+            let data: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+            assert_eq!(a.call(WRITE, 1, offset, data.len() as u32, &data), 0);
+            // Completed but not yet flushed: a power loss now could lose it.
+            assert!(
+                durable_contents(&disks, offset, data.len()) != data,
+                "the write is already durable without a flush; the test would prove nothing"
+            );
+
+            assert_eq!(b.call(FLUSH, 2, 0, 0, &[]), 0);
+            assert!(
+                durable_contents(&disks, offset, data.len()) == data,
+                "a flush on connection B did not make connection A's completed write durable"
+            );
+            for d in &disks {
+                assert!(
+                    d.durable_image() == d.peek_live(0, 8 << 20),
+                    "{}: writes left in the volatile cache after the flush",
+                    raidkit_disk::Disk::name(d)
+                );
+            }
+            drop((a, b, stopper));
+            let report = served.join().unwrap();
+            assert!(report.all_flushed());
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,8 +1,12 @@
-//! Flag parsing shared by the array subcommands: levels, layouts and sizes become plain numbers
-//! before anything is opened.
+//! Helpers of the array subcommands: flag parsing (levels, layouts and sizes become plain
+//! numbers before anything is opened), looking for md superblocks the way `mdadm --examine`
+//! does (damaged ones included), and the size-only device `create` rehearses on.
 
 use crate::CliError;
+use raidkit_disk::{Disk, DiskError, DiskErrorKind};
+use raidkit_engine::{EngineError, FoundSuperblock};
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
+use raidkit_metadata::{Examined, Location, Superblock, SuperblockVersion};
 
 /// "5", "raid5", "mirror" -> md level number. RAID 1E, 50 and 60 are not array levels of
 /// their own in md and are refused here.
@@ -74,6 +78,145 @@ pub fn parse_size_bytes(text: &str, bare_unit: u64) -> Result<u64, CliError> {
     };
     let v: u64 = digits.parse().map_err(|_| bad())?;
     v.checked_mul(mult).ok_or_else(bad)
+}
+
+/// What a member holds, as `mdadm --examine` sees it.
+pub enum Probe {
+    /// A superblock md would accept.
+    Valid(FoundSuperblock),
+    /// A superblock with md's magic that breaks some of md's rules (wrong checksum, fields out
+    /// of range): shown, never used to run an array.
+    Damaged {
+        examined: Examined,
+        version: SuperblockVersion,
+        device_sectors: u64,
+    },
+    /// No md v1.x superblock at all (why, per place looked at).
+    Absent(EngineError),
+}
+
+/// Looks for a superblock on `disk`: a valid one first (as assembly does), else one with md's
+/// magic at the 1.2, 1.1 or 1.0 place, in that order (as `mdadm --examine` does without `-e`).
+/// Only an I/O error is an `Err`.
+pub fn probe_superblock(disk: &dyn Disk) -> Result<Probe, CliError> {
+    let why = match raidkit_engine::read_superblock(disk) {
+        Ok(found) => return Ok(Probe::Valid(found)),
+        Err(EngineError::Disk(e)) => return Err(CliError::failure(e.to_string())),
+        Err(e) => e,
+    };
+    let size = disk.size_bytes();
+    let device_sectors = size / 512;
+    for version in [
+        SuperblockVersion::V1_2,
+        SuperblockVersion::V1_1,
+        SuperblockVersion::V1_0,
+    ] {
+        let location = Location::new(version, device_sectors);
+        let off = location.superblock_byte_offset();
+        if device_sectors < 24 || off + 4096 > size {
+            continue;
+        }
+        let mut buf = vec![0u8; 4096];
+        disk.read_at(&mut buf, off)
+            .map_err(|e| CliError::failure(e.to_string()))?;
+        if let Ok(examined) = Superblock::examine_bytes(&buf, Some(location)) {
+            return Ok(Probe::Damaged {
+                examined,
+                version,
+                device_sectors,
+            });
+        }
+    }
+    Ok(Probe::Absent(why))
+}
+
+/// When `disk` holds an md superblock (valid or damaged): which array it belongs to, in a
+/// phrase for messages.
+pub fn md_owner(disk: &dyn Disk) -> Result<Option<String>, CliError> {
+    let describe = |sb: &Superblock, version: SuperblockVersion, state: &str| {
+        format!(
+            "holds {state}md {} superblock: member of array UUID {} (name {}, raid level {}, events {})",
+            version.name(),
+            sb.set_uuid.to_mdadm_string(),
+            sb.set_name.as_string(),
+            sb.level.to_md(),
+            sb.events
+        )
+    };
+    Ok(match probe_superblock(disk)? {
+        Probe::Valid(found) => Some(describe(&found.sb, found.version, "an ")),
+        Probe::Damaged {
+            examined, version, ..
+        } => Some(describe(&examined.superblock, version, "a damaged ")),
+        Probe::Absent(_) => None,
+    })
+}
+
+/// A device that has only a name and a size: reads see zeroes and writes vanish. `create`
+/// runs the engine's create on these before touching anything, so every rule the engine
+/// checks is checked first.
+#[derive(Debug)]
+pub struct DryRunDisk {
+    name: String,
+    size_bytes: u64,
+    logical_block_size: u32,
+}
+
+impl DryRunDisk {
+    pub fn new(name: &str, size_bytes: u64, logical_block_size: u32) -> Self {
+        DryRunDisk {
+            name: name.to_string(),
+            size_bytes,
+            logical_block_size,
+        }
+    }
+
+    fn check(&self, op: &'static str, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        match offset_bytes.checked_add(len_bytes) {
+            Some(end) if end <= self.size_bytes => Ok(()),
+            _ => Err(DiskError::new(
+                &self.name,
+                op,
+                offset_bytes,
+                DiskErrorKind::OutOfRange {
+                    len_bytes,
+                    size_bytes: self.size_bytes,
+                },
+            )),
+        }
+    }
+}
+
+impl Disk for DryRunDisk {
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.check("read", offset_bytes, buf.len() as u64)?;
+        buf.fill(0);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.check("write", offset_bytes, buf.len() as u64)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        Ok(())
+    }
+    fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        self.check("discard", offset_bytes, len_bytes)
+    }
+    fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        self.check("write-zeroes", offset_bytes, len_bytes)
+    }
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn logical_block_size(&self) -> u32 {
+        self.logical_block_size
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn is_read_only(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,297 @@
+//! Background work from the command line: `check`, `repair`, `rebuild` (whatever is pending:
+//! recovery onto spares, replacement, resync after an unclean stop), `patrol`, and the
+//! progress display `add` and `fail` share with them.
+//!
+//! These commands assemble the array, run the task in this process with a progress bar on
+//! stderr (a redrawn line on a terminal, a line per 10 % otherwise), and stop the array
+//! cleanly. SIGINT or SIGTERM stops the task at its next step with its checkpoint recorded
+//! (md's recovery_offset / resync_offset), so running the same command again resumes it.
+
+use super::{assemble, engine_error, print_json, report_notes, MembersArgs};
+use crate::{CliError, ExitCode};
+use raidkit_engine::{Array, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct TaskArgs {
+    #[command(flatten)]
+    pub array: MembersArgs,
+    #[command(flatten)]
+    pub speed: SpeedArgs,
+}
+
+/// Rate settings shared by every command that runs background work.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SpeedArgs {
+    /// Cap the task at this many MB/s of member range (md's speed_limit_max); by default a
+    /// task runs as fast as the members allow when nothing else uses the array.
+    #[arg(long = "max-speed", value_name = "MB/s")]
+    pub max_speed: Option<f64>,
+    /// No progress display.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl SpeedArgs {
+    fn rates(&self) -> Result<TaskRates, CliError> {
+        let mut rates = TaskRates::default();
+        if let Some(mbps) = self.max_speed {
+            if !(mbps > 0.0 && mbps.is_finite()) {
+                return Err(CliError::usage(format!(
+                    "--max-speed {mbps}: give a positive number of MB/s"
+                )));
+            }
+            rates.max_bytes_per_s = Some((mbps * 1e6) as u64);
+        }
+        Ok(rates)
+    }
+}
+
+/// Draws task progress on stderr.
+pub struct ProgressBar {
+    tty: bool,
+    quiet: bool,
+    last_tenth: i64,
+    last_draw: Option<Instant>,
+    drawn: bool,
+}
+
+impl ProgressBar {
+    pub fn new(quiet: bool) -> Self {
+        ProgressBar {
+            tty: std::io::stderr().is_terminal(),
+            quiet,
+            last_tenth: -1,
+            last_draw: None,
+            drawn: false,
+        }
+    }
+
+    pub fn update(&mut self, p: &TaskProgress) {
+        if self.quiet {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            if self
+                .last_draw
+                .is_some_and(|t| t.elapsed().as_millis() < 100)
+                && p.percent < 100.0
+            {
+                return;
+            }
+            self.last_draw = Some(Instant::now());
+            let width = 30;
+            let filled = ((p.percent / 100.0) * width as f64).round() as usize;
+            let _ = write!(
+                err,
+                "\r{:<7} [{}{}] {:5.1}%  {}  ETA {}{}   ",
+                p.kind.name(),
+                "#".repeat(filled.min(width)),
+                ".".repeat(width - filled.min(width)),
+                p.percent,
+                rate(p.bytes_per_s),
+                eta(p.eta_s),
+                if p.throttled {
+                    "  (yielding to I/O)"
+                } else {
+                    ""
+                }
+            );
+            self.drawn = true;
+        } else {
+            let tenth = (p.percent / 10.0).floor() as i64;
+            if tenth > self.last_tenth {
+                self.last_tenth = tenth;
+                let _ = writeln!(
+                    err,
+                    "raidkit: {} {:.0}% ({}, ETA {})",
+                    p.kind.name(),
+                    p.percent,
+                    rate(p.bytes_per_s),
+                    eta(p.eta_s)
+                );
+            }
+        }
+    }
+
+    pub fn finish(&mut self) {
+        if self.drawn {
+            eprintln!();
+            self.drawn = false;
+        }
+        self.last_tenth = -1;
+    }
+}
+
+fn rate(bytes_per_s: f64) -> String {
+    if bytes_per_s >= 1e9 {
+        format!("{:.2} GB/s", bytes_per_s / 1e9)
+    } else {
+        format!("{:.0} MB/s", bytes_per_s / 1e6)
+    }
+}
+
+fn eta(s: Option<f64>) -> String {
+    match s {
+        Some(s) if s.is_finite() => {
+            let s = s.round() as u64;
+            format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+        }
+        _ => "-".into(),
+    }
+}
+
+/// SIGINT/SIGTERM set this flag; tasks stop at their next step.
+fn stop_flag() -> Result<&'static AtomicBool, CliError> {
+    raidkit_nbd::signal::shutdown_on_signals()
+        .map_err(|e| CliError::failure(format!("cannot install signal handlers: {e}")))
+}
+
+/// One sentence about a finished task.
+pub fn describe(r: &TaskReport) -> String {
+    let p = &r.progress;
+    match &r.outcome {
+        TaskOutcome::Completed => {
+            let mut s = format!(
+                "{} completed: {:.1} s, {}",
+                p.kind,
+                p.elapsed_s,
+                rate(p.bytes_per_s)
+            );
+            match p.kind {
+                TaskKind::Check | TaskKind::Repair | TaskKind::Resync => {
+                    s += &format!(", {} mismatched sectors", p.mismatch_sectors);
+                    if p.kind == TaskKind::Repair && p.mismatch_sectors > 0 {
+                        s += " (rewritten)";
+                    }
+                }
+                TaskKind::Patrol => {
+                    s += &format!(
+                        ", {} unreadable sectors rewritten, {} to the bad-block log",
+                        p.corrected_sectors, p.bad_block_sectors
+                    )
+                }
+                TaskKind::Rebuild | TaskKind::Replace => {
+                    s += &format!(" per member, slots {:?}", p.slots)
+                }
+            }
+            s
+        }
+        TaskOutcome::Stopped => format!(
+            "{} stopped at {:.1}% ({} {} of {}); run the command again to resume",
+            p.kind, p.percent, p.position_sectors, p.unit, p.end_sectors
+        ),
+        TaskOutcome::Nothing => format!("{}: nothing to do", p.kind),
+        TaskOutcome::Failed { error } => format!("{} failed: {error}", p.kind),
+    }
+}
+
+/// Runs `kinds` (or whatever is pending, when `None`) with a progress bar, then stops the array
+/// cleanly. Returns the reports.
+pub fn run_with_progress(
+    array: &Array,
+    kind: Option<TaskKind>,
+    speed: &SpeedArgs,
+) -> Result<Vec<TaskReport>, CliError> {
+    array.set_task_rates(speed.rates()?);
+    let stop = stop_flag()?;
+    let mut bar = ProgressBar::new(speed.quiet);
+    let mut reports = Vec::new();
+    match kind {
+        Some(k) => {
+            let r = array
+                .run_task(k, &mut |p| bar.update(p), stop)
+                .map_err(engine_error);
+            bar.finish();
+            reports.push(r?);
+        }
+        None => {
+            let mut pending = array.pending_tasks();
+            // A spare that took a slot during a rebuild pass gets its own pass; the cap only
+            // guards against a task that keeps reporting itself pending.
+            let mut passes = 0;
+            while let Some(k) = pending.first().copied() {
+                passes += 1;
+                if passes > 16 {
+                    break;
+                }
+                let r = array
+                    .run_task(k, &mut |p| bar.update(p), stop)
+                    .map_err(engine_error);
+                bar.finish();
+                let r = r?;
+                let go_on = r.outcome == TaskOutcome::Completed;
+                reports.push(r);
+                if !go_on {
+                    break;
+                }
+                pending = array.pending_tasks();
+            }
+        }
+    }
+    Ok(reports)
+}
+
+/// Prints the reports (or JSON) and turns their outcome into an exit code.
+pub fn conclude(
+    array: &Array,
+    reports: &[TaskReport],
+    json: bool,
+    mismatch_fails: bool,
+) -> Result<(), CliError> {
+    let stopped = reports.iter().any(|r| r.outcome == TaskOutcome::Stopped);
+    array.stop().map_err(engine_error)?;
+    if json {
+        print_json(&serde_json::json!({ "tasks": reports, "status": array.status() }))?;
+    } else {
+        for r in reports {
+            println!("raidkit: {}", describe(r));
+        }
+    }
+    if let Some(TaskOutcome::Failed { error }) = reports
+        .iter()
+        .map(|r| &r.outcome)
+        .find(|o| matches!(o, TaskOutcome::Failed { .. }))
+    {
+        return Err(CliError::failure(error.clone()));
+    }
+    if stopped {
+        return Err(CliError::new(
+            ExitCode::Interrupted,
+            "stopped by a signal; the checkpoint is recorded in the superblocks",
+        ));
+    }
+    let mismatches: u64 = reports.iter().map(|r| r.progress.mismatch_sectors).sum();
+    if mismatch_fails && mismatches > 0 {
+        return Err(CliError::new(
+            ExitCode::Mismatch,
+            format!("{mismatches} mismatched sectors (md's mismatch_cnt)"),
+        ));
+    }
+    Ok(())
+}
+
+/// `raidkit check|repair|patrol|rebuild`.
+pub fn run_task_command(kind: Option<TaskKind>, args: TaskArgs) -> Result<(), CliError> {
+    let read_only = kind == Some(TaskKind::Check);
+    let (array, report) = assemble(&args.array.members, read_only, args.array.force)?;
+    report_notes(&report);
+    if kind.is_none() && array.pending_tasks().is_empty() {
+        array.stop().map_err(engine_error)?;
+        if args.array.json {
+            return print_json(&serde_json::json!({ "tasks": [], "status": array.status() }));
+        }
+        println!("raidkit: nothing pending: no member to rebuild or replace, no resync needed");
+        return Ok(());
+    }
+    let reports = run_with_progress(&array, kind, &args.speed)?;
+    conclude(
+        &array,
+        &reports,
+        args.array.json,
+        kind == Some(TaskKind::Check),
+    )
+}

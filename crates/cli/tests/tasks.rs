@@ -1,0 +1,317 @@
+//! Background work from the command line, with the process killed (SIGKILL) in the middle:
+//! a rebuild resumes from the recovery_offset it recorded, a replace from its replacement's,
+//! a resync after an unclean stop runs again to the end; afterwards every byte reads back
+//! and md's check finds nothing.
+
+use raidkit_disk::{FileDisk, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const RAIDKIT: &str = env!("CARGO_BIN_EXE_raidkit");
+const MEMBER_BYTES: u64 = 24 << 20;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let p = std::env::temp_dir().join(format!(
+            "raidkit-tasks-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn file(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(RAIDKIT).args(args).output().unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "raidkit {args:?} exited {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn images(dir: &TempDir, names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            let p = dir.file(n);
+            std::fs::File::create(&p)
+                .unwrap()
+                .set_len(MEMBER_BYTES)
+                .unwrap();
+            p
+        })
+        .collect()
+}
+
+fn data(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn args<'a>(head: &[&'a str], members: &'a [String], tail: &[&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = head.to_vec();
+    v.extend(members.iter().map(String::as_str));
+    v.extend_from_slice(tail);
+    v
+}
+
+fn recovery_offset(path: &str) -> Option<u64> {
+    let d = FileDisk::open(
+        Path::new(path),
+        OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .ok()?;
+    raidkit_engine::read_superblock(&d)
+        .ok()?
+        .sb
+        .recovery_offset()
+}
+
+/// Starts `raidkit ARGS`, waits until `ready()` or the process ends, then SIGKILLs it.
+/// Returns whether it was still running when killed.
+fn kill_when(args: &[&str], ready: impl Fn() -> bool) -> bool {
+    let mut child = Command::new(RAIDKIT)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        if ready() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return true;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn json_tasks(text: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap();
+    v["tasks"].as_array().cloned().unwrap_or_default()
+}
+
+fn read_back(members: &[String], len: usize) -> Vec<u8> {
+    let out = run(&args(&["read"], members, &["--length", &len.to_string()]));
+    assert!(
+        out.status.success(),
+        "read: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `raidkit add` rebuilds a RAID 6 member, is killed after its first checkpoint, and
+/// `raidkit rebuild` resumes from there; a `raidkit replace` is killed the same way and
+/// resumes too.
+#[test]
+fn killed_rebuild_and_replace_resume_from_their_checkpoints() {
+    let dir = TempDir::new("rebuild");
+    let members = images(&dir, &["a", "b", "c", "d", "e"]);
+    ok(&args(
+        &["create", "--level", "6", "--chunk", "64K"],
+        &members,
+        &[],
+    ));
+    let input = dir.file("input");
+    let payload = data(9, 20 << 20);
+    std::fs::write(&input, &payload).unwrap();
+    ok(&args(&["write"], &members, &["--input", &input]));
+    ok(&args(&["fail"], &members, &["--member", &members[1]]));
+    let spare = images(&dir, &["f"]).remove(0);
+    let mut live: Vec<String> = members
+        .iter()
+        .filter(|m| *m != &members[1])
+        .cloned()
+        .collect();
+    // Slow enough to be killed between checkpoints (every 2 s).
+    let killed = kill_when(
+        &args(&["add"], &live, &["--member", &spare, "--max-speed", "3"]),
+        || recovery_offset(&spare).is_some_and(|o| o > 0),
+    );
+    assert!(killed, "the rebuild finished before it could be killed");
+    let at = recovery_offset(&spare).unwrap();
+    live.push(spare.clone());
+    let detail = ok(&args(&["detail"], &live, &[]));
+    assert!(detail.contains("rebuilding"), "{detail}");
+    let out = ok(&args(&["rebuild", "--json"], &live, &[]));
+    let tasks = json_tasks(&out);
+    let rebuild = tasks
+        .iter()
+        .find(|t| t["kind"] == "rebuild")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(rebuild["outcome"], "completed", "{out}");
+    let start = rebuild["start_sectors"].as_u64().unwrap();
+    assert!(
+        start >= at && start > 0,
+        "resumed from {start}, checkpoint was {at}"
+    );
+    assert!(read_back(&live, payload.len()) == payload);
+    ok(&args(&["check"], &live, &[]));
+
+    // Replace a member in service, killed mid-copy, resumed by `raidkit rebuild`.
+    let new = images(&dir, &["g"]).remove(0);
+    let killed = kill_when(
+        &args(
+            &["replace"],
+            &live,
+            &["--member", &live[0], "--with", &new, "--max-speed", "3"],
+        ),
+        || recovery_offset(&new).is_some_and(|o| o > 0),
+    );
+    assert!(killed, "the replace finished before it could be killed");
+    let mut with_new = live.clone();
+    with_new.push(new.clone());
+    let out = ok(&args(&["rebuild", "--json"], &with_new, &[]));
+    let tasks = json_tasks(&out);
+    let replace = tasks
+        .iter()
+        .find(|t| t["kind"] == "replace")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(replace["outcome"], "completed", "{out}");
+    assert!(replace["start_sectors"].as_u64().unwrap() > 0, "{out}");
+    // The old member is now faulty and left out; the data is whole without it.
+    let rest: Vec<String> = with_new[1..].to_vec();
+    assert!(read_back(&rest, payload.len()) == payload);
+    ok(&args(&["check"], &rest, &[]));
+}
+
+/// A write killed mid-way leaves the array dirty; the resync `raidkit rebuild` then runs is
+/// killed too, and the next run does it all again (md's rule: a dirty array's resync_offset
+/// is 0) and leaves parity consistent with the data.
+#[test]
+fn killed_write_then_killed_resync_end_consistent() {
+    let dir = TempDir::new("resync");
+    let members = images(&dir, &["a", "b", "c", "d"]);
+    ok(&args(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--chunk",
+            "16K",
+            "--consistency-policy",
+            "resync",
+        ],
+        &members,
+        &[],
+    ));
+    // A writer killed once the array is marked dirty (in the middle of its writes).
+    let input = dir.file("input");
+    std::fs::write(&input, data(3, 60 << 20)).unwrap();
+    let first = members[0].clone();
+    let killed = kill_when(&args(&["write"], &members, &["--input", &input]), || {
+        let d = FileDisk::open(
+            Path::new(&first),
+            OpenOptions {
+                read_only: true,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        raidkit_engine::read_superblock(&d)
+            .map(|f| !f.sb.is_clean())
+            .unwrap_or(false)
+    });
+    assert!(killed, "the write finished before it could be killed");
+    let detail = ok(&args(&["detail"], &members, &[]));
+    assert!(detail.contains("Resync From"), "{detail}");
+    let killed = kill_when(
+        &args(&["rebuild", "--max-speed", "2"], &members, &[]),
+        || {
+            // Killed a moment after it starts.
+            std::thread::sleep(Duration::from_millis(400));
+            true
+        },
+    );
+    assert!(killed, "the resync finished before it could be killed");
+    let out = ok(&args(&["rebuild", "--json"], &members, &[]));
+    let tasks = json_tasks(&out);
+    assert!(
+        tasks
+            .iter()
+            .any(|t| t["kind"] == "resync" && t["outcome"] == "completed"),
+        "{out}"
+    );
+    ok(&args(&["check"], &members, &[]));
+    let detail = ok(&args(&["detail"], &members, &[]));
+    assert!(detail.contains("State : clean"), "{detail}");
+}
+
+/// With RAID 5's default partial parity log, a write killed mid-way needs no resync: the
+/// next read-write assembly replays the log, and md's check then finds parity consistent.
+#[test]
+fn killed_write_on_a_ppl_array_is_replayed_at_assembly() {
+    let dir = TempDir::new("ppl");
+    let members = images(&dir, &["a", "b", "c", "d"]);
+    ok(&args(
+        &["create", "--level", "5", "--chunk", "16K"],
+        &members,
+        &[],
+    ));
+    let examined = ok(&args(&["examine"], &members[..1], &[]));
+    assert!(
+        examined.contains("PPL"),
+        "RAID 5 should get the log by default:\n{examined}"
+    );
+    let input = dir.file("input");
+    std::fs::write(&input, data(5, 40 << 20)).unwrap();
+    let first = members[0].clone();
+    let killed = kill_when(&args(&["write"], &members, &["--input", &input]), || {
+        let d = FileDisk::open(
+            Path::new(&first),
+            OpenOptions {
+                read_only: true,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        raidkit_engine::read_superblock(&d)
+            .map(|f| !f.sb.is_clean())
+            .unwrap_or(false)
+    });
+    assert!(killed, "the write finished before it could be killed");
+    // A read-write assembly replays the log and leaves nothing pending.
+    let out = ok(&args(&["rebuild", "--json"], &members, &[]));
+    assert!(json_tasks(&out).is_empty(), "{out}");
+    ok(&args(&["check"], &members, &[]));
+}

@@ -1,0 +1,395 @@
+//! The partial parity log driver (md's `--consistency-policy=ppl` for RAID 5): where each
+//! member's log lives, the log write before a write phase, and the replay at assembly.
+//!
+//! Owns the ordering that closes the write hole (the meaning of entries is [`crate::ppl`]):
+//! 1. before a write phase writes data or parity of a band whose parity member is in sync, an
+//!    entry for the band (with its partial parity) is written to the start of that member's log
+//!    area and flushed, as md writes its log with FUA;
+//! 2. the log of a member stays locked until the writes it covers have completed, and before
+//!    it is overwritten the members written under it are flushed (md flushes them before the
+//!    next io_unit when a member has a write-back cache), so a log only ever stops covering a
+//!    stripe once that stripe's writes are durable;
+//! 3. logs are taken in ascending slot order, after the stripe locks, and nothing takes a stripe
+//!    lock while holding a log, so writers never deadlock.
+//!
+//! Every write of a stripe with an in-sync parity member is logged, full-stripe writes too
+//! (with no partial parity, as md does): otherwise an older entry could be replayed over a
+//! stripe that a later, unlogged write changed. At assembly of a dirty array the newest log of
+//! every in-sync member is replayed (`ppl_recover`) and then, as md does at every start, each
+//! area is zeroed and given an empty header.
+
+use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
+use crate::core::{MemberState, PieceKind, PieceOp, SECTOR};
+use crate::pool::{Batch, Job, JobKind};
+use crate::ppl::{newest_header, plan_entry, LogBuilder};
+use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
+use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
+use raidkit_metadata::{FeatureMap, Superblock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The array's partial parity log state.
+pub(super) struct Ppl {
+    signature: u32,
+    generation: AtomicU64,
+    /// Per raid slot, the log on that slot's member: the slots written under its newest log
+    /// write, which must be flushed before it is overwritten.
+    logs: Vec<Mutex<Vec<usize>>>,
+    /// Bytes of the smallest member's log area (entries of one log write must fit).
+    area_bytes: u64,
+}
+
+/// Byte offset and length of a member's log area, as md validates it (`ppl_validate_rdev`:
+/// the space after the header rounded down to 4 KiB).
+pub(super) fn area_of(sb: &Superblock) -> Option<(u64, u64)> {
+    let area = sb.ppl()?;
+    let data = u64::from(area.size_sectors).checked_sub(PPL_HEADER_SECTORS)? / 8 * 8;
+    if data == 0 {
+        return None;
+    }
+    let start = (sb.super_offset_sectors as i64).checked_add(i64::from(area.offset_sectors))?;
+    let start = u64::try_from(start).ok()?;
+    Some((
+        start * SECTOR as u64,
+        (data + PPL_HEADER_SECTORS) * SECTOR as u64,
+    ))
+}
+
+impl Ppl {
+    /// The log state of an array whose superblocks are `sbs`, if it has one.
+    pub(super) fn from_superblocks(sbs: &[Superblock], raid_disks: usize) -> Option<Ppl> {
+        let first = sbs.first()?;
+        if !first.feature_map.contains(FeatureMap::PPL) {
+            return None;
+        }
+        let area_bytes = sbs.iter().filter_map(area_of).map(|(_, len)| len).min()?;
+        Some(Ppl {
+            signature: ppl_signature(&first.set_uuid.0),
+            generation: AtomicU64::new(1),
+            logs: (0..raid_disks).map(|_| Mutex::new(Vec::new())).collect(),
+            area_bytes,
+        })
+    }
+
+    /// Largest band (in sectors) whose partial parity fits one log write.
+    pub(super) fn max_band_sectors(&self) -> u64 {
+        ((self.area_bytes - PPL_HEADER_SIZE as u64) / SECTOR as u64) / 8 * 8
+    }
+
+    /// Whether `count` pieces with `pp_bytes` of partial parity between them fit one log
+    /// write of each parity member (all may share one).
+    pub(super) fn fits(&self, count: usize, pp_bytes: u64) -> bool {
+        count <= PPL_HDR_MAX_ENTRIES && pp_bytes + PPL_HEADER_SIZE as u64 <= self.area_bytes
+    }
+}
+
+/// Logs held over a write phase; [`PplHold::finish`] records what the phase wrote.
+pub(super) struct PplHold<'a> {
+    logs: Vec<MutexGuard<'a, Vec<usize>>>,
+    written: Vec<usize>,
+}
+
+impl PplHold<'_> {
+    /// The phase's writes have completed: each held log now covers them until it is next
+    /// overwritten, when they are flushed first.
+    pub(super) fn finish(mut self) {
+        for g in &mut self.logs {
+            g.clone_from(&self.written);
+        }
+    }
+}
+
+impl Array {
+    /// Partial parity bytes a write piece may log (0 for reads, full-stripe bands and arrays
+    /// without a log), for sizing batches.
+    pub(super) fn ppl_piece_bytes(&self, write: bool, kind: &PieceKind) -> u64 {
+        match (&self.ppl, kind) {
+            (
+                Some(_),
+                PieceKind::Band {
+                    sectors,
+                    dd_first,
+                    dd_last,
+                    ..
+                },
+            ) if write && dd_last + 1 - dd_first < self.geo.data_disks() => sectors * SECTOR as u64,
+            _ => 0,
+        }
+    }
+
+    /// Whether a batch of `count` write pieces with `pp_bytes` of partial parity can be
+    /// logged in one log write per parity member.
+    pub(super) fn ppl_fits(&self, write: bool, count: usize, pp_bytes: u64) -> bool {
+        match &self.ppl {
+            Some(p) if write => p.fits(count, pp_bytes),
+            _ => true,
+        }
+    }
+
+    /// The consistency policy the array runs with.
+    pub fn consistency_policy(&self) -> ConsistencyPolicy {
+        if self.ppl.is_some() {
+            ConsistencyPolicy::Ppl
+        } else if let Some(b) = &self.bitmap {
+            ConsistencyPolicy::Bitmap {
+                chunk_bytes: b.sectors_per_bit * SECTOR as u64,
+            }
+        } else {
+            ConsistencyPolicy::Resync
+        }
+    }
+
+    /// Before a write phase: logs every band of `ops` that is about to be written (`writing`)
+    /// on its parity member, durably. Returns the logs held until the phase completes, or
+    /// `None` when nothing needed logging. A member whose log cannot be written is failed
+    /// (the caller re-reads member states before it writes).
+    pub(super) fn ppl_log_phase(
+        &self,
+        ops: &[PieceOp],
+        writing: &[bool],
+        user: &[u8],
+        states: &[MemberState],
+    ) -> Result<Option<PplHold<'_>>> {
+        let Some(ppl) = &self.ppl else {
+            return Ok(None);
+        };
+        let n = self.geo.raid_disks;
+        let mut builders: Vec<LogBuilder> = (0..n).map(|_| LogBuilder::new()).collect();
+        let mut written = Vec::new();
+        for (op, _) in ops.iter().zip(writing).filter(|(_, &w)| w) {
+            let Some(bw) = op.band_write() else {
+                continue;
+            };
+            // md logs only stripes whose parity member is in sync (`ppl_write_stripe`).
+            if states.get(bw.p_member) != Some(&MemberState::InSync) {
+                continue;
+            }
+            if builders[bw.p_member].add(&self.geo, &bw, user) {
+                written.push(bw.p_member);
+                written.extend_from_slice(&bw.data_members[bw.dd_first..=bw.dd_last]);
+            }
+        }
+        let slots: Vec<usize> = (0..n).filter(|&s| !builders[s].is_empty()).collect();
+        if slots.is_empty() {
+            return Ok(None);
+        }
+        written.sort_unstable();
+        written.dedup();
+        let logs: Vec<MutexGuard<'_, Vec<usize>>> =
+            slots.iter().map(|&s| lock(&ppl.logs[s])).collect();
+        let (_, members) = self.snapshot();
+        // Writes the previous log writes covered become durable before those logs go.
+        let mut to_flush: Vec<usize> = logs.iter().flat_map(|g| g.iter().copied()).collect();
+        to_flush.sort_unstable();
+        to_flush.dedup();
+        let flushes: Vec<(usize, Arc<Member>)> = to_flush
+            .iter()
+            .filter_map(|&s| members[s].clone().map(|m| (s, m)))
+            .collect();
+        let batch = Batch::new();
+        batch.add(flushes.len());
+        for (tag, (_, m)) in flushes.iter().enumerate() {
+            m.worker
+                .submit(job(JobKind::Flush, 0, &mut [], &batch, tag), m.disk.name());
+        }
+        for (tag, err) in batch.wait() {
+            self.member_failed(flushes[tag].0, &err.to_string());
+        }
+        // The new log writes, each followed by a flush of its member (md's FUA).
+        let areas: Vec<Option<(u64, u64)>> = {
+            let st = lock(&self.state);
+            slots.iter().map(|&s| slot_area(&st, s)).collect()
+        };
+        let mut bufs: Vec<(usize, Arc<Member>, u64, Vec<u8>)> = Vec::new();
+        for ((&slot, area), builder) in slots.iter().zip(&areas).zip(
+            slots
+                .iter()
+                .map(|&s| std::mem::take(&mut builders[s]))
+                .collect::<Vec<_>>(),
+        ) {
+            let (Some(m), Some((at, len))) = (members[slot].clone(), *area) else {
+                continue;
+            };
+            let generation = ppl.generation.fetch_add(1, Ordering::Relaxed);
+            let bytes = builder
+                .finish(ppl.signature, generation, len)
+                .map_err(|f| {
+                    EngineError::Invalid(format!(
+                        "partial parity log write of {} entries and {} bytes does not fit the {}-byte log area",
+                        f.entries, f.bytes, f.area_bytes
+                    ))
+                })?;
+            bufs.push((slot, m, at, bytes));
+        }
+        let batch = Batch::new();
+        batch.add(bufs.len() * 2);
+        for (i, (_, m, at, bytes)) in bufs.iter_mut().enumerate() {
+            m.worker
+                .submit(job(JobKind::Write, *at, bytes, &batch, i), m.disk.name());
+            m.worker
+                .submit(job(JobKind::Flush, 0, &mut [], &batch, i), m.disk.name());
+        }
+        let mut failed: Vec<usize> = batch.wait().into_iter().map(|(t, _)| t).collect();
+        failed.dedup();
+        for i in failed {
+            self.member_failed(
+                bufs[i].0,
+                "the partial parity log could not be written to it",
+            );
+        }
+        Ok(Some(PplHold { logs, written }))
+    }
+
+    /// At assembly: replays the newest log of every in-sync member when the array was not
+    /// stopped cleanly, then zeroes every log area and writes an empty header (as md does at
+    /// every start). Returns true when the replay leaves every stripe consistent, so no resync
+    /// is needed: no entry mismatched and no resync was under way (md also wants at least one
+    /// recovered entry).
+    pub(super) fn ppl_start(
+        &self,
+        dirty: bool,
+        resync_offset: u64,
+        notes: &mut Vec<String>,
+    ) -> Result<bool> {
+        let Some(ppl) = &self.ppl else {
+            return Ok(false);
+        };
+        let (states, members) = self.snapshot();
+        let areas: Vec<Option<(u64, u64)>> = {
+            let st = lock(&self.state);
+            (0..self.geo.raid_disks)
+                .map(|s| slot_area(&st, s))
+                .collect()
+        };
+        let (mut recovered, mut mismatched) = (0usize, 0usize);
+        if dirty && self.read_only {
+            notes.push(
+                "read-only: the partial parity log was not replayed; degraded reads of stripes written at the crash may be wrong".into(),
+            );
+        } else if dirty {
+            for slot in 0..self.geo.raid_disks {
+                let (Some(m), Some((at, len)), true) =
+                    (&members[slot], areas[slot], states[slot].usable())
+                else {
+                    continue;
+                };
+                let mut area = vec![0u8; len as usize];
+                if let Err(e) = m.disk.read_at(&mut area, at) {
+                    notes.push(format!(
+                        "{}: partial parity log unreadable ({e}); its stripes are resynced",
+                        m.disk.name()
+                    ));
+                    mismatched += 1;
+                    continue;
+                }
+                let Some((offset, header)) = newest_header(&area, ppl.signature) else {
+                    notes.push(format!(
+                        "{}: no valid partial parity log header",
+                        m.disk.name()
+                    ));
+                    mismatched += 1;
+                    continue;
+                };
+                let mut pp_at = ((offset + PPL_HEADER_SECTORS) as usize) * SECTOR;
+                for e in &header.entries {
+                    let pp_len = e.pp_size_bytes as usize;
+                    let pp = area.get(pp_at..pp_at.saturating_add(pp_len));
+                    pp_at = pp_at.saturating_add(pp_len);
+                    let Some(pp) = pp.filter(|pp| pp_checksum(pp) == e.checksum) else {
+                        mismatched += 1;
+                        continue;
+                    };
+                    let plan = match plan_entry(&self.geo, e, slot) {
+                        Ok(p) => p,
+                        Err(why) => {
+                            notes.push(format!(
+                                "{}: partial parity log entry at array sector {} refused: {why}",
+                                m.disk.name(),
+                                e.data_sector
+                            ));
+                            mismatched += 1;
+                            continue;
+                        }
+                    };
+                    let mut data: Vec<Option<Vec<u8>>> = Vec::with_capacity(plan.data.len());
+                    for &(dm, rows) in &plan.data {
+                        let buf = members[dm]
+                            .as_ref()
+                            .filter(|_| states[dm].usable())
+                            .and_then(|dmm| {
+                                let mut b = vec![0u8; rows as usize * SECTOR];
+                                dmm.disk
+                                    .read_at(
+                                        &mut b,
+                                        dmm.data_offset_bytes + plan.member_sector * SECTOR as u64,
+                                    )
+                                    .ok()
+                                    .map(|_| b)
+                            });
+                        data.push(buf);
+                    }
+                    let refs: Vec<Option<&[u8]>> = data.iter().map(|b| b.as_deref()).collect();
+                    if let Some((first, parity)) = plan.recompute(&refs, Some(pp)) {
+                        m.disk.write_at(
+                            &parity,
+                            m.data_offset_bytes + (plan.member_sector + first) * SECTOR as u64,
+                        )?;
+                    }
+                    recovered += 1;
+                }
+                m.disk.flush()?;
+            }
+            notes.push(format!(
+                "partial parity log replayed: {recovered} entries recovered, {mismatched} mismatched"
+            ));
+        }
+        if !self.read_only {
+            for slot in 0..self.geo.raid_disks {
+                if let (Some(m), Some(area), true) =
+                    (&members[slot], areas[slot], states[slot].writable())
+                {
+                    write_empty_log(m.disk.as_ref(), area, ppl.signature)?;
+                }
+            }
+        }
+        // md also asks for at least one recovered entry; every stripe write with a live parity
+        // member is logged here, so an empty log without mismatches means none was in flight.
+        let _ = recovered;
+        Ok(dirty && !self.read_only && mismatched == 0 && resync_offset == 0)
+    }
+}
+
+/// Zeroes a log area and writes md's empty header at its start (`ppl_write_empty_header`).
+pub(super) fn write_empty_log(
+    disk: &dyn raidkit_disk::Disk,
+    (at, len): (u64, u64),
+    signature: u32,
+) -> Result<()> {
+    disk.write_zeroes(at, len)?;
+    let header = PplHeader::empty(signature)
+        .encode()
+        .map_err(|e| EngineError::Metadata(e.to_string()))?;
+    disk.write_at(&header, at)?;
+    disk.flush()?;
+    Ok(())
+}
+
+fn slot_area(st: &State, slot: usize) -> Option<(u64, u64)> {
+    let i = st.slot_member.get(slot).copied().flatten()?;
+    area_of(&st.sbs[i])
+}
+
+fn job(kind: JobKind, offset_bytes: u64, buf: &mut [u8], batch: &Arc<Batch>, tag: usize) -> Job {
+    Job {
+        kind,
+        offset_bytes,
+        ptr: if buf.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            buf.as_mut_ptr()
+        },
+        len: buf.len(),
+        batch: batch.clone(),
+        tag,
+    }
+}

@@ -1,0 +1,560 @@
+//! The raidkit side of the raidkit -> md direction: create, write, (fail) and stop an array on
+//! member image files with raidkit-engine, the way the `raidkit` CLI does (`create`, `write`,
+//! `fail`, each ending in a clean stop), and record what md must find there.
+//!
+//! The expected data is computed from the pattern writes alone ([`expected_contents`]), never
+//! read back through raidkit, so a raidkit bug cannot make its own expectation. raidkit's read
+//! of the whole array is recorded beside it (`readback_sha256`) to tell "raidkit wrote the wrong
+//! bytes" from "md reads raidkit's bytes differently". The examine report is raidkit-metadata's
+//! ([`ExamineReport`], what `raidkit examine` prints), taken from the members after the last
+//! stop, before md sees them.
+//!
+//! Scenarios after the writes (each ends in a clean stop, as the CLI's commands do):
+//! - failed members (`fail=`): assemble, fail them, stop; with a bitmap, raidkit then writes
+//!   while degraded, so the bitmap keeps those bits set (recorded: raidkit's own count and the
+//!   bits read back from every member);
+//! - rebuild (`rebuild=P`): after failing, add one spare per failed member, run the rebuild
+//!   with every step recording its cursor, stop it once it passed P percent and stop the
+//!   array: the spares keep md's recovery_offset, which is recorded for md to resume from.
+//!
+//! UUIDs are derived from the array name, so a run is reproducible apart from the times.
+
+use crate::matrix::MetadataVersion;
+use crate::pattern::{expected_contents, fill, PatternWrite};
+use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
+use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
+use raidkit_engine::{
+    Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, TaskKind, TaskOutcome,
+};
+use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
+use raidkit_metadata::{BitmapBits, BitmapSuper, ExamineReport, SuperblockVersion};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Bytes per raidkit write call when filling (the CLI's `write` uses 4 MiB).
+const WRITE_STEP_BYTES: usize = 1 << 20;
+
+/// What raidkit wrote, as md must find it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaidkitExpectation {
+    /// raidkit's array size.
+    pub array_bytes: u64,
+    /// sha256 of the data the pattern writes leave (computed, not read).
+    pub sha256: String,
+    /// sha256 of the whole array as raidkit itself reads it back after the last stop.
+    pub readback_sha256: String,
+    pub level: i32,
+    pub layout: u32,
+    pub chunk_sectors: u64,
+    pub raid_disks: usize,
+    /// Sectors of each member used for data (md's component size).
+    pub member_data_sectors: u64,
+    /// The writes raidkit made, resolved to lengths.
+    pub writes: Vec<(u64, u64, u64)>,
+    /// raidkit's examine report of each member by serial: (field, value) in mdadm's order.
+    pub examine: BTreeMap<String, Vec<(String, String)>>,
+    /// Rebuild rows: where raidkit stopped the rebuild.
+    #[serde(default)]
+    pub recovery: Option<RecoveryExpectation>,
+    /// Bitmap rows: each member's internal bitmap as raidkit left it, read back from the
+    /// member, by serial.
+    #[serde(default)]
+    pub bitmap: BTreeMap<String, BitmapExpectation>,
+    /// Bitmap rows: `Array::bitmap_dirty_bits` just before the last stop.
+    #[serde(default)]
+    pub bitmap_dirty_bits: Option<u64>,
+}
+
+/// A rebuild raidkit stopped part way.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryExpectation {
+    /// Serials of the spares being rebuilt, in slot order.
+    pub spares: Vec<String>,
+    /// The slots they rebuild.
+    pub slots: Vec<usize>,
+    /// md's recovery_offset in each spare's superblock (member data sectors), by serial.
+    pub offset_sectors: BTreeMap<String, u64>,
+    /// The end of the rebuild (member data sectors).
+    pub end_sectors: u64,
+    /// Percent done when raidkit's rebuild stopped.
+    pub percent: f64,
+}
+
+impl Eq for RecoveryExpectation {}
+
+/// One member's internal bitmap as read from its bytes after raidkit stopped the array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BitmapExpectation {
+    pub chunk_bytes: u64,
+    pub events: u64,
+    pub events_cleared: u64,
+    pub sync_size_sectors: u64,
+    pub bits: u64,
+    pub dirty: u64,
+    /// The array superblock's events on the same member.
+    pub superblock_events: u64,
+}
+
+impl RaidkitExpectation {
+    pub fn pattern_writes(&self) -> Vec<PatternWrite> {
+        self.writes
+            .iter()
+            .map(|&(seed, offset_bytes, len_bytes)| PatternWrite {
+                seed,
+                offset_bytes,
+                len_bytes,
+            })
+            .collect()
+    }
+}
+
+/// Why raidkit could not prepare an array (a raidkit refusal is a finding in its own right).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrepareError {
+    pub step: &'static str,
+    pub detail: String,
+}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "raidkit {}: {}", self.step, self.detail)
+    }
+}
+
+impl std::error::Error for PrepareError {}
+
+fn err(step: &'static str) -> impl Fn(String) -> PrepareError {
+    move |detail| PrepareError { step, detail }
+}
+
+/// md's layout number for a matrix layout name at `level` (`None`: raidkit's default).
+pub fn layout_number(level: u32, name: Option<&str>) -> Result<Option<u32>, PrepareError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    let e = |x: String| PrepareError {
+        step: "layout",
+        detail: format!("{name} for raid{level}: {x}"),
+    };
+    let n = match level {
+        0 => name
+            .parse::<Raid0Layout>()
+            .map(Raid0Layout::md_layout)
+            .map_err(|x| e(x.to_string()))?,
+        5 => name
+            .parse::<Raid5Algorithm>()
+            .map(Raid5Algorithm::md_layout)
+            .map_err(|x| e(x.to_string()))?,
+        6 => name
+            .parse::<Raid6Algorithm>()
+            .map(Raid6Algorithm::md_layout)
+            .map_err(|x| e(x.to_string()))?,
+        10 => name
+            .parse::<Raid10Layout>()
+            .map(Raid10Layout::md_layout)
+            .map_err(|x| e(x.to_string()))?,
+        _ => return Err(e("this level has no layouts".into())),
+    };
+    Ok(Some(n))
+}
+
+fn uuid_from(name: &str, what: &str) -> [u8; 16] {
+    let d = Sha256::digest(format!("raidkit-oracle {name} {what}").as_bytes());
+    let mut u = [0u8; 16];
+    u.copy_from_slice(&d[..16]);
+    u
+}
+
+fn superblock_version(text: &str) -> Result<SuperblockVersion, PrepareError> {
+    match MetadataVersion::parse(text) {
+        Some(MetadataVersion::V1_0) => Ok(SuperblockVersion::V1_0),
+        Some(MetadataVersion::V1_1) => Ok(SuperblockVersion::V1_1),
+        Some(MetadataVersion::V1_2) => Ok(SuperblockVersion::V1_2),
+        None => Err(err("metadata")(format!("unknown version {text}"))),
+    }
+}
+
+fn open_members(
+    members: &[PlannedMember],
+    read_only: bool,
+) -> Result<Vec<Box<dyn Disk>>, PrepareError> {
+    members
+        .iter()
+        .map(|m| {
+            FileDisk::open(
+                &m.image,
+                OpenOptions {
+                    read_only,
+                    direct: DirectIo::Never,
+                },
+            )
+            .map(|d| Box::new(d) as Box<dyn Disk>)
+            .map_err(|e| err("open")(e.to_string()))
+        })
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `(field, value)` pairs of an examine text ("  Field : value" lines; blank fields skipped).
+pub fn examine_pairs(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.split_once(" : "))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+/// Engine settings for a rebuild the oracle stops part way: small steps (64 KiB per member),
+/// so a rebuild of a few MiB passes many checkpoints and stops close to the row's percentage.
+fn rebuild_config(raid_devices: usize) -> EngineConfig {
+    EngineConfig {
+        stripe_cache_bytes: (64 << 10) * (raid_devices + 2),
+        ..EngineConfig::default()
+    }
+}
+
+fn write_pattern(
+    array: &Array,
+    w: &PlannedWrite,
+    writes: &mut Vec<(u64, u64, u64)>,
+) -> Result<(), PrepareError> {
+    let size = array.size_bytes();
+    let len = w
+        .len_bytes
+        .unwrap_or(size.saturating_sub(w.offset_bytes))
+        .min(size.saturating_sub(w.offset_bytes));
+    let mut done = 0u64;
+    let mut buf = vec![0u8; WRITE_STEP_BYTES];
+    while done < len {
+        let k = ((len - done) as usize).min(WRITE_STEP_BYTES);
+        let off = w.offset_bytes + done;
+        fill(w.seed, off, &mut buf[..k]);
+        array
+            .write_at(&buf[..k], off, false)
+            .map_err(|e| err("write")(format!("{k} bytes at {off}: {e}")))?;
+        done += k as u64;
+    }
+    writes.push((w.seed, w.offset_bytes, len));
+    Ok(())
+}
+
+/// Writes raidkit makes while members are failed (bitmap rows with `fail=`): the first
+/// sectors, an unaligned piece in the middle and one just before the end, so several bitmap
+/// chunks far apart stay dirty.
+pub fn degraded_writes(array_bytes: u64) -> Vec<PlannedWrite> {
+    let mid = array_bytes / 2 / 4096 * 4096 + 1000;
+    vec![
+        PlannedWrite {
+            seed: 5,
+            offset_bytes: 0,
+            len_bytes: Some(8192),
+        },
+        PlannedWrite {
+            seed: 6,
+            offset_bytes: mid,
+            len_bytes: Some(5000),
+        },
+        PlannedWrite {
+            seed: 7,
+            offset_bytes: array_bytes.saturating_sub(5000),
+            len_bytes: Some(4096),
+        },
+    ]
+}
+
+/// Create, write, optionally fail members (then write degraded, or rebuild part way), stop;
+/// then read back and examine.
+pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareError> {
+    let level = a.level as i32;
+    let layout = layout_number(a.level, a.layout.as_deref())?;
+    let metadata = superblock_version(&a.metadata)?;
+    // mdadm's default chunk (512K) when the row gives none.
+    let chunk_sectors = a.chunk_kib.map_or(1024, |k| (k * 2) as u32);
+    let n = a.raid_devices();
+    let mut disks: Vec<Box<dyn Disk>> = Vec::new();
+    for m in &a.members {
+        let _ = std::fs::remove_file(&m.image);
+    }
+    for m in &a.members[..n] {
+        let d =
+            FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
+        disks.push(Box::new(d));
+    }
+    let created_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let array = Array::create(
+        disks,
+        CreateOptions {
+            level,
+            layout,
+            chunk_sectors,
+            raid_devices: n,
+            metadata,
+            size_sectors: None,
+            name: a.name.clone(),
+            set_uuid: uuid_from(&a.name, "array"),
+            device_uuids: (0..n)
+                .map(|i| uuid_from(&a.name, &format!("member {i}")))
+                .collect(),
+            ctime_seconds: created_at,
+            // Fresh sparse image files read as zeroes.
+            members_zeroed: true,
+            consistency: match a.bitmap_chunk_bytes {
+                Some(chunk_bytes) => ConsistencyPolicy::Bitmap { chunk_bytes },
+                None => ConsistencyPolicy::Resync,
+            },
+            config: EngineConfig::default(),
+        },
+    )
+    .map_err(|e| err("create")(e.to_string()))?;
+    let size = array.size_bytes();
+    let mut writes = Vec::new();
+    for w in &a.writes {
+        write_pattern(&array, w, &mut writes)?;
+    }
+    let mut bitmap_dirty_bits = None;
+    array.stop().map_err(|e| err("stop")(e.to_string()))?;
+    let status = array.status();
+    drop(array);
+    let mut recovery = None;
+    if !a.fail_members.is_empty() {
+        // As `raidkit fail` (then `raidkit add` and a rebuild): assemble, mark the members
+        // faulty, ..., stop cleanly.
+        let config = if a.rebuild_percent.is_some() {
+            rebuild_config(n)
+        } else {
+            EngineConfig::default()
+        };
+        let (array, _) = Array::assemble(
+            open_members(&a.members[..n], false)?,
+            AssembleOptions {
+                config,
+                ..AssembleOptions::default()
+            },
+        )
+        .map_err(|e| err("assemble for fail")(e.to_string()))?;
+        for &index in &a.fail_members {
+            array
+                .fail_member(index)
+                .map_err(|e| err("fail")(format!("member {index}: {e}")))?;
+        }
+        if a.bitmap_chunk_bytes.is_some() && a.rebuild_percent.is_none() {
+            for w in degraded_writes(size) {
+                write_pattern(&array, &w, &mut writes)?;
+            }
+        }
+        if let Some(percent) = a.rebuild_percent {
+            recovery = Some(rebuild_part_way(a, &array, percent)?);
+        }
+        bitmap_dirty_bits = array.bitmap_dirty_bits();
+        array
+            .stop()
+            .map_err(|e| err("stop after fail")(e.to_string()))?;
+    }
+    let pattern: Vec<PatternWrite> = writes
+        .iter()
+        .map(|&(seed, offset_bytes, len_bytes)| PatternWrite {
+            seed,
+            offset_bytes,
+            len_bytes,
+        })
+        .collect();
+    let size_usize =
+        usize::try_from(size).map_err(|_| err("size")(format!("{size} bytes do not fit")))?;
+    let sha256 = hex(&Sha256::digest(expected_contents(size_usize, &pattern)));
+    let readback_sha256 = readback_sha256(a)?;
+    let mut examine = BTreeMap::new();
+    let mut bitmap = BTreeMap::new();
+    for (m, disk) in a.members.iter().zip(open_members(&a.members, true)?) {
+        let found = raidkit_engine::read_superblock(disk.as_ref())
+            .map_err(|e| err("examine")(format!("{}: {e}", m.serial)))?;
+        let bsb = match found.sb.bitmap_offset() {
+            Some(_) if a.bitmap_chunk_bytes.is_some() => {
+                let (bsb, expect) = read_bitmap(disk.as_ref(), &found.sb)
+                    .map_err(|e| err("bitmap")(format!("{}: {e}", m.serial)))?;
+                bitmap.insert(m.serial.clone(), expect);
+                Some(bsb)
+            }
+            _ => None,
+        };
+        let report =
+            ExamineReport::from_superblock(&found.sb, Some(found.device_sectors), bsb.as_ref());
+        examine.insert(m.serial.clone(), examine_pairs(&report.to_text()));
+    }
+    if let Some(r) = &mut recovery {
+        for serial in &r.spares {
+            let offset = examine
+                .get(serial)
+                .and_then(|p| p.iter().find(|(k, _)| k == "Recovery Offset"))
+                .and_then(|(_, v)| v.split_whitespace().next()?.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    err("rebuild")(format!(
+                        "spare {serial} has no recovery offset after the rebuild stopped at {:.1} %",
+                        r.percent
+                    ))
+                })?;
+            r.offset_sectors.insert(serial.clone(), offset);
+        }
+    }
+    Ok(RaidkitExpectation {
+        array_bytes: size,
+        sha256,
+        readback_sha256,
+        level: status.level,
+        layout: status.layout,
+        chunk_sectors: status.chunk_sectors,
+        raid_disks: status.raid_disks,
+        member_data_sectors: status.member_data_sectors,
+        writes,
+        examine,
+        recovery,
+        bitmap,
+        bitmap_dirty_bits,
+    })
+}
+
+/// Adds a spare per failed member and runs the rebuild until it passed `percent`.
+fn rebuild_part_way(
+    a: &PlannedArray,
+    array: &Array,
+    percent: u8,
+) -> Result<RecoveryExpectation, PrepareError> {
+    let n = a.raid_devices();
+    let spares = &a.members[n..];
+    for (k, m) in spares.iter().enumerate() {
+        let d =
+            FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
+        array
+            .add_spare(Box::new(d), uuid_from(&a.name, &format!("spare {k}")))
+            .map_err(|e| err("add spare")(format!("{}: {e}", m.serial)))?;
+    }
+    // Every step records its cursor, so the superblocks say where the rebuild stood.
+    array.set_checkpoint_interval(Duration::ZERO);
+    let stop = AtomicBool::new(false);
+    let mut observe = |p: &raidkit_engine::TaskProgress| {
+        if p.percent >= f64::from(percent) {
+            stop.store(true, Ordering::Relaxed);
+        }
+    };
+    let report = array
+        .run_task(TaskKind::Rebuild, &mut observe, &stop)
+        .map_err(|e| err("rebuild")(e.to_string()))?;
+    if report.outcome != TaskOutcome::Stopped {
+        return Err(err("rebuild")(format!(
+            "wanted a rebuild stopped at {percent} %, it ended {:?} at {:.1} %",
+            report.outcome, report.progress.percent
+        )));
+    }
+    let status = array.status();
+    // The spares are the last attached members (index as given: members, then spares).
+    let mut slots = Vec::new();
+    for (k, m) in spares.iter().enumerate() {
+        let slot = status
+            .members
+            .iter()
+            .find(|s| s.index == n + k)
+            .and_then(|s| s.slot)
+            .ok_or_else(|| err("rebuild")(format!("spare {} took no slot", m.serial)))?;
+        slots.push(slot);
+    }
+    Ok(RecoveryExpectation {
+        spares: spares.iter().map(|m| m.serial.clone()).collect(),
+        slots,
+        offset_sectors: BTreeMap::new(),
+        end_sectors: report.progress.end_sectors,
+        percent: report.progress.percent,
+    })
+}
+
+/// The internal bitmap of one member, read from its bytes (superblock and bits).
+fn read_bitmap(
+    disk: &dyn Disk,
+    sb: &raidkit_metadata::Superblock,
+) -> Result<(BitmapSuper, BitmapExpectation), String> {
+    let offset = sb.bitmap_offset().ok_or("no bitmap offset")?;
+    let at = (sb.super_offset_sectors as i64 + i64::from(offset)) as u64 * 512;
+    let mut head = vec![0u8; 4096];
+    disk.read_at(&mut head, at).map_err(|e| e.to_string())?;
+    let bsb = BitmapSuper::decode(&head).map_err(|e| e.to_string())?;
+    let bits = bsb.bits();
+    let mut image = vec![0u8; (256 + bits.div_ceil(8) as usize).div_ceil(4096) * 4096];
+    disk.read_at(&mut image, at).map_err(|e| e.to_string())?;
+    let dirty = BitmapBits::from_bytes(bits, &image[256..])
+        .map_err(|e| e.to_string())?
+        .count_dirty();
+    let expect = BitmapExpectation {
+        chunk_bytes: u64::from(bsb.chunk_bytes),
+        events: bsb.events,
+        events_cleared: bsb.events_cleared,
+        sync_size_sectors: bsb.sync_size_sectors,
+        bits,
+        dirty,
+        superblock_events: sb.events,
+    };
+    Ok((bsb, expect))
+}
+
+/// sha256 of the whole array as raidkit reads it (read-only assembly of every member given).
+pub fn readback_sha256(a: &PlannedArray) -> Result<String, PrepareError> {
+    let (array, _) = Array::assemble(
+        open_members(&a.members, true)?,
+        AssembleOptions {
+            read_only: true,
+            ..AssembleOptions::default()
+        },
+    )
+    .map_err(|e| err("read-only assemble")(e.to_string()))?;
+    let size = array.size_bytes();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; WRITE_STEP_BYTES];
+    let mut done = 0u64;
+    while done < size {
+        let k = ((size - done) as usize).min(WRITE_STEP_BYTES);
+        array
+            .read_at(&mut buf[..k], done)
+            .map_err(|e| err("read")(format!("{k} bytes at {done}: {e}")))?;
+        h.update(&buf[..k]);
+        done += k as u64;
+    }
+    Ok(hex(&h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_names_become_md_numbers() {
+        assert_eq!(layout_number(5, Some("right-asymmetric")).unwrap(), Some(1));
+        assert_eq!(layout_number(6, Some("parity-first-6")).unwrap(), Some(20));
+        assert_eq!(layout_number(6, Some("ddf-N-continue")).unwrap(), Some(10));
+        assert_eq!(layout_number(10, Some("o3")).unwrap(), Some(0x10301));
+        assert_eq!(layout_number(10, Some("n2")).unwrap(), Some(0x102));
+        assert_eq!(layout_number(0, Some("alternate")).unwrap(), Some(2));
+        assert_eq!(layout_number(1, None).unwrap(), None);
+        assert!(layout_number(1, Some("n2")).is_err());
+        assert!(layout_number(5, Some("bogus")).is_err());
+    }
+
+    #[test]
+    fn examine_text_becomes_pairs() {
+        let p = examine_pairs(
+            "          Magic : a92b4efc\n                : \n   Device Role : Active device 1\n",
+        );
+        assert_eq!(
+            p,
+            vec![
+                ("Magic".to_string(), "a92b4efc".to_string()),
+                ("Device Role".to_string(), "Active device 1".to_string())
+            ]
+        );
+    }
+}
