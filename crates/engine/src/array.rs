@@ -1393,23 +1393,34 @@ impl Array {
         Ok(())
     }
 
-    /// Makes every completed write durable on every in-sync member.
+    /// Makes every completed write durable on every member that receives writes: in sync,
+    /// being rebuilt (below its recovery offset it counts as current after a crash) and being
+    /// copied onto as a replacement.
     pub fn flush(&self) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
-        let targets: Vec<(usize, Arc<Member>)> = {
+        // (slot, is a replacement, member)
+        let targets: Vec<(usize, bool, Arc<Member>)> = {
             let st = lock(&self.state);
-            st.slot_member
+            let slots = st
+                .slot_member
                 .iter()
                 .enumerate()
-                .filter(|(s, _)| st.slot_state[*s].usable())
-                .filter_map(|(s, m)| m.and_then(|i| st.members[i].clone()).map(|mm| (s, mm)))
-                .collect()
+                .filter(|(s, _)| st.slot_state[*s].writable())
+                .filter_map(|(s, m)| {
+                    m.and_then(|i| st.members[i].clone())
+                        .map(|mm| (s, false, mm))
+                });
+            let replacements = st.replacement.iter().enumerate().filter_map(|(s, r)| {
+                r.and_then(|i| st.members[i].clone())
+                    .map(|mm| (s, true, mm))
+            });
+            slots.chain(replacements).collect()
         };
         let batch = Batch::new();
         batch.add(targets.len());
-        for (tag, (_, m)) in targets.iter().enumerate() {
+        for (tag, (_, _, m)) in targets.iter().enumerate() {
             m.worker.submit(
                 Job {
                     kind: JobKind::Flush,
@@ -1423,7 +1434,12 @@ impl Array {
             );
         }
         for (tag, err) in batch.wait() {
-            self.member_failed(targets[tag].0, &err.to_string());
+            let (slot, replacement, _) = targets[tag];
+            if replacement {
+                self.replacement_failed(slot, &err.to_string());
+            } else {
+                self.member_failed(slot, &err.to_string());
+            }
         }
         self.check_failed()
     }

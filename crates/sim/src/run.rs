@@ -40,10 +40,9 @@ pub struct SimOptions {
     pub ops: u32,
     /// Keep a step-by-step trace in the report.
     pub trace: bool,
-    /// Keep members removed with `remove_member` attached at later assemblies (an operator who
-    /// never pulled the old disk). Off by default: after the replaced member has been through
-    /// one assembly and a clean stop, the engine refuses to assemble (KNOWN_FAILURES.md #2).
-    /// By default a removed member is detached, as when the disk is replaced.
+    /// Keep members removed with `remove_member` attached at every later assembly (an
+    /// operator who never pulled the old disk). Off by default, and then each seed draws it:
+    /// half the seeds keep them, half detach them as when the disk is swapped.
     pub keep_removed: bool,
 }
 

@@ -31,8 +31,8 @@ pub struct SimArgs {
     /// Allow crash-then-degrade on RAID 4/5/6 (the write hole the engine does not close yet).
     #[arg(long)]
     write_hole: bool,
-    /// Leave removed members attached at later assemblies (exposes the assembly refusal listed
-    /// in crates/sim/KNOWN_FAILURES.md).
+    /// Leave removed members attached at every later assembly (by default half the seeds do,
+    /// drawn per seed).
     #[arg(long)]
     keep_removed: bool,
 }
