@@ -487,3 +487,94 @@ fn only_the_owner_may_use_the_control_socket() {
         "nothing was failed"
     );
 }
+
+#[test]
+fn serve_refuses_bad_fault_rules_and_unusable_global_spares() {
+    let dir = TempDir::new("serve-refusals");
+    let members: Vec<PathBuf> = (0..3).map(|i| dir.0.join(format!("m{i}.img"))).collect();
+    let mut args = vec!["create", "--level", "5", "--image-size", "8M"];
+    args.extend(members.iter().map(|p| s(p)));
+    ok(&args);
+    let other: Vec<PathBuf> = (0..2).map(|i| dir.0.join(format!("o{i}.img"))).collect();
+    let mut args = vec!["create", "--level", "1", "--image-size", "8M"];
+    args.extend(other.iter().map(|p| s(p)));
+    ok(&args);
+    let before: Vec<Vec<u8>> = members.iter().map(|m| std::fs::read(m).unwrap()).collect();
+    let socket = dir.0.join("nbd.sock");
+    let outsider = dir.0.join("outsider.img");
+    std::fs::write(&outsider, vec![0u8; 1 << 20]).unwrap();
+    let missing = dir.0.join("missing.img");
+
+    let inject_m1 = |rules: &str| format!("{}={rules}", s(&members[1]));
+    let inject_outsider = format!("{}=fail-after=1", s(&outsider));
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec!["--inject".into(), inject_m1("explode=1")],
+            2,
+            "unknown fault rule",
+        ),
+        (
+            vec!["--inject".into(), inject_m1("read-error=2000")],
+            2,
+            "per mille",
+        ),
+        (
+            vec!["--inject".into(), s(&members[1]).into()],
+            2,
+            "MEMBER=RULES",
+        ),
+        (
+            vec!["--inject".into(), inject_outsider],
+            2,
+            "not a member of a served array",
+        ),
+        (
+            vec![
+                "--inject".into(),
+                inject_m1("delay=1ms"),
+                "--inject".into(),
+                inject_m1("fail-after=9"),
+            ],
+            2,
+            "given twice",
+        ),
+        (
+            vec!["--spare".into(), s(&members[2]).into()],
+            3,
+            "member of a served array",
+        ),
+        (
+            vec!["--spare".into(), s(&other[0]).into()],
+            3,
+            "carries an md superblock",
+        ),
+        (
+            vec!["--spare".into(), s(&missing).into()],
+            2,
+            "--spare-size",
+        ),
+        (
+            vec![
+                "--spare".into(),
+                s(&outsider).into(),
+                "--spare".into(),
+                s(&outsider).into(),
+            ],
+            2,
+            "given twice",
+        ),
+    ];
+    for (extra, code, says) in cases {
+        let mut cmd = vec!["serve", "--socket", s(&socket)];
+        cmd.extend(members.iter().map(|p| s(p)));
+        cmd.extend(extra.iter().map(String::as_str));
+        let (got, err) = exit_code(&cmd);
+        assert_eq!(got, code, "{extra:?}: {err}");
+        assert!(err.contains(says), "{extra:?}: {err}");
+        assert!(!socket.exists(), "{extra:?}: the server started listening");
+    }
+    assert!(!missing.exists(), "a refused start created a spare file");
+    for (m, b) in members.iter().zip(&before) {
+        assert!(std::fs::read(m).unwrap() == *b, "{} changed", m.display());
+    }
+}

@@ -32,7 +32,7 @@ pub mod rng;
 pub mod run;
 
 pub use disk::{CrashPolicy, DiskCounters, FaultConfig, SimDisk, SimWorld};
-pub use faulty::{FaultRules, FaultyDisk};
+pub use faulty::{FaultRules, FaultSpec, FaultyDisk};
 pub use run::{run_seed, SeedReport, SimOptions};
 
 /// Totals over many seeds.

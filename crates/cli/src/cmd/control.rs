@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
 
 use super::array::{engine_error, random_uuid, StatusView};
 use super::serve::WriteGate;
+use super::spares::GlobalSpares;
 use crate::{CliError, ExitCode};
 
 /// Longest request or reply line accepted, newline included.
@@ -137,6 +138,7 @@ impl Reply {
 }
 
 /// An array as the control server sees it.
+#[derive(Clone)]
 pub struct ServedArray {
     pub name: String,
     pub array: Arc<Array>,
@@ -212,6 +214,7 @@ pub struct ControlReport {
 /// Serves the control socket for `arrays`.
 pub struct ControlServer {
     arrays: Vec<ServedArray>,
+    spares: Arc<GlobalSpares>,
 }
 
 /// The uid of the process at the other end of a unix socket.
@@ -256,7 +259,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ControlServer {
     pub fn new(arrays: Vec<ServedArray>) -> ControlServer {
-        ControlServer { arrays }
+        ControlServer {
+            arrays,
+            spares: Arc::default(),
+        }
+    }
+
+    /// The global spare pool `list` reports and `add` keeps clear of.
+    pub fn with_spares(mut self, spares: Arc<GlobalSpares>) -> ControlServer {
+        self.spares = spares;
+        self
     }
 
     /// Accepts and serves control connections until `shutdown` is set; then closes idle
@@ -472,11 +484,19 @@ impl ControlServer {
                         })
                     })
                     .collect();
-                Ok(serde_json::json!({ "arrays": arrays }))
+                Ok(serde_json::json!({
+                    "arrays": arrays,
+                    "global_spares": self.spares.waiting(),
+                    "global_spare_log": self.spares.log(),
+                }))
             }
             Request::Detail { array } => {
                 let served = self.find(array.as_deref())?;
-                Ok(result_of(served, None))
+                let mut result = result_of(served, None);
+                // The server's global spares serve this array too.
+                result["global_spares"] = serde_json::json!(self.spares.waiting());
+                result["global_spare_log"] = serde_json::json!(self.spares.log());
+                Ok(result)
             }
             Request::Fail { array, member } => {
                 let served = self.find(array.as_deref())?;
@@ -527,6 +547,16 @@ impl ControlServer {
                             ),
                         ));
                     }
+                }
+                if self.spares.holds(&path) {
+                    return Err(CliError::new(
+                        ExitCode::Refused,
+                        format!(
+                            "{} is a global spare of this server; it goes to the first array \
+                             that needs it",
+                            path.display()
+                        ),
+                    ));
                 }
                 let disk = open_new_member(&path, size_bytes)?;
                 let name = disk.name().to_string();
@@ -715,6 +745,12 @@ pub fn detail(control: &Path, array: Option<&str>, json: bool) -> Result<(), Cli
         }
     );
     super::array::print_detail(&view, &view.state_text());
+    if let Some(waiting) = result["global_spares"].as_array() {
+        if !waiting.is_empty() {
+            let names: Vec<&str> = waiting.iter().filter_map(|v| v.as_str()).collect();
+            println!("  Global spares : {}", names.join(" "));
+        }
+    }
     Ok(())
 }
 

@@ -6,3 +6,4 @@ pub mod control;
 pub mod layout;
 pub mod serve;
 pub mod sim;
+pub mod spares;

@@ -4,7 +4,9 @@
 //! view of an array: it only moves bytes and declares capabilities), and served on a unix socket
 //! or on TCP bound to loopback unless `--bind` says otherwise. Beside it a control socket (see
 //! [`super::control`]) lets `raidkit detail|fail|remove|add --control PATH` manage the served
-//! arrays. On SIGINT or SIGTERM the server stops accepting, lets in-flight requests finish,
+//! arrays. Global hot spares (`--spare`, see [`super::spares`]) go to the first array left
+//! degraded without a spare of its own; `--inject` wraps chosen members in a fault-injecting
+//! disk (`raidkit_sim::FaultyDisk`) for tests and drills. On SIGINT or SIGTERM the server stops accepting, lets in-flight requests finish,
 //! flushes every export, waits for control requests in progress (a rebuild onto an added
 //! member), and then every array is stopped, which marks it clean in its superblocks.
 //!
@@ -12,20 +14,23 @@
 //! that a flush on any connection makes durable every write any connection has seen a reply
 //! for. That holds because the engine replies to a write only after every member write of it
 //! has completed (returned from the member's `pwrite`), and `Array::flush` fdatasyncs every
-//! in-sync member, whichever connection the writes came from; the test
+//! member that receives writes, whichever connection the writes came from; the test
 //! `flush_on_one_connection_covers_writes_from_another` checks it on simulated members that
 //! keep volatile and durable bytes apart.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use raidkit_disk::{Disk, FileDisk, OpenOptions};
 use raidkit_engine::{Array, AssembleOptions, EngineError};
 use raidkit_nbd::{BlockSize, Export, Listener, Server};
+use raidkit_sim::{FaultSpec, FaultyDisk};
 
-use super::array::{engine_error, open_members};
+use super::array::{engine_error, open_members, parse_size_bytes};
 use super::control::{ControlListener, ControlServer, ServedArray};
+use super::spares::GlobalSpares;
 use crate::{CliError, ExitCode};
 
 #[derive(clap::Args, Debug)]
@@ -62,6 +67,20 @@ pub struct ServeArgs {
     /// Open no control socket.
     #[arg(long, conflicts_with = "control")]
     pub no_control: bool,
+    /// A global hot spare (repeatable): a blank image file or block device that goes to the
+    /// first served array left degraded without a spare of its own, which then rebuilds onto
+    /// it in the background. A disk carrying an md superblock is refused.
+    #[arg(long = "spare", value_name = "PATH")]
+    pub spares: Vec<PathBuf>,
+    /// Size of global spare image files that do not exist yet (created on start), e.g. 512M.
+    #[arg(long, value_name = "SIZE")]
+    pub spare_size: Option<String>,
+    /// Inject faults into a member, as MEMBER=RULES (repeatable; for tests and drills, like
+    /// nbdkit's error filter). RULES: comma-separated read-error=, write-error=, flush-error=
+    /// (per mille), bad-read=START-END, bad-write=START-END (bytes, K/M/G), fail-after=N
+    /// (requests), delay=2ms, seed=N; e.g. `--inject m1.img=fail-after=5000`.
+    #[arg(long = "inject", value_name = "MEMBER=RULES")]
+    pub inject: Vec<String>,
     /// NBD requests executed at once per connection.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
@@ -262,10 +281,93 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         ));
     }
     let control_path = control_path(&args)?;
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut injections: Vec<(PathBuf, String, FaultSpec)> = Vec::new();
+    for item in &args.inject {
+        let (member, rules) = item
+            .split_once('=')
+            .ok_or_else(|| CliError::usage(format!("--inject {item}: expected MEMBER=RULES")))?;
+        let spec: FaultSpec = rules
+            .parse()
+            .map_err(|e| CliError::usage(format!("--inject {item}: {e}")))?;
+        let target = canon(Path::new(member));
+        if !specs
+            .iter()
+            .any(|(_, ms)| ms.iter().any(|m| canon(m) == target))
+        {
+            return Err(CliError::usage(format!(
+                "--inject {item}: {member} is not a member of a served array"
+            )));
+        }
+        if injections.iter().any(|(t, _, _)| *t == target) {
+            return Err(CliError::usage(format!(
+                "--inject: {member} is given twice; put all its rules in one --inject"
+            )));
+        }
+        injections.push((target, rules.to_string(), spec));
+    }
+    let spare_size = args
+        .spare_size
+        .as_deref()
+        .map(|s| parse_size_bytes(s, 1024))
+        .transpose()?;
+    if !args.spares.is_empty() && args.read_only {
+        return Err(CliError::usage(
+            "--spare: read-only arrays are never rebuilt; drop --spare or --read-only",
+        ));
+    }
+    for (i, spare) in args.spares.iter().enumerate() {
+        let target = canon(spare);
+        if args.spares[..i].iter().any(|p| canon(p) == target) {
+            return Err(CliError::usage(format!(
+                "--spare {}: given twice",
+                spare.display()
+            )));
+        }
+        if specs
+            .iter()
+            .any(|(_, ms)| ms.iter().any(|m| canon(m) == target))
+        {
+            return Err(CliError::new(
+                ExitCode::Refused,
+                format!("--spare {}: is a member of a served array", spare.display()),
+            ));
+        }
+    }
+    let spares = Arc::new(GlobalSpares::default());
+    for path in &args.spares {
+        let disk: Box<dyn Disk> = Box::new(
+            if path.exists() {
+                FileDisk::open(path, OpenOptions::default())
+            } else {
+                let Some(size) = spare_size else {
+                    return Err(CliError::usage(format!(
+                        "--spare {}: does not exist; give --spare-size to create it",
+                        path.display()
+                    )));
+                };
+                FileDisk::create(path, size)
+            }
+            .map_err(|e| CliError::failure(e.to_string()))?,
+        );
+        spares.offer(path, disk)?;
+        eprintln!("raidkit: global spare {}", path.display());
+    }
 
     let mut arrays = Vec::new();
     for (name, members) in &specs {
-        let disks = open_members(members, args.read_only)?;
+        let mut disks = open_members(members, args.read_only)?;
+        for (disk, path) in disks.iter_mut().zip(members) {
+            let target = canon(path);
+            if let Some((_, text, spec)) = injections.iter().find(|(t, _, _)| *t == target) {
+                eprintln!(
+                    "raidkit: {name}: injecting faults into {}: {text}",
+                    path.display()
+                );
+                let inner = std::mem::replace(disk, Box::new(raidkit_disk::MemDisk::new("-", 0)));
+                *disk = Box::new(FaultyDisk::new(inner, spec.rules.clone(), spec.seed));
+            }
+        }
         let (array, report) = Array::assemble(
             disks,
             AssembleOptions {
@@ -336,21 +438,31 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     if let Some(l) = &control_listener {
         eprintln!("raidkit: control socket {}", l.path().display());
     }
-    let control = ControlServer::new(
-        arrays
-            .iter()
-            .map(|(name, array, gate)| ServedArray {
-                name: name.clone(),
-                array: array.clone(),
-                read_only: args.read_only,
-                gate: gate.clone(),
-            })
-            .collect(),
-    );
+    let served: Vec<ServedArray> = arrays
+        .iter()
+        .map(|(name, array, gate)| ServedArray {
+            name: name.clone(),
+            array: array.clone(),
+            read_only: args.read_only,
+            gate: gate.clone(),
+        })
+        .collect();
+    let control = ControlServer::new(served.clone()).with_spares(spares.clone());
     let (report, control_report) = std::thread::scope(|scope| {
         let control_thread = control_listener
             .as_ref()
             .map(|l| scope.spawn(|| control.serve(l, shutdown)));
+        if !args.spares.is_empty() {
+            let (spares, served) = (&spares, &served);
+            scope.spawn(move || {
+                while !shutdown.load(std::sync::atomic::Ordering::SeqCst) {
+                    for line in spares.tend(served) {
+                        eprintln!("raidkit: {line}");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            });
+        }
         let report = server.serve(&listener, shutdown);
         // The NBD server may also end on an error: the control server must end with it.
         shutdown.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -1,0 +1,150 @@
+//! Global hot spares: a pool of blank disks shared by every array one `raidkit serve` process
+//! serves (the PERC6's "global hot spare").
+//!
+//! An array's own spares (members with md's spare role) are taken by the engine the moment a
+//! member fails. A global spare belongs to no array until one needs it: [`GlobalSpares::tend`]
+//! runs every fraction of a second, and an array that is degraded, not failed, has a slot no
+//! member is being rebuilt into, and no spare of its own gets the first disk of the pool as a
+//! new spare (`Array::add_spare`), which the engine then rebuilds in the background. Arrays are
+//! served in the order given, so with one spare left and two arrays in need the first one named
+//! gets it.
+//!
+//! A disk offered as a global spare must carry no md superblock: the pool never overwrites
+//! something that might be someone's data.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use raidkit_disk::Disk;
+use raidkit_engine::Status;
+
+use super::array::random_uuid;
+use super::control::ServedArray;
+use crate::{CliError, ExitCode};
+
+/// One disk waiting in the pool.
+struct Spare {
+    path: PathBuf,
+    disk: Box<dyn Disk>,
+}
+
+/// The pool, and what it did.
+#[derive(Default)]
+pub struct GlobalSpares {
+    pool: Mutex<Vec<Spare>>,
+    log: Mutex<Vec<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain lists: a panic elsewhere leaves them consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `status` describes an array that should get a spare now.
+pub fn needs_spare(status: &Status) -> bool {
+    if status.failed || status.read_only || !status.degraded {
+        return false;
+    }
+    let filling = status
+        .members
+        .iter()
+        .filter(|m| m.role == "rebuilding")
+        .count();
+    let own_spares = status.members.iter().any(|m| m.role == "spare");
+    status.missing_slots.len() > filling && !own_spares
+}
+
+impl GlobalSpares {
+    /// Adds a disk to the pool after checking it carries no md superblock.
+    pub fn offer(&self, path: &Path, disk: Box<dyn Disk>) -> Result<(), CliError> {
+        match raidkit_engine::read_superblock(disk.as_ref()) {
+            Err(raidkit_engine::EngineError::NoSuperblock { .. }) => {}
+            Ok(found) => {
+                return Err(CliError::new(
+                    ExitCode::Refused,
+                    format!(
+                        "{}: carries an md superblock (array {}); a global spare must be \
+                         blank, so nothing on it is overwritten",
+                        path.display(),
+                        found.sb.set_uuid.to_mdadm_string()
+                    ),
+                ))
+            }
+            Err(e) => {
+                return Err(CliError::new(
+                    ExitCode::Refused,
+                    format!("{}: not usable as a global spare: {e}", path.display()),
+                ))
+            }
+        }
+        lock(&self.pool).push(Spare {
+            path: path.to_path_buf(),
+            disk,
+        });
+        Ok(())
+    }
+
+    /// Paths still waiting in the pool.
+    pub fn waiting(&self) -> Vec<String> {
+        lock(&self.pool)
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect()
+    }
+
+    /// What the pool did, oldest first.
+    pub fn log(&self) -> Vec<String> {
+        lock(&self.log).clone()
+    }
+
+    /// Whether `path` names a disk in the pool.
+    pub fn holds(&self, path: &Path) -> bool {
+        let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        lock(&self.pool)
+            .iter()
+            .any(|s| std::fs::canonicalize(&s.path).unwrap_or_else(|_| s.path.clone()) == canon)
+    }
+
+    /// Gives a spare to every array that needs one, while the pool lasts. Returns the lines
+    /// it logged.
+    pub fn tend(&self, arrays: &[ServedArray]) -> Vec<String> {
+        let mut said = Vec::new();
+        for served in arrays {
+            if served.read_only || !needs_spare(&served.array.status()) {
+                continue;
+            }
+            let Some(spare) = ({
+                let mut pool = lock(&self.pool);
+                (!pool.is_empty()).then(|| pool.remove(0))
+            }) else {
+                break;
+            };
+            let path = spare.path.display().to_string();
+            let uuid = match random_uuid() {
+                Ok(u) => u,
+                Err(e) => {
+                    said.push(format!("{}: cannot make a device uuid: {e}", served.name));
+                    lock(&self.pool).insert(0, spare);
+                    break;
+                }
+            };
+            let line = {
+                let _writes_held = served.gate.hold_writes();
+                match served.array.add_spare(spare.disk, uuid) {
+                    Ok(()) => format!(
+                        "{}: global spare {path} taken; it is rebuilt in the background",
+                        served.name
+                    ),
+                    // The disk is not put back: the failure may have been the disk's own.
+                    Err(e) => format!(
+                        "{}: global spare {path} could not be added: {e}",
+                        served.name
+                    ),
+                }
+            };
+            said.push(line);
+        }
+        lock(&self.log).extend(said.iter().cloned());
+        said
+    }
+}
