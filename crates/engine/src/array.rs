@@ -880,8 +880,37 @@ impl Array {
         order.sort_by_key(|&i| std::cmp::Reverse(found[i].sb.events));
         // Members being copied onto (md's replacement) share their slot's role number.
         let mut replacements: Vec<(usize, usize)> = Vec::new();
+        // Device numbers already claimed, by member: md reuses the number of a removed member
+        // for the next one added, so an old member may carry its successor's number.
+        let mut dev_owner: std::collections::HashMap<u32, usize> = Default::default();
         for i in order {
             let (m, f) = (&members[i], &found[i]);
+            if let Some(&newer) = dev_owner.get(&f.sb.dev_number) {
+                if f.sb.events < found[newer].sb.events {
+                    report.excluded.push((
+                        m.name().into(),
+                        format!(
+                            "device number {} now belongs to {} (events {} > {}); this member left the array",
+                            f.sb.dev_number,
+                            members[newer].name(),
+                            found[newer].sb.events,
+                            f.sb.events
+                        ),
+                    ));
+                    // Never written again: its number is its successor's.
+                    use_member[i] = false;
+                    continue;
+                }
+                return Err(EngineError::Invalid(format!(
+                    "{} and {} both claim device number {} at the same events ({}); \
+                     leave out the one that no longer belongs to the array",
+                    m.name(),
+                    members[newer].name(),
+                    f.sb.dev_number,
+                    f.sb.events
+                )));
+            }
+            dev_owner.insert(f.sb.dev_number, i);
             let role = nsb.role_of(f.sb.dev_number);
             match role {
                 DevRole::Active(slot)
@@ -962,6 +991,7 @@ impl Array {
                         m.name().into(),
                         "marked faulty in the newest superblock".into(),
                     ));
+                    use_member[i] = false;
                 }
                 DevRole::Spare => {
                     report.notes.push(format!("{}: spare", m.name()));
