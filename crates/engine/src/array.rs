@@ -890,7 +890,7 @@ impl Array {
                     report.excluded.push((
                         m.name().into(),
                         format!(
-                            "device number {} now belongs to {} (events {} > {}); this member left the array",
+                            "device number {} now belongs to {} (events {} > {}); this member was replaced",
                             f.sb.dev_number,
                             members[newer].name(),
                             found[newer].sb.events,
