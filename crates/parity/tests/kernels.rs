@@ -522,6 +522,17 @@ fn streaming_store_path_matches_reference() {
             p.fill(POISON);
             k.gen_p(&refs_, p).unwrap();
             assert!(p == &want_p[..], "{} gen_p len {len}", k.name());
+            // Every slot real: gen_p's fast path.
+            let all = refs(&data);
+            let mut want_all = vec![0; len];
+            reference().gen_p(&all, &mut want_all).unwrap();
+            p.fill(POISON);
+            k.gen_p(&all, p).unwrap();
+            assert!(
+                p == &want_all[..],
+                "{} gen_p (no empty slot) len {len}",
+                k.name()
+            );
         }
     }
 }
