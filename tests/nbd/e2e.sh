@@ -16,13 +16,14 @@
 #   of the array equals the device as the file system had it, also with two original members
 #   left out (so the rebuilt member's contents are used), and e2fsck finds that image clean.
 # faults: two arrays in one `raidkit serve` (RAID 6 "A", RAID 5 "B") and one global spare.
-#   Faults are injected into A's members (`--inject`: one fails after a request countdown,
-#   one is slow, one returns read errors in a range). nbdcopy writes random data to A while the
+#   Faults are injected (`--inject`): one of A's members fails after a request countdown, one
+#   is slow, one of B's members cannot read a range. nbdcopy writes random data to A while the
 #   countdown fails its member; the global spare goes to A and is rebuilt in the background;
-#   nbdcopy reads A back equal (the member with read errors is failed too, so one slot of A stays
-#   empty); B is untouched and, failed by hand afterwards, stays degraded
-#   (the pool is empty). After SIGTERM, offline `raidkit read` of A's members equals the data,
-#   also with one more member left out (the rebuilt spare's contents reconstruct it).
+#   nbdcopy reads A back equal. nbdcopy reads B: the unreadable range is served from redundancy
+#   and logged as bad, and the member stays. B, failed by hand afterwards, stays degraded (the
+#   pool is empty). After SIGTERM, offline `raidkit read` of A's members equals the data, also
+#   with two members left out (the rebuilt spare's contents take part); degraded B refuses to
+#   read with "data unavailable" where b2's bad range has no redundancy left.
 #
 # Needs root, /dev/fuse and loop devices. Exit codes: 0 pass, 1 fail, 2 cannot run here.
 set -euo pipefail
@@ -289,12 +290,12 @@ run_faults() {
     local list_a list_b
     list_a=$(IFS=,; echo "${a[*]}"); list_b=$(IFS=,; echo "${b[*]}")
     rm -f "$work/nbd.sock"
-    # a1 fails once 300 requests have passed (mid-copy); a3 is slow; a4 cannot read its
-    # first MiB of data (the superblock area before it still reads).
+    # a1 fails once 300 requests have passed (mid-copy); a3 is slow; b2 cannot read 1 MiB
+    # of its data area, for good (a rewrite does not help).
     "$raidkit" serve --socket "$work/nbd.sock" --array "A=$list_a" --array "B=$list_b" \
         --spare "$d/s0" --spare-size 64M \
         --inject "${a[1]}=fail-after=300" --inject "${a[3]}=delay=200us" \
-        --inject "${a[4]}=bad-read=2M-3M" 2> "$work/serve.log" &
+        --inject "${b[2]}=bad-read=8M-9M" 2> "$work/serve.log" &
     server_pid=$!
     ctl="$work/nbd.sock.ctl"
     wait_for "$ctl" "control socket"
@@ -308,7 +309,7 @@ run_faults() {
     while :; do
         local st
         st=$("$raidkit" detail --control "$ctl" --array A --json)
-        if [ "$(jq -r '.status.task' <<< "$st")" = null ] \
+        if [ "$(jq -r '.status.degraded' <<< "$st")" = false ] \
             && [ "$(jq -r --arg n "$d/s0" '.status.members[] | select(.name == $n) | .role' <<< "$st")" = active ]; then
             break
         fi
@@ -319,22 +320,24 @@ run_faults() {
     st=$("$raidkit" detail --control "$ctl" --array A --json)
     [ "$(jq -r --arg n "${a[1]}" '.status.members[] | select(.name == $n) | .role' <<< "$st")" = faulty ] \
         || fail "a1 is not faulty after its countdown"
-    # A read error fails the member (the engine does not rewrite from redundancy in the
-    # foreground path; patrol does): a4 is faulty too, and with one spare one slot stays empty
-    # (which one depends on which failure came first).
-    [ "$(jq -r --arg n "${a[4]}" '.status.members[] | select(.name == $n) | .role' <<< "$st")" = faulty ] \
-        || fail "a4 is not faulty after reads in its bad range"
-    [ "$(jq -c '.status.missing_slots | length' <<< "$st")" = 1 ] \
-        || fail "A: one slot should be left empty (two failures, one spare)"
     [ "$(jq -c '.global_spares' <<< "$st")" = "[]" ] || fail "the global spare is still in the pool"
     jq -r '.global_spare_log[]' <<< "$st" | grep -q "A: global spare $d/s0 taken" \
         || fail "no log line for the spare taken"
     nbdcopy "nbd+unix:///A?socket=$work/nbd.sock" "$d/back" || fail "nbdcopy read of A"
     cmp -s "$d/data" "$d/back" || fail "A read back differs from what was written"
-    echo "   A: a1 (countdown) and a4 (bad range) failed mid-copy, the global spare rebuilt one slot in about $((polls / 10)) s, data read back equal"
+    echo "   A: a1 failed by its countdown mid-copy, the global spare rebuilt its slot in about $((polls / 10)) s, data read back equal"
 
+    # B was never written: it reads as zeroes, also where b2 cannot read (served from the
+    # other members; the range goes to b2's bad-block log and b2 stays in the array).
+    local size_b
+    size_b=$("$raidkit" detail --control "$ctl" --array B --json | jq -r '.status.array_bytes')
+    nbdcopy "nbd+unix:///B?socket=$work/nbd.sock" "$d/back-b" || fail "nbdcopy read of B"
+    cmp -s "$d/back-b" <(head -c "$size_b" /dev/zero) || fail "B does not read as zeroes"
     st=$("$raidkit" detail --control "$ctl" --array B --json)
-    [ "$(jq -r '.status.degraded' <<< "$st")" = false ] || fail "B is degraded though nothing failed it"
+    [ "$(jq -r '.status.degraded' <<< "$st")" = false ] || fail "B: a read error failed b2"
+    jq -r '.status.log[]' <<< "$st" | grep -q "bad-block log" \
+        || { jq -r '.status.log[]' <<< "$st"; fail "B: b2's unreadable range is not in its bad-block log"; }
+    echo "   B: read errors in b2 served from redundancy, the range logged as bad, b2 stays in"
     "$raidkit" fail --control "$ctl" --array B --member "${b[1]}"
     sleep 1
     st=$("$raidkit" detail --control "$ctl" --array B --json)
@@ -345,14 +348,18 @@ run_faults() {
     stop_server
     grep -q "A: flushed and marked clean" "$work/serve.log" || fail "server did not mark A clean"
 
-    local live_a=("${a[0]}" "${a[2]}" "${a[3]}" "$d/s0")
+    local live_a=("${a[0]}" "${a[2]}" "${a[3]}" "${a[4]}" "$d/s0")
     "$raidkit" read --output "$d/offline" "${live_a[@]}" 2> /dev/null
     cmp -s "$d/data" "$d/offline" || fail "offline read of A differs"
-    # Without a0 as well, the spare's chunks and the parity over them reconstruct a0's.
-    [ "$("$raidkit" read "${a[2]}" "${a[3]}" "$d/s0" 2>/dev/null | cmp -s - "$d/data" && echo same)" = same ] \
-        || fail "offline read of A without a0 differs"
-    "$raidkit" read "${b[0]}" "${b[2]}" > /dev/null 2>&1 || fail "offline read of degraded B"
-    echo "   offline: A's members with the rebuilt spare read back the data, also without a0"
+    # Without a0 and a2, the spare's chunks and the parity over them reconstruct theirs.
+    [ "$("$raidkit" read "${a[3]}" "${a[4]}" "$d/s0" 2>/dev/null | cmp -s - "$d/data" && echo same)" = same ] \
+        || fail "offline read of A without a0 and a2 differs"
+    # Degraded B cannot serve b2's logged bad range any more: the read refuses with the data
+    # unavailable code instead of returning something else there.
+    local rc=0
+    "$raidkit" read "${b[0]}" "${b[2]}" > /dev/null 2> "$d/read-b.err" || rc=$?
+    [ "$rc" = 4 ] || { cat "$d/read-b.err"; fail "offline read of degraded B: exit $rc, not 4"; }
+    echo "   offline: A's members with the rebuilt spare read back the data, also without a0 and a2"
     rm -f "$work/serve.log"
     rm -rf "$d"
     echo "== faults: ok"

@@ -236,6 +236,9 @@ struct State {
     log: Vec<String>,
     /// Per slot: a member being copied from the slot's member (md's replacement).
     replacement: Vec<Option<usize>>,
+    /// Per slot: read errors corrected from redundancy since the slot's member joined; past
+    /// [`MAX_CORRECTED_READ_ERRORS`] the member is failed (md's max_corrected_read_errors).
+    read_errors: Vec<u32>,
     /// A resync after an unclean stop is pending from here (member sectors, or array sectors
     /// for RAID 10); `None` when parity and copies are known consistent.
     resync_from: Option<u64>,
@@ -693,6 +696,7 @@ impl Array {
                 failed: None,
                 log: Vec::new(),
                 replacement: vec![None; geo.raid_disks],
+                read_errors: vec![0; geo.raid_disks],
                 resync_from: None,
                 bad: Vec::new(),
                 bitmap_recovery: vec![false; geo.raid_disks],
@@ -2299,6 +2303,7 @@ impl Array {
             None => (format!("slot {slot}"), None),
         };
         st.log.push(format!("{name}: marked faulty ({why})"));
+        st.read_errors[slot] = 0; // the count belongs to the member leaving the slot
         let failed: Vec<bool> = st.slot_state.iter().map(|s| !s.usable()).collect();
         if !self.geo.survives(&failed) && st.failed.is_none() {
             let lost: Vec<usize> = (0..failed.len()).filter(|&s| failed[s]).collect();
@@ -2355,13 +2360,87 @@ impl Array {
     ) -> Result<()> {
         self.bg.note_foreground();
         let sectors = (user_len / SECTOR) as u64;
+        let mut suspects = Vec::new();
         if dir == Dir::Write && self.bitmap.is_some() {
             self.intent_start(array_sector, sectors);
-            let r = self.run_pieces(dir, array_sector, sectors, user_ptr, user_len);
+            let r = self.run_pieces(
+                dir,
+                array_sector,
+                sectors,
+                user_ptr,
+                user_len,
+                &mut suspects,
+            );
             self.intent_end(array_sector, sectors);
             return r;
         }
-        self.run_pieces(dir, array_sector, sectors, user_ptr, user_len)
+        let r = self.run_pieces(
+            dir,
+            array_sector,
+            sectors,
+            user_ptr,
+            user_len,
+            &mut suspects,
+        );
+        if !suspects.is_empty() {
+            self.fix_read_errors(suspects);
+        }
+        r
+    }
+
+    /// md's answer to a read error: the data was already served from redundancy; now the
+    /// unreadable blocks are rewritten from redundancy and read back (patrol's repair), and
+    /// what stays unreadable goes to the bad-block log. A member with more than
+    /// [`MAX_CORRECTED_READ_ERRORS`] such errors, or whose repair fails, is failed.
+    fn fix_read_errors(&self, suspects: Vec<(usize, u64, u64)>) {
+        let layout = if self.geo.level == 10 {
+            self.layout_geometry().ok()
+        } else {
+            None
+        };
+        for (slot, ms, n) in suspects {
+            let name = {
+                let mut st = lock(&self.state);
+                st.read_errors[slot] += 1;
+                let name = st.slot_member[slot]
+                    .and_then(|i| st.members[i].as_ref().map(|m| m.disk.name().to_string()));
+                let Some(name) = name.filter(|_| st.slot_state[slot].usable()) else {
+                    continue; // failed or replaced meanwhile
+                };
+                if st.read_errors[slot] > MAX_CORRECTED_READ_ERRORS {
+                    drop(st);
+                    self.member_failed(
+                        slot,
+                        &format!(
+                            "more than {MAX_CORRECTED_READ_ERRORS} read errors corrected; failing it, as md does"
+                        ),
+                    );
+                    continue;
+                }
+                st.log.push(format!(
+                    "{name}: read error in member sectors {ms}..{}; served from redundancy{}",
+                    ms + n,
+                    if self.read_only {
+                        " (read-only: not rewritten)"
+                    } else {
+                        ", rewriting"
+                    }
+                ));
+                name
+            };
+            if self.read_only || self.check_writable().is_err() {
+                continue;
+            }
+            match self.patrol_narrow(slot, ms, n, layout.as_ref()) {
+                Ok((fixed, bad)) => {
+                    let mut st = lock(&self.state);
+                    st.log.push(format!(
+                        "{name}: {fixed} sectors rewritten and readable again, {bad} sent to the bad-block log"
+                    ));
+                }
+                Err(e) => self.member_failed(slot, &format!("repairing a read error failed: {e}")),
+            }
+        }
     }
 
     fn run_pieces(
@@ -2371,6 +2450,7 @@ impl Array {
         sectors: u64,
         user_ptr: *mut u8,
         user_len: usize,
+        suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
         let pieces = core::split(&self.geo, array_sector, sectors, self.max_band_sectors);
         let mut i = 0;
@@ -2400,7 +2480,7 @@ impl Array {
             keys.sort_unstable();
             keys.dedup();
             self.locks.acquire(&keys);
-            let r = self.run_batch(dir, &pieces[i..j], user_ptr, user_len);
+            let r = self.run_batch(dir, &pieces[i..j], user_ptr, user_len, suspects);
             self.locks.release(&keys);
             self.inflight.release();
             r?;
@@ -2459,12 +2539,17 @@ impl Array {
         })
     }
 
+    /// Runs a batch of pieces. A read error on a member during a read request does not fail
+    /// the member: the piece is planned again without it (served from redundancy) and the
+    /// range goes to `suspects`, repaired after the stripe locks are released. Read errors
+    /// during a write, and write errors, fail the member.
     fn run_batch(
         &self,
         dir: Dir,
         pieces: &[Piece],
         user_ptr: *mut u8,
         user_len: usize,
+        suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
         // Members and replacements are taken together: a write planned against a slot's
         // member also reaches the replacement that may take the slot over meanwhile.
@@ -2474,6 +2559,8 @@ impl Array {
             ops.push(self.plan(p, dir, &states)?);
         }
         let mut done = vec![false; ops.len()];
+        // Per op: slots it must not read again (they returned a read error to it).
+        let mut unreadable: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
         let _active = pool::ActiveGuard::enter();
         loop {
             // Collect the next phase of every op.
@@ -2526,7 +2613,8 @@ impl Array {
             };
             let batch = Batch::new();
             // (op, slot, to the slot's replacement)
-            let mut submitted: Vec<(usize, usize, bool)> = Vec::with_capacity(ios.len());
+            // (op, slot, to the slot's replacement, member sector, sectors)
+            let mut submitted: Vec<(usize, usize, bool, u64, u64)> = Vec::with_capacity(ios.len());
             let mut skipped_reads: Vec<usize> = Vec::new();
             // Members borrowed from the snapshot: no reference-count traffic per I/O. Members
             // being copied onto replacements get every write their slot gets.
@@ -2559,7 +2647,7 @@ impl Array {
                 };
                 if io.dir == Dir::Write {
                     if let Some(Some(r)) = replacements.get(io.member) {
-                        submitted.push((*k, io.member, true));
+                        submitted.push((*k, io.member, true, io.member_sector, io.sectors));
                         jobs.push((
                             &**r,
                             Job {
@@ -2575,7 +2663,7 @@ impl Array {
                     }
                 }
                 let tag = submitted.len();
-                submitted.push((*k, io.member, false));
+                submitted.push((*k, io.member, false, io.member_sector, io.sectors));
                 jobs.push((
                     member,
                     Job {
@@ -2623,9 +2711,15 @@ impl Array {
             }
             let mut replan: Vec<usize> = skipped_reads;
             for (tag, err) in errors {
-                let (k, slot, replacement) = submitted[tag];
+                let (k, slot, replacement, ms, n) = submitted[tag];
                 if replacement {
                     self.replacement_failed(slot, &err.to_string());
+                    continue;
+                }
+                if dir == Dir::Read && self.geo.level != 0 && !unreadable[k].contains(&slot) {
+                    unreadable[k].push(slot);
+                    suspects.push((slot, ms, n));
+                    replan.push(k);
                     continue;
                 }
                 self.member_failed(slot, &err.to_string());
@@ -2638,7 +2732,17 @@ impl Array {
                 replan.dedup();
                 (states, members, replacements) = self.snapshot_for(dir);
                 for k in replan {
-                    ops[k] = self.plan(&pieces[k], dir, &states)?;
+                    let mut local;
+                    let states = if unreadable[k].is_empty() {
+                        &states
+                    } else {
+                        local = states.clone();
+                        for &s in &unreadable[k] {
+                            local[s] = MemberState::Faulty;
+                        }
+                        &local
+                    };
+                    ops[k] = self.plan(&pieces[k], dir, states)?;
                     done[k] = false;
                 }
             }
@@ -2648,6 +2752,10 @@ impl Array {
         }
     }
 }
+
+/// Read errors corrected from redundancy before a member is failed (md's default for
+/// max_corrected_read_errors).
+pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
 
 fn piece_scratch_estimate(p: &Piece, raid_disks: usize) -> usize {
     match &p.kind {

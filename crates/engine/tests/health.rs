@@ -555,15 +555,22 @@ fn tasks_yield_to_foreground_io_and_refuse_to_run_twice() {
         ..full_speed()
     });
     let busy = AtomicBool::new(true);
+    let reads = std::sync::atomic::AtomicU64::new(0);
     let mut throttled = false;
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut buf = vec![0u8; 4096];
             while busy.load(Ordering::Relaxed) {
                 array.read_at(&mut buf, 0).unwrap();
+                reads.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
+        // The foreground is busy before the check starts (on a loaded machine the reader
+        // thread may otherwise not run before a short check is over).
+        while reads.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let inner = Arc::clone(&array);
         let r = array
             .run_task(

@@ -268,6 +268,21 @@ impl Prefetch {
     }
 }
 
+/// The rebuild's prefetch slot: whatever way the rebuild loop ends (an error included), a
+/// prefetch still in it is abandoned, so its stripe locks are never left held.
+struct Ahead<'a> {
+    array: &'a Array,
+    p: Option<Prefetch>,
+}
+
+impl Drop for Ahead<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.p.take() {
+            p.abandon(self.array);
+        }
+    }
+}
+
 /// One member I/O of a background step.
 struct RangeIo<'a> {
     slot: usize,
@@ -735,10 +750,13 @@ impl Array {
         // Reads of the next step run on the member workers while this thread computes and
         // writes the current one (only while nothing else uses the array: a prefetch holds
         // the next step's stripe locks).
-        let mut ahead: Option<Prefetch> = None;
+        let mut ahead = Ahead {
+            array: self,
+            p: None,
+        };
         while cursor < end {
             if self.cancelled(stop) {
-                if let Some(p) = ahead.take() {
+                if let Some(p) = ahead.p.take() {
                     p.abandon(self);
                 }
                 self.checkpoint_recovery(cursor, false)?;
@@ -757,7 +775,7 @@ impl Array {
                 && (self.task_rates().share(TaskKind::Rebuild) == 100
                     || !self.bg.foreground_within(FOREGROUND_WINDOW));
             let live = if pipelined {
-                let current = match ahead.take() {
+                let current = match ahead.p.take() {
                     Some(p) if p.ms == cursor => p,
                     other => {
                         if let Some(p) = other {
@@ -770,13 +788,13 @@ impl Array {
                 if next < end && current.keys.last() < Some(&(next / self.geo.chunk_sectors.max(1)))
                 {
                     let spare = std::mem::take(&mut bufs);
-                    ahead = Some(self.prefetch(next, step.min(end - next), spare));
+                    ahead.p = Some(self.prefetch(next, step.min(end - next), spare));
                 }
                 let (live, used) = self.finish_prefetch(current)?;
                 bufs = used;
                 live
             } else {
-                if let Some(p) = ahead.take() {
+                if let Some(p) = ahead.p.take() {
                     p.abandon(self);
                 }
                 match self.geo.scheme() {
@@ -809,7 +827,7 @@ impl Array {
                 last_checkpoint = Instant::now();
             }
         }
-        if let Some(p) = ahead.take() {
+        if let Some(p) = ahead.p.take() {
             p.abandon(self);
         }
         self.checkpoint_recovery(end, true)?;
@@ -983,7 +1001,7 @@ impl Array {
         r
     }
 
-    fn layout_geometry(&self) -> Result<raidkit_layout::Geometry> {
+    pub(super) fn layout_geometry(&self) -> Result<raidkit_layout::Geometry> {
         raidkit_layout::Geometry::from_md(&raidkit_layout::MdParams {
             level: self.geo.level,
             layout: self.geo.layout,
@@ -1773,7 +1791,7 @@ impl Array {
 
     /// Finds the unreadable 4 KiB blocks of `[ms, ms + n)` on `slot` and repairs each.
     /// Returns (sectors rewritten and readable again, sectors sent to the bad-block log).
-    fn patrol_narrow(
+    pub(super) fn patrol_narrow(
         &self,
         slot: usize,
         ms: u64,

@@ -1,0 +1,161 @@
+//! A read error on a member is answered the way md answers it: the request is served from
+//! redundancy, the unreadable blocks are rewritten and read back, what stays unreadable goes
+//! to the bad-block log, and only a member that keeps failing (more than md's 20 corrected
+//! read errors) or cannot be repaired is failed.
+
+use raidkit_disk::Disk;
+use raidkit_engine::array::MAX_CORRECTED_READ_ERRORS;
+use raidkit_engine::{Array, CreateOptions, EngineConfig};
+use raidkit_metadata::SuperblockVersion;
+use raidkit_sim::model::{sector_pattern, SECTOR};
+use raidkit_sim::{FaultRules, FaultyDisk, SimDisk, SimWorld};
+use std::ops::Range;
+
+const SIZE_SECTORS: u64 = 2048;
+const DISK_BYTES: u64 = (SIZE_SECTORS + 4096 + 128) * 512;
+
+/// RAID 5 over four members; member 1 is wrapped by `wrap`.
+fn raid5(world: &mut SimWorld, wrap: impl FnOnce(SimDisk) -> Box<dyn Disk>) -> Array {
+    let mut wrap = Some(wrap);
+    let members: Vec<Box<dyn Disk>> = (0..4)
+        .map(|i| {
+            let d = world.add_disk(DISK_BYTES);
+            if i == 1 {
+                (wrap.take().unwrap())(d)
+            } else {
+                Box::new(d) as Box<dyn Disk>
+            }
+        })
+        .collect();
+    let array = Array::create(
+        members,
+        CreateOptions {
+            level: 5,
+            layout: None,
+            chunk_sectors: 16,
+            raid_devices: 4,
+            metadata: SuperblockVersion::V1_2,
+            size_sectors: Some(SIZE_SECTORS),
+            name: "t:re".into(),
+            set_uuid: [0x3e; 16],
+            device_uuids: (0..4).map(|i| [0x40 + i as u8; 16]).collect(),
+            ctime_seconds: 0,
+            members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
+            config: EngineConfig::default(),
+        },
+    )
+    .unwrap();
+    let sectors = array.size_bytes() / 512;
+    array.write_at(&pattern(1, sectors), 0, false).unwrap();
+    array.flush().unwrap();
+    array
+}
+
+fn pattern(id: u32, sectors: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; sectors as usize * SECTOR];
+    for s in 0..sectors {
+        sector_pattern(id, s, &mut buf[s as usize * SECTOR..][..SECTOR]);
+    }
+    buf
+}
+
+fn read_all(array: &Array) -> Vec<u8> {
+    let mut back = vec![0u8; array.size_bytes() as usize];
+    array.read_at(&mut back, 0).unwrap();
+    back
+}
+
+fn data_offset_bytes(array: &Array, name: &str) -> u64 {
+    let st = array.status();
+    st.members
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap()
+        .data_offset_sectors
+        * 512
+}
+
+#[test]
+fn a_latent_sector_error_is_rewritten_and_the_member_stays() {
+    let mut world = SimWorld::new(31);
+    let array = raid5(&mut world, |d| Box::new(d));
+    let expect = pattern(1, array.size_bytes() / 512);
+    let off = data_offset_bytes(&array, "sim1") / 512;
+    world.disk(1).update_faults(|f| {
+        // Row 12 of 16-sector chunks: member 1 holds data there (parity is on member 3).
+        for s in 200..204 {
+            f.bad_sectors.insert(off + s);
+        }
+    });
+
+    assert!(read_all(&array) == expect, "data served from redundancy");
+    let st = array.status();
+    assert!(
+        !st.degraded,
+        "one latent error must not fail a member: {:?}",
+        st.log
+    );
+    assert!(
+        st.log
+            .iter()
+            .any(|l| l.contains("rewritten and readable again")),
+        "{:?}",
+        st.log
+    );
+    assert!(
+        world.disk(1).faults().bad_sectors.is_empty(),
+        "the rewrite remapped the sectors"
+    );
+    // The member itself reads again, with the right bytes: fail another member and read.
+    array.fail_member(2).unwrap();
+    assert!(
+        read_all(&array) == expect,
+        "member 1's rewritten blocks are right"
+    );
+}
+
+#[test]
+fn a_range_that_stays_unreadable_goes_to_the_bad_block_log() {
+    let mut world = SimWorld::new(32);
+    let bad: Range<u64> = (DISK_BYTES / 2)..(DISK_BYTES / 2 + 8192);
+    let array = raid5(&mut world, |d| {
+        let rules = FaultRules {
+            bad_read_ranges: vec![bad.clone()],
+            ..FaultRules::default()
+        };
+        Box::new(FaultyDisk::new(d, rules, 3))
+    });
+    let expect = pattern(1, array.size_bytes() / 512);
+    for _ in 0..3 {
+        assert!(read_all(&array) == expect, "data served from redundancy");
+    }
+    let st = array.status();
+    assert!(!st.degraded, "{:?}", st.log);
+    assert!(
+        st.log.iter().any(|l| l.contains("bad-block log")),
+        "{:?}",
+        st.log
+    );
+}
+
+#[test]
+fn a_member_that_keeps_failing_reads_is_failed() {
+    let mut world = SimWorld::new(33);
+    let array = raid5(&mut world, |d| {
+        let rules = FaultRules {
+            read_error_per_mille: 1000,
+            ..FaultRules::default()
+        };
+        Box::new(FaultyDisk::new(d, rules, 4))
+    });
+    let expect = pattern(1, array.size_bytes() / 512);
+    // Every read of the member fails, and so does the read-back after a rewrite: each error
+    // is answered from redundancy until the member is failed.
+    for _ in 0..=MAX_CORRECTED_READ_ERRORS {
+        assert!(read_all(&array) == expect, "data served from redundancy");
+    }
+    let st = array.status();
+    assert!(st.degraded, "the member was failed: {:?}", st.log);
+    assert!(read_all(&array) == expect);
+}
