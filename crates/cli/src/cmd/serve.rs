@@ -108,16 +108,13 @@ fn control_path(args: &ServeArgs) -> Result<Option<PathBuf>, CliError> {
     Ok(Some(path))
 }
 
-/// Holds NBD writes back while a member is being rebuilt.
+/// Holds NBD writes back while a member is attached to a served array.
 ///
-/// `Array::add_spare` rebuilds the new member from the others before it marks the member in
-/// sync, and a write that lands meanwhile is not applied to the member being rebuilt: a write
-/// to a stripe the rebuild has already copied leaves the new member stale there, which shows
-/// once the member is read (checked by hand: nbdcopy over the whole array during the rebuild
-/// of a 256 MiB RAID 6 member left the new member's chunks stale from byte 65536 on). Until
-/// the engine applies writes below its rebuild cursor to the rebuilding member, the control
-/// server holds this gate exclusively for the duration of `add_spare`, and every
-/// data-changing export call holds it shared: writes wait, reads go on.
+/// `Array::add_spare` only attaches the new member and wakes the background rebuild, which
+/// then runs alongside requests (writes reach a member being rebuilt, and the rebuild takes
+/// the stripe locks requests take). The gate keeps the attach itself apart from writes in
+/// flight: the control server and the global spare pool hold it exclusively for the duration
+/// of `add_spare` (milliseconds), and every data-changing export call holds it shared.
 #[derive(Default)]
 pub struct WriteGate(std::sync::RwLock<()>);
 
