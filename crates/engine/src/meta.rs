@@ -18,6 +18,7 @@ pub struct FoundSuperblock {
 pub fn read_superblock(disk: &dyn Disk) -> Result<FoundSuperblock> {
     let device_sectors = disk.size_bytes() / 512;
     let mut reasons = Vec::new();
+    let mut read_error = None;
     for version in [
         SuperblockVersion::V1_2,
         SuperblockVersion::V1_1,
@@ -34,7 +35,15 @@ pub fn read_superblock(disk: &dyn Disk) -> Result<FoundSuperblock> {
             continue;
         }
         let mut buf = vec![0u8; 4096];
-        disk.read_at(&mut buf, off)?;
+        if let Err(e) = disk.read_at(&mut buf, off) {
+            // An unreadable sector where another version would keep its superblock says
+            // nothing about this member's own (a v1.0 member with a bad first sector still
+            // has its superblock at the end): look on, and report the error only if no
+            // superblock turns up.
+            reasons.push(format!("{}: {e}", version.name()));
+            read_error.get_or_insert(e);
+            continue;
+        }
         match Superblock::decode(&buf, loc) {
             Ok(sb) => {
                 return Ok(FoundSuperblock {
@@ -63,6 +72,9 @@ pub fn read_superblock(disk: &dyn Disk) -> Result<FoundSuperblock> {
                 reasons.push(format!("{}: {e}", version.name()))
             }
         }
+    }
+    if let Some(e) = read_error {
+        return Err(EngineError::Disk(e));
     }
     Err(EngineError::NoSuperblock {
         member: disk.name().to_string(),
