@@ -159,3 +159,47 @@ fn a_member_that_keeps_failing_reads_is_failed() {
     assert!(st.degraded, "the member was failed: {:?}", st.log);
     assert!(read_all(&array) == expect);
 }
+
+/// A v1.0 member keeps its superblock at the end; an unreadable first sector (where a v1.1
+/// superblock would sit) must not hide it (soak seed 26291).
+#[test]
+fn a_bad_first_sector_does_not_hide_a_v1_0_superblock() {
+    let mut world = SimWorld::new(34);
+    let disks: Vec<SimDisk> = (0..2).map(|_| world.add_disk(DISK_BYTES)).collect();
+    let array = Array::create(
+        disks
+            .iter()
+            .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+            .collect(),
+        CreateOptions {
+            level: 1,
+            layout: None,
+            chunk_sectors: 0,
+            raid_devices: 2,
+            metadata: SuperblockVersion::V1_0,
+            size_sectors: Some(SIZE_SECTORS),
+            name: "t:v10".into(),
+            set_uuid: [0x10; 16],
+            device_uuids: vec![[0x11; 16], [0x12; 16]],
+            ctime_seconds: 0,
+            members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
+            config: EngineConfig::default(),
+        },
+    )
+    .unwrap();
+    array.stop().unwrap();
+    drop(array);
+    disks[0].update_faults(|f| {
+        f.bad_sectors.insert(0);
+    });
+    let (array, report) = Array::assemble(
+        disks
+            .iter()
+            .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+            .collect(),
+        raidkit_engine::AssembleOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("assembly refused: {e}"));
+    assert!(!array.status().degraded, "{report:?}");
+}
