@@ -1272,15 +1272,7 @@ impl Array {
                         .has_bad
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
-                st.bad[i] = list
-                    .iter()
-                    .map(|b| {
-                        (
-                            b.sector.saturating_sub(sb.data_offset_sectors),
-                            b.len_sectors,
-                        )
-                    })
-                    .collect();
+                st.bad[i] = data_ranges(&list, sb.data_offset_sectors);
             }
         }
         let consistent = array.ppl_start(
@@ -2200,15 +2192,7 @@ impl Array {
         };
         let at = (sb.super_offset_sectors as i64 + sb.bblog_offset as i64) as u64 * 512;
         member.disk.write_at(&page, at)?;
-        st.bad[index] = list
-            .iter()
-            .map(|b| {
-                (
-                    b.sector.saturating_sub(sb.data_offset_sectors),
-                    b.len_sectors,
-                )
-            })
-            .collect();
+        st.bad[index] = data_ranges(&list, sb.data_offset_sectors);
         st.sbs[index].feature_map.insert(FeatureMap::BAD_BLOCKS);
         self.has_bad
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -2751,6 +2735,13 @@ impl Array {
             }
         }
     }
+}
+
+/// A bad-block log's entries (device sectors) as (data sector, length) ranges.
+fn data_ranges(list: &[raidkit_metadata::BadBlock], data_offset_sectors: u64) -> Vec<(u64, u64)> {
+    list.iter()
+        .map(|b| (b.sector.saturating_sub(data_offset_sectors), b.len_sectors))
+        .collect()
 }
 
 /// Read errors corrected from redundancy before a member is failed (md's default for

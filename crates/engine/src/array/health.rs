@@ -902,34 +902,48 @@ impl Array {
             }
             self.check_failed()?;
             let readable: Vec<bool> = states.iter().map(|s| s.usable()).collect();
-            recon::parity_recover(&self.geo, ms, n, &mut bufs, &readable).map_err(|e| {
-                EngineError::ArrayFailed {
-                    detail: e.to_string(),
-                }
-            })?;
-            let len = n as usize * SECTOR;
-            let mut writes: Vec<RangeIo<'_>> = Vec::new();
-            for (slot, buf) in bufs.iter_mut().enumerate() {
-                if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
-                    writes.push(RangeIo {
-                        slot,
-                        member: m.clone(),
-                        write: true,
-                        member_sector: ms,
-                        buf: &mut buf[..len],
-                    });
-                }
-            }
-            let errors = self.range_io(&mut writes);
-            let failed: Vec<usize> = errors.iter().map(|(k, _)| writes[*k].slot).collect();
-            drop(writes);
-            for ((_, e), slot) in errors.into_iter().zip(&failed) {
-                self.member_failed(*slot, &format!("rebuild write: {e}"));
-            }
-            Ok(targets.len() - failed.len())
+            self.recover_and_write(ms, n, &mut bufs, &readable, &targets)
         })();
         self.locks.release(&keys);
         Ok((r?, bufs))
+    }
+
+    /// Computes the members being rebuilt over `[ms, ms + n)` from what `bufs` holds of the
+    /// `readable` ones and writes them. Returns how many targets are still alive.
+    fn recover_and_write(
+        &self,
+        ms: u64,
+        n: u64,
+        bufs: &mut [Vec<u8>],
+        readable: &[bool],
+        targets: &[(usize, usize, Arc<Member>)],
+    ) -> Result<usize> {
+        recon::parity_recover(&self.geo, ms, n, bufs, readable).map_err(|e| match e {
+            ReconError::TooManyLost { .. } => EngineError::ArrayFailed {
+                detail: e.to_string(),
+            },
+            other => EngineError::Invalid(other.to_string()),
+        })?;
+        let len = n as usize * SECTOR;
+        let mut writes: Vec<RangeIo<'_>> = Vec::new();
+        for (slot, buf) in bufs.iter_mut().enumerate() {
+            if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
+                writes.push(RangeIo {
+                    slot,
+                    member: m.clone(),
+                    write: true,
+                    member_sector: ms,
+                    buf: &mut buf[..len],
+                });
+            }
+        }
+        let errors = self.range_io(&mut writes);
+        let failed: Vec<usize> = errors.iter().map(|(k, _)| writes[*k].slot).collect();
+        drop(writes);
+        for ((_, e), slot) in errors.into_iter().zip(&failed) {
+            self.member_failed(*slot, &format!("rebuild write: {e}"));
+        }
+        Ok(targets.len() - failed.len())
     }
 
     /// One rebuild step of a parity level: read `[ms, ms + n)` from every readable member,
@@ -971,31 +985,7 @@ impl Array {
                 continue;
             }
             drop(ios);
-            recon::parity_recover(&self.geo, ms, n, bufs, &readable).map_err(|e| match e {
-                ReconError::TooManyLost { .. } => EngineError::ArrayFailed {
-                    detail: e.to_string(),
-                },
-                other => EngineError::Invalid(other.to_string()),
-            })?;
-            let mut writes: Vec<RangeIo<'_>> = Vec::new();
-            for (slot, buf) in bufs.iter_mut().enumerate() {
-                if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
-                    writes.push(RangeIo {
-                        slot,
-                        member: m.clone(),
-                        write: true,
-                        member_sector: ms,
-                        buf: &mut buf[..len],
-                    });
-                }
-            }
-            let errors = self.range_io(&mut writes);
-            let failed: Vec<usize> = errors.iter().map(|(k, _)| writes[*k].slot).collect();
-            drop(writes);
-            for ((_, e), slot) in errors.into_iter().zip(&failed) {
-                self.member_failed(*slot, &format!("rebuild write: {e}"));
-            }
-            return Ok(targets.len() - failed.len());
+            return self.recover_and_write(ms, n, bufs, &readable, &targets);
         })();
         self.locks.release(&keys);
         r
