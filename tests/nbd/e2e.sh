@@ -321,7 +321,7 @@ run_faults() {
     [ "$(jq -r --arg n "${a[1]}" '.status.members[] | select(.name == $n) | .role' <<< "$st")" = faulty ] \
         || fail "a1 is not faulty after its countdown"
     [ "$(jq -c '.global_spares' <<< "$st")" = "[]" ] || fail "the global spare is still in the pool"
-    jq -r '.global_spare_log[]' <<< "$st" | grep -q "A: global spare $d/s0 taken" \
+    jq -e --arg m "A: global spare $d/s0 taken" 'any(.global_spare_log[]; contains($m))' <<< "$st" > /dev/null \
         || fail "no log line for the spare taken"
     nbdcopy "nbd+unix:///A?socket=$work/nbd.sock" "$d/back" || fail "nbdcopy read of A"
     cmp -s "$d/data" "$d/back" || fail "A read back differs from what was written"
@@ -335,7 +335,7 @@ run_faults() {
     cmp -s "$d/back-b" <(head -c "$size_b" /dev/zero) || fail "B does not read as zeroes"
     st=$("$raidkit" detail --control "$ctl" --array B --json)
     [ "$(jq -r '.status.degraded' <<< "$st")" = false ] || fail "B: a read error failed b2"
-    jq -r '.status.log[]' <<< "$st" | grep -q "bad-block log" \
+    jq -e 'any(.status.log[]; contains("bad-block log"))' <<< "$st" > /dev/null \
         || { jq -r '.status.log[]' <<< "$st"; fail "B: b2's unreadable range is not in its bad-block log"; }
     echo "   B: read errors in b2 served from redundancy, the range logged as bad, b2 stays in"
     "$raidkit" fail --control "$ctl" --array B --member "${b[1]}"

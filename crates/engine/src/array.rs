@@ -2173,7 +2173,7 @@ impl Array {
             len_sectors: last - first,
         });
         list.sort();
-        list.dedup();
+        let list = merge_bad_blocks(list, unit);
         let encoded = if sb.bblog_offset != 0 && sb.bblog_size_sectors > 0 {
             raidkit_metadata::badblocks::encode(&list, sb.bblog_shift, sb.bblog_size_sectors).ok()
         } else {
@@ -2737,6 +2737,35 @@ impl Array {
     }
 }
 
+/// Sorted bad-block entries with overlapping and adjacent ones joined, each at most md's
+/// `BB_MAX_LEN` units long (longer runs are split), so the log holds as many sectors as it can.
+fn merge_bad_blocks(
+    sorted: Vec<raidkit_metadata::BadBlock>,
+    unit: u64,
+) -> Vec<raidkit_metadata::BadBlock> {
+    let max = raidkit_metadata::badblocks::BB_MAX_LEN_UNITS * unit;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for b in sorted {
+        let end = b.sector + b.len_sectors;
+        match runs.last_mut() {
+            Some((_, e)) if b.sector <= *e => *e = (*e).max(end),
+            _ => runs.push((b.sector, end)),
+        }
+    }
+    let mut out = Vec::new();
+    for (mut start, end) in runs {
+        while start < end {
+            let len = (end - start).min(max);
+            out.push(raidkit_metadata::BadBlock {
+                sector: start,
+                len_sectors: len,
+            });
+            start += len;
+        }
+    }
+    out
+}
+
 /// A bad-block log's entries (device sectors) as (data sector, length) ranges.
 fn data_ranges(list: &[raidkit_metadata::BadBlock], data_offset_sectors: u64) -> Vec<(u64, u64)> {
     list.iter()
@@ -2780,4 +2809,31 @@ pub fn member_names(members: &[Box<dyn Disk>]) -> Vec<String> {
 fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<Array>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_bad_blocks;
+    use raidkit_metadata::BadBlock;
+
+    fn bb(sector: u64, len_sectors: u64) -> BadBlock {
+        BadBlock {
+            sector,
+            len_sectors,
+        }
+    }
+
+    #[test]
+    fn adjacent_and_overlapping_bad_blocks_join_and_long_runs_split_at_md_max() {
+        let merged = merge_bad_blocks(vec![bb(0, 8), bb(8, 8), bb(12, 8), bb(40, 8)], 1);
+        assert_eq!(merged, vec![bb(0, 20), bb(40, 8)]);
+        // 600 adjacent 1-sector entries with 1-sector units: split at 512.
+        let many = (0..600).map(|s| bb(1000 + s, 1)).collect();
+        assert_eq!(merge_bad_blocks(many, 1), vec![bb(1000, 512), bb(1512, 88)]);
+        // With 8-sector units the limit is 4096 sectors.
+        assert_eq!(
+            merge_bad_blocks(vec![bb(0, 4096), bb(4096, 8)], 8),
+            vec![bb(0, 4096), bb(4096, 8)]
+        );
+    }
 }

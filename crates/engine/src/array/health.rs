@@ -1792,6 +1792,9 @@ impl Array {
         let mut fixed = 0;
         let mut bad = 0;
         let mut probe = vec![0u8; BLOCK as usize * SECTOR];
+        // Unreadable blocks next to each other go to the bad-block log as one range: one
+        // log entry and one superblock update instead of one per block.
+        let mut pending: Option<(usize, u64, u64)> = None;
         let mut b = ms;
         while b < ms + n {
             let len = BLOCK.min(ms + n - b);
@@ -1825,12 +1828,25 @@ impl Array {
                     false => {
                         bad += len;
                         if let Some(i) = index {
-                            self.record_bad_block(i, b, len)?;
+                            match pending {
+                                Some((pi, from, to)) if pi == i && to == b => {
+                                    pending = Some((i, from, b + len));
+                                }
+                                _ => {
+                                    if let Some((pi, from, to)) = pending.take() {
+                                        self.record_bad_block(pi, from, to - from)?;
+                                    }
+                                    pending = Some((i, b, b + len));
+                                }
+                            }
                         }
                     }
                 }
             }
             b += len;
+        }
+        if let Some((i, from, to)) = pending {
+            self.record_bad_block(i, from, to - from)?;
         }
         Ok((fixed, bad))
     }
