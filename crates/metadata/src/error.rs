@@ -149,6 +149,8 @@ pub enum MetadataError {
         /// Offending value.
         value: u64,
     },
+    /// A write journal meta block or payload breaks one of md's rules.
+    Journal { rule: &'static str },
 }
 
 impl fmt::Display for MetadataError {
@@ -259,6 +261,7 @@ impl fmt::Display for MetadataError {
             InvalidGeometry { rule } => write!(f, "invalid geometry: {rule}"),
             Bitmap { rule, value } => write!(f, "bitmap superblock: {rule} (value {value})"),
             Ppl { rule, value } => write!(f, "partial parity log header: {rule} (value {value})"),
+            Journal { rule } => write!(f, "write journal: {rule}"),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! - [`bitmap`]: the write-intent bitmap superblock (`bitmap_super_t`) and its bit array;
 //! - [`badblocks`]: the bad-block log page;
 //! - [`ppl`]: the partial parity log header (`struct ppl_header`) with md's crc32c checksums;
+//! - [`journal`]: the RAID 4/5/6 write journal's meta blocks (`struct r5l_meta_block`);
 //! - [`examine`]: an `mdadm --examine`-style report as plain serialisable data.
 //!
 //! Nothing here does I/O, reads a clock or draws random numbers: UUIDs and times come from
@@ -18,6 +19,7 @@ pub mod bitmap;
 pub mod data_layout;
 pub mod error;
 pub mod examine;
+pub mod journal;
 pub mod ppl;
 pub mod superblock;
 
