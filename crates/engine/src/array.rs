@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 mod bitmap;
 mod health;
+mod journal;
 mod ppl;
 pub use health::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 
@@ -109,6 +110,10 @@ pub enum ConsistencyPolicy {
     /// stripe's parity member, and parity is recomputed from the log at the next assembly,
     /// which closes the write hole (md's "ppl").
     Ppl,
+    /// md's write journal on a separate device (RAID 4/5/6): every write is first logged,
+    /// data and parity, and replayed after a crash, which closes the write hole whichever
+    /// member is lost (md's "journal").
+    Journal,
     /// raidkit's default for the level: the partial parity log for RAID 5 when the members
     /// have room for md's log area next to the data, a resync otherwise.
     Auto,
@@ -131,6 +136,7 @@ impl ConsistencyPolicy {
             ConsistencyPolicy::Resync => "resync",
             ConsistencyPolicy::Bitmap { .. } => "bitmap",
             ConsistencyPolicy::Ppl => "ppl",
+            ConsistencyPolicy::Journal => "journal",
             ConsistencyPolicy::Auto => "auto",
         }
     }
@@ -279,6 +285,8 @@ pub struct Array {
     bitmap_io: Mutex<()>,
     /// md's partial parity log, when the array has one.
     ppl: Option<ppl::Ppl>,
+    /// md's write journal (RAID 4/5/6 with a journal device), when the array has one.
+    journal: Option<journal::Journal>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -420,13 +428,28 @@ impl Array {
                     )));
                 }
             }
-            ConsistencyPolicy::Ppl | ConsistencyPolicy::Auto => {}
+            ConsistencyPolicy::Journal if !(4..=6).contains(&level) => {
+                return Err(EngineError::Invalid(format!(
+                    "the write journal is for RAID 4, 5 and 6, as in md; RAID {level} has none"
+                )))
+            }
+            ConsistencyPolicy::Journal if n < opts.raid_devices + 1 => {
+                return Err(EngineError::Invalid(
+                    "the write journal needs a device of its own after the members".into(),
+                ))
+            }
+            ConsistencyPolicy::Ppl | ConsistencyPolicy::Auto | ConsistencyPolicy::Journal => {}
         }
+        // With a journal, the last device given is the journal.
+        let with_journal = opts.consistency == ConsistencyPolicy::Journal;
+        let journal_index = with_journal.then_some(n - 1);
         let layout = opts.layout.unwrap_or_else(|| default_layout(level));
         let chunk_sectors = if level == 1 { 0 } else { opts.chunk_sectors };
         let device_sectors = members
             .iter()
-            .map(|m| m.size_bytes() / 512)
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != journal_index)
+            .map(|(_, m)| m.size_bytes() / 512)
             .min()
             .unwrap_or(0);
         let dl = place(&CreateShape {
@@ -479,6 +502,8 @@ impl Array {
             .map(|i| {
                 let r = if (i as usize) < opts.raid_devices {
                     DevRole::Active(i as u16)
+                } else if Some(i as usize) == journal_index {
+                    DevRole::Journal
                 } else {
                     DevRole::Spare
                 };
@@ -543,7 +568,14 @@ impl Array {
                 sb.feature_map.insert(FeatureMap::PPL);
                 sb.set_ppl_area(area);
             }
-            if sb.data_size_sectors < geo.member_data_sectors {
+            if with_journal {
+                sb.feature_map.insert(FeatureMap::JOURNAL);
+            }
+            if Some(i) == journal_index {
+                // The whole data area is log; journal_tail (recovery_offset) starts at 0.
+                sb.data_size_sectors = dl_i.data_size_sectors;
+                sb.recovery_offset_sectors = 0;
+            } else if sb.data_size_sectors < geo.member_data_sectors {
                 return Err(EngineError::SizeMismatch {
                     member: disk.name().to_string(),
                     detail: format!(
@@ -641,6 +673,8 @@ impl Array {
             false,
         )?;
         array.bitmap = intent;
+        let mut notes = Vec::new();
+        array.journal_start(&mut notes)?;
         Ok(array)
     }
 
@@ -681,6 +715,28 @@ impl Array {
             // A band's partial parity must fit one log write.
             max_band_sectors = max_band_sectors.min(p.max_band_sectors()).max(8);
         }
+        let journal = if sbs
+            .iter()
+            .any(|sb| sb.feature_map.contains(FeatureMap::JOURNAL))
+        {
+            let Some(i) = sbs.iter().position(|sb| sb.role() == DevRole::Journal) else {
+                return Err(EngineError::Invalid(
+                    "the array has a write journal but no journal device was given; md does not start it without one either (give the journal device too)".into(),
+                ));
+            };
+            let Some(m) = members[i].clone() else {
+                return Err(EngineError::Invalid("the journal device is gone".into()));
+            };
+            Some(journal::Journal::new(
+                i,
+                m,
+                &sbs[i].set_uuid.0,
+                sbs[i].data_size_sectors,
+                sbs[i].recovery_offset_sectors,
+            )?)
+        } else {
+            None
+        };
         Ok(Array {
             version,
             read_only,
@@ -711,6 +767,7 @@ impl Array {
             bitmap: None,
             bitmap_io: Mutex::new(()),
             ppl,
+            journal,
             geo,
         })
     }
@@ -839,11 +896,13 @@ impl Array {
         }
         let raid_disks = nsb.raid_disks as usize;
         // 5. Sizes.
+        let is_journal = |f: &crate::meta::FoundSuperblock| f.sb.role() == DevRole::Journal;
         let used = if nsb.size_sectors > 0 {
             nsb.size_sectors
         } else {
             let min = found
                 .iter()
+                .filter(|f| !is_journal(f))
                 .map(|f| f.sb.data_size_sectors)
                 .min()
                 .unwrap_or(0);
@@ -854,6 +913,19 @@ impl Array {
             }
         };
         for (m, f) in members.iter().zip(&found) {
+            if is_journal(f) {
+                if f.sb.data_offset_sectors + f.sb.data_size_sectors > f.device_sectors {
+                    return Err(EngineError::SizeMismatch {
+                        member: m.name().to_string(),
+                        detail: format!(
+                            "the journal's data area ends at sector {} of a {}-sector device",
+                            f.sb.data_offset_sectors + f.sb.data_size_sectors,
+                            f.device_sectors
+                        ),
+                    });
+                }
+                continue;
+            }
             let need = f.sb.data_offset_sectors + used;
             if f.sb.data_size_sectors < used || need > f.device_sectors {
                 return Err(EngineError::SizeMismatch {
@@ -1000,6 +1072,16 @@ impl Array {
                 DevRole::Spare => {
                     report.notes.push(format!("{}: spare", m.name()));
                 }
+                DevRole::Journal if nsb.feature_map.contains(FeatureMap::JOURNAL) => {
+                    if f.sb.events + 1 < nsb.events {
+                        return Err(EngineError::Stale {
+                            member: m.name().to_string(),
+                            events: f.sb.events,
+                            newest_events: nsb.events,
+                        });
+                    }
+                    report.notes.push(format!("{}: write journal", m.name()));
+                }
                 other => {
                     report
                         .excluded
@@ -1135,6 +1217,15 @@ impl Array {
                 // the parity of every stripe written at the crash agree with its data.
                 report.notes.push(
                     "dirty and degraded, started with the partial parity log (as md does)".into(),
+                );
+            } else if degraded
+                && matches!(geo.scheme(), Scheme::Parity { .. })
+                && nsb.feature_map.contains(FeatureMap::JOURNAL)
+            {
+                // The write journal holds data and parity of every stripe written at the
+                // crash; its replay makes them whole before anything reads them.
+                report.notes.push(
+                    "dirty and degraded, started with the write journal (its replay makes every stripe written at the crash whole)".into(),
                 );
             } else if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) {
                 if !opts.force {
@@ -1275,12 +1366,22 @@ impl Array {
                 st.bad[i] = data_ranges(&list, sb.data_offset_sectors);
             }
         }
-        let consistent = array.ppl_start(
-            report.was_dirty,
-            nsb.resync_offset_sectors,
-            &mut report.notes,
-        )?;
-        if consistent {
+        let replayed = array.journal_start(&mut report.notes)?;
+        if array.journal.is_some() && report.was_dirty {
+            report.notes.push(format!(
+                "the write journal made every stripe written at the crash consistent ({replayed} stripe rows replayed); no resync is needed"
+            ));
+        }
+        let consistent = if array.journal.is_some() {
+            true
+        } else {
+            array.ppl_start(
+                report.was_dirty,
+                nsb.resync_offset_sectors,
+                &mut report.notes,
+            )?
+        };
+        if consistent && array.ppl.is_some() {
             report.notes.push(
                 "the partial parity log made every stripe written at the crash consistent; no resync is needed".into(),
             );
@@ -1910,6 +2011,7 @@ impl Array {
     pub fn stop(&self) -> Result<()> {
         self.stop_background();
         self.flush()?;
+        self.journal_stop()?;
         self.intent_sweep(std::time::Duration::ZERO, true);
         if self.read_only {
             return Ok(());
@@ -2047,6 +2149,13 @@ impl Array {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         if st.dirty {
+            return Ok(());
+        }
+        if self.journal.is_some() {
+            // md keeps an array with a write journal marked clean while it runs
+            // (MD_JOURNAL_CLEAN): after a crash the journal's replay, not a resync, makes the
+            // stripes consistent.
+            st.dirty = true;
             return Ok(());
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));
@@ -2448,7 +2557,8 @@ impl Array {
                 let lb = self.ppl_piece_bytes(dir == Dir::Write, &pieces[j].kind);
                 if j > i
                     && (bytes + b > self.batch_budget_bytes
-                        || !self.ppl_fits(dir == Dir::Write, j - i + 1, log_bytes + lb))
+                        || !self.ppl_fits(dir == Dir::Write, j - i + 1, log_bytes + lb)
+                        || !self.journal_fits(dir == Dir::Write, &pieces[i..=j]))
                 {
                     break;
                 }
@@ -2595,8 +2705,14 @@ impl Array {
             } else {
                 None
             };
+            // The write journal goes first too: the phase's writes, durable in the log,
+            // before any member is written.
+            let journal_hold = if dir == Dir::Write && self.journal.is_some() {
+                self.journal_log_phase(&mut ops, &ios, user_ptr as *const u8, user_len, &members)?
+            } else {
+                None
+            };
             let batch = Batch::new();
-            // (op, slot, to the slot's replacement)
             // (op, slot, to the slot's replacement, member sector, sectors)
             let mut submitted: Vec<(usize, usize, bool, u64, u64)> = Vec::with_capacity(ios.len());
             let mut skipped_reads: Vec<usize> = Vec::new();
@@ -2691,6 +2807,9 @@ impl Array {
             }
             let errors = batch.wait();
             if let Some(hold) = ppl_hold {
+                hold.finish();
+            }
+            if let Some(hold) = journal_hold {
                 hold.finish();
             }
             let mut replan: Vec<usize> = skipped_reads;

@@ -196,7 +196,10 @@ impl MetaBlock {
             });
         }
         let stored = get32(b, 4);
-        let computed = crc32c_update(crc32c_update(crc32c_update(seed, &b[..4]), &[0; 4]), &b[8..]);
+        let computed = crc32c_update(
+            crc32c_update(crc32c_update(seed, &b[..4]), &[0; 4]),
+            &b[8..],
+        );
         if stored != computed {
             return Err(MetadataError::Journal {
                 rule: "meta block checksum does not match",
@@ -222,7 +225,7 @@ impl MetaBlock {
             match kind {
                 0 | 1 => {
                     let sectors = len as u64;
-                    if sectors == 0 || sectors % JOURNAL_BLOCK_SECTORS != 0 {
+                    if sectors == 0 || !sectors.is_multiple_of(JOURNAL_BLOCK_SECTORS) {
                         return Err(MetadataError::Journal {
                             rule: "a data or parity payload is not whole 4 KiB pages",
                         });
@@ -252,7 +255,7 @@ impl MetaBlock {
                     at = end;
                 }
                 2 => {
-                    if len % 8 != 0 || at + 8 + len > size {
+                    if !len.is_multiple_of(8) || at + 8 + len > size {
                         return Err(MetadataError::Journal {
                             rule: "a flush payload runs past meta_size",
                         });
@@ -340,6 +343,9 @@ mod tests {
             bad[bit / 8] ^= 1 << (bit % 8);
             assert!(MetaBlock::decode(&bad, seed).is_err(), "bit {bit}");
         }
-        assert!(MetaBlock::decode(&b, seed ^ 1).is_err(), "another array's seed");
+        assert!(
+            MetaBlock::decode(&b, seed ^ 1).is_err(),
+            "another array's seed"
+        );
     }
 }

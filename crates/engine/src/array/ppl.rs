@@ -128,7 +128,9 @@ impl Array {
 
     /// The consistency policy the array runs with.
     pub fn consistency_policy(&self) -> ConsistencyPolicy {
-        if self.ppl.is_some() {
+        if self.journal.is_some() {
+            ConsistencyPolicy::Journal
+        } else if self.ppl.is_some() {
             ConsistencyPolicy::Ppl
         } else if let Some(b) = &self.bitmap {
             ConsistencyPolicy::Bitmap {

@@ -1,0 +1,677 @@
+//! md's write journal for RAID 4/5/6 (`--write-journal`, raid5-cache.c in write-through
+//! mode): every write phase is first logged, data and parity of each 4 KiB stripe row, on a
+//! separate journal device, and made durable there before any member is written. After a
+//! crash the log is replayed onto the members, so a stripe is either wholly old or wholly new
+//! whichever member is lost afterwards: the write hole is closed, also for RAID 4 and 6.
+//!
+//! Owns the ring on the journal device and its ordering:
+//! 1. a log write (meta block, then its pages) goes at the head and is synced before the
+//!    phase's member writes are issued;
+//! 2. the checkpoint (`journal_tail` in the journal device's superblock) always points at a
+//!    meta block of the current chain: the oldest log write whose member writes may not have
+//!    completed, or else the newest one. Before it moves forward, the members are flushed, so
+//!    everything behind it is durable on the members;
+//! 3. at assembly the chain is read from the checkpoint while sequence numbers and positions
+//!    follow on and every page checksum matches; the stripes found are written to the members,
+//!    then an empty meta block with the sequence number raised by 10000 starts a new chain and
+//!    the checkpoint moves there, as md's `r5l_recovery_log` does.
+
+use super::{lock, Array, EngineError, Member, Result};
+use crate::core::{BufRef, Dir, MemberIo, MemberState, PieceOp, SECTOR};
+use raidkit_metadata::journal::{
+    page_checksum, uuid_checksum, MetaBlock, Payload, JOURNAL_BLOCK_BYTES, JOURNAL_BLOCK_SECTORS,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+
+const PAGE: usize = JOURNAL_BLOCK_BYTES;
+
+type DiskResult = std::result::Result<(), raidkit_disk::DiskError>;
+const PAGE_SECTORS: u64 = JOURNAL_BLOCK_SECTORS;
+
+/// The journal of an array.
+pub(super) struct Journal {
+    /// Index of the journal device in the array's members.
+    pub(super) member: usize,
+    disk: Arc<Member>,
+    seed: u32,
+    /// Sectors of the ring (the journal device's data area rounded down to 4 KiB).
+    ring: u64,
+    st: Mutex<Ring>,
+    finished: Condvar,
+    /// Serialises log writes.
+    io: Mutex<()>,
+}
+
+struct Ring {
+    head: u64,
+    seq: u64,
+    tail: u64,
+    /// Log writes not yet behind the checkpoint, oldest first.
+    units: VecDeque<Unit>,
+    /// Set when a log write failed: the array takes no more writes.
+    failed: Option<String>,
+}
+
+#[derive(Clone, Copy)]
+struct Unit {
+    seq: u64,
+    start: u64,
+    done: bool,
+}
+
+/// A log write held over a write phase; [`JournalHold::finish`] once its member writes are done.
+pub(super) struct JournalHold<'a> {
+    journal: &'a Journal,
+    seqs: Vec<u64>,
+}
+
+impl JournalHold<'_> {
+    pub(super) fn finish(self) {
+        let mut st = lock(&self.journal.st);
+        for u in st.units.iter_mut() {
+            if self.seqs.contains(&u.seq) {
+                u.done = true;
+            }
+        }
+        drop(st);
+        self.journal.finished.notify_all();
+    }
+}
+
+/// One 4 KiB stripe row of a log write: data pages by array sector, and parity pages.
+#[derive(Default)]
+struct Row {
+    data: BTreeMap<u64, (usize, Vec<u8>)>,
+    p: Option<Vec<u8>>,
+    q: Option<Vec<u8>>,
+}
+
+/// What a replayed row writes: (slot, member sector, page).
+type RowWrites = Vec<(usize, u64, Vec<u8>)>;
+
+impl Journal {
+    /// The journal on `disk` (the member at index `member`, its data area `data_sectors`
+    /// long), with the checkpoint `tail` from its superblock. Nothing is read yet.
+    pub(super) fn new(
+        member: usize,
+        disk: Arc<Member>,
+        set_uuid: &[u8; 16],
+        data_sectors: u64,
+        tail: u64,
+    ) -> Result<Journal> {
+        let ring = data_sectors / PAGE_SECTORS * PAGE_SECTORS;
+        if ring < 64 * PAGE_SECTORS {
+            return Err(EngineError::Invalid(format!(
+                "the write journal {} has {} KiB of log space; at least 256 KiB is needed",
+                disk.disk.name(),
+                ring / 2
+            )));
+        }
+        Ok(Journal {
+            member,
+            disk,
+            seed: uuid_checksum(set_uuid),
+            ring,
+            st: Mutex::new(Ring {
+                head: 0,
+                seq: 0,
+                tail: if tail < ring && tail.is_multiple_of(PAGE_SECTORS) {
+                    tail
+                } else {
+                    0
+                },
+                units: VecDeque::new(),
+                failed: None,
+            }),
+            finished: Condvar::new(),
+            io: Mutex::new(()),
+        })
+    }
+
+    fn add(&self, pos: u64, sectors: u64) -> u64 {
+        (pos + sectors) % self.ring
+    }
+
+    fn used(&self, st: &Ring) -> u64 {
+        (st.head + self.ring - st.tail) % self.ring
+    }
+
+    /// Reads or writes `buf` at ring sector `pos`, wrapping at the end of the ring.
+    fn ring_io(&self, pos: u64, buf: &mut [u8], write: bool) -> DiskResult {
+        let mut done = 0usize;
+        let mut pos = pos;
+        while done < buf.len() {
+            let room = ((self.ring - pos) * SECTOR as u64) as usize;
+            let n = room.min(buf.len() - done);
+            let at = self.disk.data_offset_bytes + pos * SECTOR as u64;
+            if write {
+                self.disk.disk.write_at(&buf[done..done + n], at)?;
+            } else {
+                self.disk.disk.read_at(&mut buf[done..done + n], at)?;
+            }
+            done += n;
+            pos = self.add(pos, (n / SECTOR) as u64);
+        }
+        Ok(())
+    }
+
+    fn read_meta(&self, pos: u64) -> Option<MetaBlock> {
+        let mut b = vec![0u8; PAGE];
+        self.ring_io(pos, &mut b, false).ok()?;
+        MetaBlock::decode(&b, self.seed).ok()
+    }
+
+    fn write_empty(&self, pos: u64, seq: u64) -> DiskResult {
+        let mb = MetaBlock {
+            seq,
+            position: pos,
+            payloads: Vec::new(),
+        };
+        let mut b = mb.encode(self.seed).map_err(|e| {
+            raidkit_disk::DiskError::io(
+                self.disk.disk.name(),
+                "write",
+                pos * SECTOR as u64,
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+        self.ring_io(pos, &mut b, true)?;
+        self.disk.disk.flush()
+    }
+}
+
+/// Sequence number for a new chain when the log holds none (md draws a random one).
+fn fresh_seq() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::from((t.as_nanos() as u32) ^ std::process::id().rotate_left(16))
+}
+
+impl Array {
+    /// Whether a batch of write `pieces` is small enough that one phase of it fits a
+    /// quarter of the write journal (always true without one).
+    pub(super) fn journal_fits(&self, write: bool, pieces: &[crate::core::Piece]) -> bool {
+        let Some(j) = &self.journal else {
+            return true;
+        };
+        if !write {
+            return true;
+        }
+        let sectors: u64 = pieces
+            .iter()
+            .map(|p| match &p.kind {
+                crate::core::PieceKind::Band { sectors, .. } => {
+                    (sectors + 2 * PAGE_SECTORS) * self.geo.raid_disks as u64
+                }
+                crate::core::PieceKind::Copies { .. } => 0,
+            })
+            .sum();
+        sectors + PAGE_SECTORS * pieces.len() as u64 <= j.ring / 4
+    }
+
+    /// Where array sector `a` of a parity level lives: (slot, member sector).
+    fn data_place(&self, a: u64) -> (usize, u64) {
+        let chunk = self.geo.chunk_sectors;
+        let width = chunk * self.geo.data_disks() as u64;
+        let stripe = a / width;
+        let within = a % width;
+        let info = self.geo.stripe(stripe);
+        (
+            info.data_members[(within / chunk) as usize],
+            stripe * chunk + within % chunk,
+        )
+    }
+
+    /// At assembly: reads the log from the checkpoint and writes every complete stripe row
+    /// it holds to the members, then starts a new chain (see the module comment). Returns
+    /// the number of rows replayed.
+    pub(super) fn journal_start(&self, notes: &mut Vec<String>) -> Result<usize> {
+        let Some(j) = &self.journal else {
+            return Ok(0);
+        };
+        let tail = lock(&j.st).tail;
+        let name = j.disk.disk.name().to_string();
+        let Some(first) = j.read_meta(tail).filter(|m| m.position == tail) else {
+            // No chain (a new journal, or one md never wrote): start one at 0.
+            let seq = fresh_seq();
+            if !self.read_only {
+                j.write_empty(0, seq)?;
+                self.set_journal_tail(0)?;
+            }
+            let mut st = lock(&j.st);
+            st.tail = 0;
+            st.head = PAGE_SECTORS;
+            st.seq = seq + 1;
+            notes.push(format!("{name}: write journal started empty"));
+            return Ok(0);
+        };
+        // Walk the chain.
+        let mut pos = tail;
+        let mut seq = first.seq;
+        let mut units: Vec<(MetaBlock, Vec<u8>)> = Vec::new();
+        let mut scanned = 0u64;
+        while let Some(mb) = j.read_meta(pos) {
+            if mb.seq != seq || mb.position != pos {
+                break;
+            }
+            let pages = mb.pages();
+            let span = PAGE_SECTORS * (1 + pages);
+            if scanned + span > j.ring {
+                break;
+            }
+            let mut data = vec![0u8; pages as usize * PAGE];
+            if j.ring_io(j.add(pos, PAGE_SECTORS), &mut data, false)
+                .is_err()
+            {
+                break;
+            }
+            let mut ok = true;
+            let mut page = 0usize;
+            for p in &mb.payloads {
+                if let Payload::Data { checksums, .. } | Payload::Parity { checksums, .. } = p {
+                    for c in checksums {
+                        let b = &data[page * PAGE..(page + 1) * PAGE];
+                        if page_checksum(j.seed, b) != *c {
+                            ok = false;
+                        }
+                        page += 1;
+                    }
+                }
+            }
+            if !ok {
+                // md: a log write whose pages do not all match is where the log ends.
+                break;
+            }
+            scanned += span;
+            pos = j.add(pos, span);
+            seq += 1;
+            units.push((mb, data));
+        }
+        // Replay, oldest first, rows that carry their parity (write-through never writes a
+        // member before the row's parity is in the log, so a row without it was never
+        // written to the members).
+        let mut replayed = 0usize;
+        let (states, members) = self.snapshot();
+        let replacements: Vec<Option<Arc<Member>>> = {
+            let st = lock(&self.state);
+            st.replacement
+                .iter()
+                .map(|r| r.and_then(|i| st.members[i].clone()))
+                .collect()
+        };
+        for (mb, data) in &units {
+            for writes in self.rows_of(mb, data) {
+                replayed += 1;
+                if self.read_only {
+                    continue;
+                }
+                for (slot, ms, page) in writes {
+                    let targets = [
+                        members[slot]
+                            .clone()
+                            .filter(|_| states[slot] != MemberState::Missing),
+                        replacements.get(slot).cloned().flatten(),
+                    ];
+                    for m in targets.into_iter().flatten() {
+                        let at = m.data_offset_bytes + ms * SECTOR as u64;
+                        if let Err(e) = m.disk.write_at(&page, at) {
+                            self.member_failed(slot, &format!("journal replay: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        let next_seq = seq + 10_000;
+        if !self.read_only {
+            if replayed > 0 {
+                self.flush()?;
+            }
+            j.write_empty(pos, next_seq)?;
+            self.set_journal_tail(pos)?;
+        }
+        let mut st = lock(&j.st);
+        st.tail = pos;
+        st.head = j.add(pos, PAGE_SECTORS);
+        st.seq = next_seq + 1;
+        drop(st);
+        notes.push(if units.iter().all(|(mb, _)| mb.payloads.is_empty()) {
+            format!("{name}: write journal clean")
+        } else {
+            format!(
+                "{name}: write journal held {} log writes; {replayed} stripe rows replayed onto the members",
+                units.iter().filter(|(mb, _)| !mb.payloads.is_empty()).count()
+            )
+        });
+        Ok(replayed)
+    }
+
+    /// The rows of one log write that carry parity, as member writes.
+    fn rows_of(&self, mb: &MetaBlock, data: &[u8]) -> Vec<RowWrites> {
+        let chunk = self.geo.chunk_sectors;
+        let mut rows: BTreeMap<u64, (RowWrites, bool)> = BTreeMap::new();
+        let mut page = 0usize;
+        for p in &mb.payloads {
+            match p {
+                Payload::Data {
+                    location,
+                    checksums,
+                    ..
+                } => {
+                    for i in 0..checksums.len() {
+                        let a = location + i as u64 * PAGE_SECTORS;
+                        let bytes = data[page * PAGE..(page + 1) * PAGE].to_vec();
+                        page += 1;
+                        if a + PAGE_SECTORS > self.geo.array_sectors() {
+                            continue;
+                        }
+                        let (slot, ms) = self.data_place(a);
+                        rows.entry(ms).or_default().0.push((slot, ms, bytes));
+                    }
+                }
+                Payload::Parity {
+                    location,
+                    checksums,
+                    ..
+                } => {
+                    let info = self.geo.stripe(location / chunk);
+                    let slots = [Some(info.p_member), info.q_member];
+                    for (i, slot) in slots.iter().enumerate().take(checksums.len()) {
+                        let bytes = data[page * PAGE..(page + 1) * PAGE].to_vec();
+                        page += 1;
+                        if let Some(s) = slot {
+                            let row = rows.entry(*location).or_default();
+                            row.0.push((*s, *location, bytes));
+                            row.1 = true;
+                        } else {
+                            let _ = i;
+                        }
+                    }
+                }
+                Payload::Flush { .. } => {}
+            }
+        }
+        // md replays rows with parity and data (parity alone was already on the members).
+        rows.into_values()
+            .filter(|(w, parity)| *parity && w.len() > 1 + usize::from(self.geo.level == 6))
+            .map(|(w, _)| w)
+            .collect()
+    }
+
+    /// Writes `tail` into the journal device's superblock (md's `r5l_write_super`).
+    fn set_journal_tail(&self, tail: u64) -> Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        st.sbs[j.member].recovery_offset_sectors = tail;
+        let sb = st.sbs[j.member].clone();
+        drop(st);
+        crate::meta::write_superblock(j.disk.disk.as_ref(), &sb, self.version)?;
+        j.disk.disk.flush()?;
+        Ok(())
+    }
+
+    /// Before a write phase: logs what the phase writes (`ios` of `ops`, from the caller's
+    /// buffer at `user_ptr` or the ops' scratch) as stripe rows, durably. Returns the log
+    /// write, held until the phase's member writes complete.
+    pub(super) fn journal_log_phase(
+        &self,
+        ops: &mut [PieceOp],
+        ios: &[(usize, MemberIo)],
+        user_ptr: *const u8,
+        user_len: usize,
+        members: &[Option<Arc<Member>>],
+    ) -> Result<Option<JournalHold<'_>>> {
+        let Some(j) = &self.journal else {
+            return Ok(None);
+        };
+        let chunk = self.geo.chunk_sectors;
+        let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
+        for (k, io) in ios.iter().filter(|(_, io)| io.dir == Dir::Write) {
+            let len = io.sectors as usize * SECTOR;
+            let src: &[u8] = match io.buf {
+                BufRef::User { offset_bytes } => {
+                    debug_assert!(offset_bytes + len <= user_len);
+                    // SAFETY: in bounds of the caller's buffer; no member I/O of this phase
+                    // has been issued yet.
+                    unsafe { std::slice::from_raw_parts(user_ptr.add(offset_bytes), len) }
+                }
+                BufRef::Scratch { index } => &ops[*k].scratch_mut()[index][..len],
+            };
+            let end = io.member_sector + io.sectors;
+            let mut s = io.member_sector / PAGE_SECTORS * PAGE_SECTORS;
+            while s < end {
+                let lo = s.max(io.member_sector);
+                let hi = (s + PAGE_SECTORS).min(end);
+                let stripe = s / chunk;
+                let info = self.geo.stripe(stripe);
+                let row = rows.entry(s).or_default();
+                let page: &mut Vec<u8> = if io.member == info.p_member {
+                    row.p.get_or_insert_with(Vec::new)
+                } else if Some(io.member) == info.q_member {
+                    row.q.get_or_insert_with(Vec::new)
+                } else {
+                    let dd = info
+                        .data_members
+                        .iter()
+                        .position(|&m| m == io.member)
+                        .unwrap_or(0);
+                    let a = (stripe * self.geo.data_disks() as u64 + dd as u64) * chunk + s % chunk;
+                    &mut row.data.entry(a).or_insert((io.member, Vec::new())).1
+                };
+                if page.is_empty() {
+                    *page = vec![0u8; PAGE];
+                    if lo > s || hi < s + PAGE_SECTORS {
+                        // A partial page: the rest is what the member holds now (the stripe
+                        // is locked, so nothing else changes it).
+                        if let Some(m) = &members[io.member] {
+                            let at = m.data_offset_bytes + s * SECTOR as u64;
+                            let _ = m.disk.read_at(page, at);
+                        }
+                    }
+                }
+                let from = ((lo - io.member_sector) as usize) * SECTOR;
+                let to = ((hi - io.member_sector) as usize) * SECTOR;
+                let off = ((lo - s) as usize) * SECTOR;
+                page[off..off + (to - from)].copy_from_slice(&src[from..to]);
+                s += PAGE_SECTORS;
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        // Meta blocks of at most one 4 KiB block of descriptors each, all in one log write
+        // per block.
+        let parity_pages = if self.geo.level == 6 { 2 } else { 1 };
+        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = vec![(Vec::new(), Vec::new())];
+        for (ms, row) in rows {
+            let need = row.data.len() * 20 + 16 + 4 * parity_pages;
+            let fits = chunks.last().is_some_and(|(p, _)| {
+                32 + p.iter().map(Payload::descriptor_bytes).sum::<usize>() + need <= PAGE
+            });
+            if !fits {
+                chunks.push((Vec::new(), Vec::new()));
+            }
+            let (payloads, pages) = chunks.last_mut().expect("one chunk at least");
+            for (a, (_, page)) in row.data {
+                payloads.push(Payload::Data {
+                    flags: 0,
+                    location: a,
+                    checksums: vec![page_checksum(j.seed, &page)],
+                });
+                pages.extend_from_slice(&page);
+            }
+            let mut sums = Vec::new();
+            for page in [row.p, row.q].into_iter().take(parity_pages) {
+                let page = page.unwrap_or_else(|| vec![0u8; PAGE]);
+                sums.push(page_checksum(j.seed, &page));
+                pages.extend_from_slice(&page);
+            }
+            payloads.push(Payload::Parity {
+                flags: 0,
+                location: ms,
+                checksums: sums,
+            });
+        }
+        let _io = lock(&j.io);
+        let total: u64 = chunks
+            .iter()
+            .map(|(_, pages)| PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS)
+            .sum();
+        self.journal_room(j, total)?;
+        let mut seqs = Vec::with_capacity(chunks.len());
+        for (payloads, mut pages) in chunks {
+            let span = PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS;
+            let (pos, seq) = {
+                let st = lock(&j.st);
+                if let Some(why) = &st.failed {
+                    return Err(EngineError::ArrayFailed {
+                        detail: format!("the write journal failed: {why}"),
+                    });
+                }
+                (st.head, st.seq)
+            };
+            let mb = MetaBlock {
+                seq,
+                position: pos,
+                payloads,
+            };
+            let mut block = mb.encode(j.seed).map_err(super::meta_err)?;
+            let r = j
+                .ring_io(j.add(pos, PAGE_SECTORS), &mut pages, true)
+                .and_then(|_| j.ring_io(pos, &mut block, true));
+            if let Err(e) = r {
+                return Err(self.journal_failed(j, e));
+            }
+            let mut st = lock(&j.st);
+            st.head = j.add(pos, span);
+            st.seq = seq + 1;
+            st.units.push_back(Unit {
+                seq,
+                start: pos,
+                done: false,
+            });
+            seqs.push(seq);
+        }
+        if let Err(e) = j.disk.disk.flush() {
+            return Err(self.journal_failed(j, e));
+        }
+        Ok(Some(JournalHold { journal: j, seqs }))
+    }
+
+    fn journal_failed(&self, j: &Journal, e: raidkit_disk::DiskError) -> EngineError {
+        let why = format!("{}: {e}", j.disk.disk.name());
+        lock(&j.st).failed = Some(why.clone());
+        lock(&self.state).log.push(format!(
+            "write journal failed ({why}); the array takes no more writes"
+        ));
+        EngineError::ArrayFailed {
+            detail: format!("the write journal failed: {why}"),
+        }
+    }
+
+    /// At a clean stop (members already flushed): a new chain with nothing in it starts at
+    /// the head and the checkpoint moves there, so the next start has nothing to replay.
+    pub(super) fn journal_stop(&self) -> Result<()> {
+        let Some(j) = &self.journal else {
+            return Ok(());
+        };
+        if self.read_only {
+            return Ok(());
+        }
+        let _io = lock(&j.io);
+        let (pos, seq) = {
+            let st = lock(&j.st);
+            if st.failed.is_some() {
+                return Ok(());
+            }
+            (st.head, st.seq)
+        };
+        if let Err(e) = j.write_empty(pos, seq) {
+            return Err(self.journal_failed(j, e));
+        }
+        self.set_journal_tail(pos)?;
+        let mut st = lock(&j.st);
+        st.tail = pos;
+        st.head = j.add(pos, PAGE_SECTORS);
+        st.seq = seq + 1;
+        st.units.clear();
+        Ok(())
+    }
+
+    /// Makes room for `span` sectors at the head: moves the checkpoint past log writes whose
+    /// member writes are done, flushing the members first; waits for writes in flight when
+    /// nothing can move yet.
+    fn journal_room(&self, j: &Journal, span: u64) -> Result<()> {
+        if span + PAGE_SECTORS >= j.ring {
+            return Err(EngineError::Invalid(format!(
+                "a log write of {} KiB does not fit the {} KiB write journal",
+                span / 2,
+                j.ring / 2
+            )));
+        }
+        loop {
+            let mut st = lock(&j.st);
+            if j.ring > j.used(&st) + span {
+                return Ok(());
+            }
+            // The new checkpoint: the oldest write not done, else the newest write.
+            let target = st
+                .units
+                .iter()
+                .find(|u| !u.done)
+                .or(st.units.back())
+                .copied();
+            match target {
+                Some(u) if u.start != st.tail => {
+                    drop(st);
+                    self.flush()?;
+                    self.set_journal_tail(u.start)?;
+                    let mut st = lock(&j.st);
+                    st.tail = u.start;
+                    while st.units.front().is_some_and(|f| f.seq < u.seq) {
+                        st.units.pop_front();
+                    }
+                }
+                Some(u) if u.done => {
+                    // Everything is done and the checkpoint is at the newest write: start
+                    // the chain anew at the head with an empty meta block, then move there.
+                    let (pos, seq) = (st.head, st.seq);
+                    drop(st);
+                    if let Err(e) = j.write_empty(pos, seq) {
+                        return Err(self.journal_failed(j, e));
+                    }
+                    self.flush()?;
+                    self.set_journal_tail(pos)?;
+                    let mut st = lock(&j.st);
+                    st.tail = pos;
+                    st.head = j.add(pos, PAGE_SECTORS);
+                    st.seq = seq + 1;
+                    st.units.clear();
+                    st.units.push_back(Unit {
+                        seq,
+                        start: pos,
+                        done: true,
+                    });
+                }
+                Some(_) => {
+                    // The checkpoint is at the oldest write in flight: wait for it.
+                    st = j
+                        .finished
+                        .wait_timeout(st, std::time::Duration::from_millis(50))
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                    drop(st);
+                }
+                None => {
+                    return Err(EngineError::Invalid(
+                        "the write journal is full with nothing to reclaim".into(),
+                    ))
+                }
+            }
+        }
+    }
+}
