@@ -182,7 +182,7 @@ pub struct MemberStatus {
     pub name: String,
     /// Raid slot for active members.
     pub slot: Option<usize>,
-    /// "active", "spare", "faulty".
+    /// "active", "spare", "faulty", "journal".
     pub role: String,
     pub state: Option<MemberState>,
     pub device_uuid: String,
@@ -2066,6 +2066,8 @@ impl Array {
                         if any.is_some_and(|sb| sb.role_of(st.sbs[i].dev_number) == DevRole::Faulty)
                         {
                             "faulty"
+                        } else if st.sbs[i].role() == DevRole::Journal {
+                            "journal"
                         } else {
                             "spare"
                         }

@@ -153,10 +153,17 @@ pub struct CreateArgs {
     /// What keeps parity and copies consistent across a crash, as mdadm's
     /// --consistency-policy: resync (nothing on disk: a full resync after an unclean stop),
     /// bitmap (an internal write-intent bitmap: resync and re-add only what was written),
-    /// ppl (RAID 5's partial parity log: closes the write hole). Default: ppl for RAID 5
-    /// when the members have room for its 1 MiB log area, resync otherwise.
+    /// ppl (RAID 5's partial parity log: closes the write hole), journal (see
+    /// --write-journal). Default: ppl for RAID 5 when the members have room for its 1 MiB
+    /// log area, resync otherwise.
     #[arg(long = "consistency-policy", value_name = "POLICY")]
     pub consistency_policy: Option<String>,
+    /// mdadm's --write-journal: a device (or image file) of its own that logs every write,
+    /// data and parity, before the members are written (RAID 4/5/6), closing the write hole
+    /// even when a member is lost after a crash. Implies --consistency-policy journal. A
+    /// missing image file is created with --image-size.
+    #[arg(long = "write-journal", value_name = "PATH", conflicts_with = "bitmap")]
+    pub write_journal: Option<PathBuf>,
     /// mdadm's --bitmap: "internal" for a write-intent bitmap, "none" for none.
     #[arg(
         long,
@@ -549,6 +556,19 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
         None => 0,
     };
     let policy = match (args.consistency_policy.as_deref(), args.bitmap.as_deref()) {
+        _ if args.write_journal.is_some()
+            && !matches!(args.consistency_policy.as_deref(), None | Some("journal")) =>
+        {
+            return Err(CliError::usage(
+                "--write-journal implies --consistency-policy journal, as in mdadm",
+            ))
+        }
+        _ if args.write_journal.is_some() => Some(ConsistencyPolicy::Journal),
+        (Some("journal"), _) => {
+            return Err(CliError::usage(
+                "--consistency-policy journal needs --write-journal PATH (the journal device)",
+            ))
+        }
         (Some("resync"), _) | (None, Some("none")) => Some(ConsistencyPolicy::Resync),
         (Some("bitmap"), _) | (None, Some("internal")) => Some(ConsistencyPolicy::Bitmap {
             chunk_bytes: bitmap_chunk,
@@ -557,7 +577,7 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
         (None, None) => None,
         (Some(other), _) => {
             return Err(CliError::usage(format!(
-                "--consistency-policy {other}: one of resync, bitmap, ppl"
+                "--consistency-policy {other}: one of resync, bitmap, ppl, journal"
             )))
         }
         (None, Some(other)) => {
@@ -826,7 +846,12 @@ pub fn create_array_checked(
 
 fn create(args: CreateArgs) -> Result<(), CliError> {
     let (plan, checks) = plan_create(&args)?;
-    let array = create_array_checked(&args.members, &plan, checks, EngineConfig::default())?;
+    let mut paths = args.members.clone();
+    if let Some(j) = &args.write_journal {
+        // The engine takes the journal as the last device.
+        paths.push(j.clone());
+    }
+    let array = create_array_checked(&paths, &plan, checks, EngineConfig::default())?;
     array.stop().map_err(engine_error)?;
     let status = array.status();
     if args.json {
@@ -946,6 +971,20 @@ pub struct StatusView {
     /// The background task running now.
     #[serde(default)]
     pub task: Option<TaskView>,
+    /// "resync", "ppl", "journal", or {"bitmap": {...}}.
+    #[serde(default)]
+    pub consistency_policy: serde_json::Value,
+}
+
+impl StatusView {
+    /// The consistency policy by mdadm's name.
+    fn policy_name(&self) -> String {
+        match &self.consistency_policy {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
+            _ => "unknown".into(),
+        }
+    }
 }
 
 /// The parts of a running task that `detail` prints.
@@ -1022,6 +1061,7 @@ pub fn print_detail(status: &StatusView, state: &str) {
     println!("           Name : {}", status.name);
     println!("         Events : {}", status.events);
     println!("          State : {state}");
+    println!("Consistency Policy : {}", status.policy_name());
     if let Some(at) = status.resync_from_sectors {
         println!("   Resync From : sector {at} (a resync is pending; `raidkit rebuild` runs it)");
     }
