@@ -715,7 +715,7 @@ impl Array {
             // A band's partial parity must fit one log write.
             max_band_sectors = max_band_sectors.min(p.max_band_sectors()).max(8);
         }
-        let journal = if sbs
+        let journal: Option<journal::Journal> = if sbs
             .iter()
             .any(|sb| sb.feature_map.contains(FeatureMap::JOURNAL))
         {
@@ -737,6 +737,12 @@ impl Array {
         } else {
             None
         };
+        if let Some(j) = &journal {
+            // One band's rows (data and parity of every member) must fit a quarter of the
+            // journal, the most one write phase may log.
+            let fit = (j.ring_sectors() / 4 / geo.raid_disks as u64).saturating_sub(16) / 8 * 8;
+            max_band_sectors = max_band_sectors.min(fit).max(8);
+        }
         Ok(Array {
             version,
             read_only,
@@ -2710,7 +2716,14 @@ impl Array {
             // The write journal goes first too: the phase's writes, durable in the log,
             // before any member is written.
             let journal_hold = if dir == Dir::Write && self.journal.is_some() {
-                self.journal_log_phase(&mut ops, &ios, user_ptr as *const u8, user_len, &members)?
+                self.journal_log_phase(
+                    &mut ops,
+                    &ios,
+                    user_ptr as *const u8,
+                    user_len,
+                    &states,
+                    &members,
+                )?
             } else {
                 None
             };

@@ -653,6 +653,23 @@ impl PieceOp {
         })
     }
 
+    /// For a parity band being written: new data of the band that goes to no member because
+    /// its member cannot be written (degraded), as (member, member sector of row `lo`, user
+    /// buffer offset, bytes). Parity carries it; a write journal logs it too, as md does.
+    pub fn unwritten_data(&self) -> Vec<(usize, u64, usize, usize)> {
+        let Plan::BandWrite { ctx, .. } = &self.plan else {
+            return Vec::new();
+        };
+        (ctx.dd_first..=ctx.dd_last)
+            .filter_map(|dd| {
+                let m = ctx.info.data_members[dd];
+                ctx.unwritable_members
+                    .contains(&m)
+                    .then(|| (m, ctx.member_sector(), ctx.user_off(dd), ctx.len()))
+            })
+            .collect()
+    }
+
     /// Scratch blocks, for the driver to read into and write from.
     pub fn scratch_mut(&mut self) -> &mut [Vec<u8>] {
         &mut self.scratch

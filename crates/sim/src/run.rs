@@ -310,6 +310,8 @@ struct Run<'a> {
     /// Members removed with `remove_member` stay attached at later assemblies (an operator
     /// who never pulled the old disk; KNOWN_FAILURES.md #2) instead of being detached.
     keep_removed: bool,
+    /// The array has md's write journal (RAID 4/5/6): the write hole is closed.
+    journal: bool,
     report: SeedReport,
     scratch: Vec<u8>,
     rng: Rng,
@@ -327,7 +329,7 @@ impl Run<'_> {
 
     /// Crash-then-degrade is left out on parity levels unless the run asked for it.
     fn hole_open(&self) -> bool {
-        !self.opts.write_hole
+        !self.opts.write_hole && !self.journal
     }
 
     fn parity(&self) -> bool {
@@ -366,7 +368,11 @@ impl Run<'_> {
         for _ in 0..self.sc.raid_disks {
             members.push(Box::new(self.world.add_disk(bytes)));
         }
-        let device_uuids = (0..self.sc.raid_disks).map(|_| self.uuid()).collect();
+        if self.journal {
+            // The journal goes last; it gets no faults (losing it stops writes, as in md).
+            members.push(Box::new(self.world.add_disk(4 << 20)));
+        }
+        let device_uuids = (0..members.len()).map(|_| self.uuid()).collect();
         let set_uuid = self.uuid();
         let opts = CreateOptions {
             level: self.sc.level,
@@ -380,7 +386,11 @@ impl Run<'_> {
             device_uuids,
             ctime_seconds: 1_700_000_000,
             members_zeroed: true,
-            consistency: raidkit_engine::ConsistencyPolicy::Auto,
+            consistency: if self.journal {
+                raidkit_engine::ConsistencyPolicy::Journal
+            } else {
+                raidkit_engine::ConsistencyPolicy::Auto
+            },
             config: self.engine_config(),
         };
         let array = Array::create(members, opts).map_err(|e| format!("create failed: {e}"))?;
@@ -1043,6 +1053,10 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
     // Half the seeds leave removed members attached (an operator who never pulled the old
     // disk), unless asked for always.
     let keep_removed = opts.keep_removed || choices.below(2) == 0;
+    // RAID 4/5/6 get md's write journal on a device of their own in some seeds (half of
+    // RAID 4 and 6, a third of RAID 5, whose default is the partial parity log); with it the
+    // write hole is closed, so those runs keep crash-then-degrade in.
+    let journal_draw = choices.below(6);
     let (sc, geo) = match gen_scenario(&mut gen, opts) {
         Ok(x) => x,
         Err(e) => {
@@ -1050,9 +1064,15 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
             return report;
         }
     };
+    let journal = match sc.level {
+        4 | 6 => journal_draw < 3,
+        5 => journal_draw < 2,
+        _ => false,
+    };
     report.scenario = format!(
-        "{}, engine stripe cache {} MiB, removed members {}",
+        "{}{}, engine stripe cache {} MiB, removed members {}",
         describe(&sc),
+        if journal { ", write journal" } else { "" },
         stripe_cache_bytes >> 20,
         if keep_removed {
             "stay attached"
@@ -1074,6 +1094,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         detached: BTreeSet::new(),
         stripe_cache_bytes,
         keep_removed,
+        journal,
         report,
         scratch: vec![0u8; SECTOR],
         rng: rng.fork(3),

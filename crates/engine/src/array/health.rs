@@ -1320,7 +1320,7 @@ impl Array {
 
     /// Reads every other readable member over `[ms, ms + n)` and computes what `slot` holds
     /// there into `bufs[slot]`.
-    fn reconstruct_parity_range(
+    pub(super) fn reconstruct_parity_range(
         &self,
         slot: usize,
         ms: u64,

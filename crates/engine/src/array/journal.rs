@@ -129,6 +129,11 @@ impl Journal {
         })
     }
 
+    /// Sectors of the log ring.
+    pub(super) fn ring_sectors(&self) -> u64 {
+        self.ring
+    }
+
     fn add(&self, pos: u64, sectors: u64) -> u64 {
         (pos + sectors) % self.ring
     }
@@ -392,9 +397,11 @@ impl Array {
                 Payload::Flush { .. } => {}
             }
         }
-        // md replays rows with parity and data (parity alone was already on the members).
+        // Rows with parity are whole. (md skips rows with parity alone, which its write-back
+        // mode leaves once the data is on the members; in write-through mode a row always
+        // carries its data, also that of a missing member, and raidkit writes it so too.)
         rows.into_values()
-            .filter(|(w, parity)| *parity && w.len() > 1 + usize::from(self.geo.level == 6))
+            .filter(|(_, parity)| *parity)
             .map(|(w, _)| w)
             .collect()
     }
@@ -423,6 +430,7 @@ impl Array {
         ios: &[(usize, MemberIo)],
         user_ptr: *const u8,
         user_len: usize,
+        states: &[MemberState],
         members: &[Option<Arc<Member>>],
     ) -> Result<Option<JournalHold<'_>>> {
         let Some(j) = &self.journal else {
@@ -430,7 +438,34 @@ impl Array {
         };
         let chunk = self.geo.chunk_sectors;
         let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
-        for (k, io) in ios.iter().filter(|(_, io)| io.dir == Dir::Write) {
+        // The phase's member writes, and the new data of members that cannot be written
+        // (the rest of a partial page of theirs is reconstructed below).
+        let mut extra: Vec<(usize, MemberIo)> = Vec::new();
+        let mut writing: Vec<usize> = ios
+            .iter()
+            .filter(|(_, io)| io.dir == Dir::Write)
+            .map(|(k, _)| *k)
+            .collect();
+        writing.dedup();
+        for &k in &writing {
+            for (m, ms, off, bytes) in ops[k].unwritten_data() {
+                extra.push((
+                    k,
+                    MemberIo {
+                        member: m,
+                        dir: Dir::Write,
+                        member_sector: ms,
+                        sectors: (bytes / SECTOR) as u64,
+                        buf: BufRef::User { offset_bytes: off },
+                    },
+                ));
+            }
+        }
+        for (k, io) in ios
+            .iter()
+            .chain(extra.iter())
+            .filter(|(_, io)| io.dir == Dir::Write)
+        {
             let len = io.sectors as usize * SECTOR;
             let src: &[u8] = match io.buf {
                 BufRef::User { offset_bytes } => {
@@ -466,10 +501,18 @@ impl Array {
                     *page = vec![0u8; PAGE];
                     if lo > s || hi < s + PAGE_SECTORS {
                         // A partial page: the rest is what the member holds now (the stripe
-                        // is locked, so nothing else changes it).
-                        if let Some(m) = &members[io.member] {
-                            let at = m.data_offset_bytes + s * SECTOR as u64;
-                            let _ = m.disk.read_at(page, at);
+                        // is locked, so nothing else changes it), or what redundancy says it
+                        // holds where the member cannot read it.
+                        // A member being rebuilt may not hold its page yet: reconstruct it.
+                        let read = states[io.member] == MemberState::InSync
+                            && members[io.member].as_ref().is_some_and(|m| {
+                                let at = m.data_offset_bytes + s * SECTOR as u64;
+                                m.disk.read_at(page, at).is_ok()
+                            });
+                        if !read {
+                            let mut bufs = Vec::new();
+                            self.reconstruct_parity_range(io.member, s, PAGE_SECTORS, &mut bufs)?;
+                            page.copy_from_slice(&bufs[io.member][..PAGE]);
                         }
                     }
                 }
