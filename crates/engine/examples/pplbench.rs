@@ -1,9 +1,12 @@
-//! What the partial parity log costs: RAID 5 over 4 file members (in /dev/shm by default),
-//! created once with md's partial parity log and once with the resync policy, timed on the
-//! same workloads side by side: 4 KiB random writes and 1 MiB sequential writes. Prints the
-//! median of interleaved runs and the ratio.
+//! What closing the write hole costs: RAID 5 over 4 file members (in /dev/shm by default),
+//! created with the resync policy, with md's partial parity log and with md's write journal
+//! (on a fifth file), and RAID 6 over 5 members with resync and with the journal, timed on
+//! the same workloads side by side: 4 KiB random writes and 1 MiB sequential writes (a 1 MiB
+//! write is a partial stripe of the 1.5 MiB RAID 5 stripe). Prints the median of interleaved
+//! runs and each policy's ratio to resync.
 //!
-//! `cargo run --release -p raidkit-engine --example pplbench [DIR] [RUNS]`
+//! `cargo run --release -p raidkit-engine --example pplbench [DIR] [RUNS] [SETUPS]` (SETUPS:
+//! comma-separated tags, e.g. `r6-resync,r6-journal`; default all)
 
 use raidkit_disk::{Disk, FileDisk};
 use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig};
@@ -12,28 +15,39 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const MEMBER_BYTES: u64 = 160 << 20;
-const MEMBERS: usize = 4;
 
-fn make(dir: &Path, tag: &str, policy: ConsistencyPolicy) -> Array {
-    let disks: Vec<Box<dyn Disk>> = (0..MEMBERS)
+const JOURNAL_BYTES: u64 = 64 << 20;
+
+fn path(dir: &Path, tag: &str, i: usize) -> PathBuf {
+    dir.join(format!("pplbench-{tag}-{i}.img"))
+}
+
+fn make(dir: &Path, tag: &str, level: i32, members: usize, policy: ConsistencyPolicy) -> Array {
+    let mut disks: Vec<Box<dyn Disk>> = (0..members)
         .map(|i| {
-            let p = dir.join(format!("pplbench-{tag}-{i}.img"));
+            let p = path(dir, tag, i);
             let _ = std::fs::remove_file(&p);
             Box::new(FileDisk::create(&p, MEMBER_BYTES).unwrap()) as Box<dyn Disk>
         })
         .collect();
+    if policy == ConsistencyPolicy::Journal {
+        let p = path(dir, tag, members);
+        let _ = std::fs::remove_file(&p);
+        disks.push(Box::new(FileDisk::create(&p, JOURNAL_BYTES).unwrap()));
+    }
+    let n = disks.len();
     Array::create_with_policy(
         disks,
         CreateOptions {
-            level: 5,
+            level,
             layout: None,
             chunk_sectors: 1024,
-            raid_devices: MEMBERS,
+            raid_devices: members,
             metadata: SuperblockVersion::V1_2,
             size_sectors: None,
             name: "bench".into(),
             set_uuid: [tag.len() as u8; 16],
-            device_uuids: (0..MEMBERS).map(|i| [i as u8 + 1; 16]).collect(),
+            device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 0,
             members_zeroed: true,
             consistency: raidkit_engine::ConsistencyPolicy::Auto,
@@ -79,37 +93,56 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "/dev/shm".into()));
     let runs: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let ppl = make(&dir, "ppl", ConsistencyPolicy::Ppl);
-    let plain = make(&dir, "resync", ConsistencyPolicy::Resync);
-    assert_eq!(ppl.consistency_policy(), ConsistencyPolicy::Ppl);
-    let (mut r_ppl, mut r_plain, mut s_ppl, mut s_plain) = (vec![], vec![], vec![], vec![]);
+    let setups: [(&str, i32, usize, ConsistencyPolicy); 5] = [
+        ("r5-resync", 5, 4, ConsistencyPolicy::Resync),
+        ("r5-ppl", 5, 4, ConsistencyPolicy::Ppl),
+        ("r5-journal", 5, 4, ConsistencyPolicy::Journal),
+        ("r6-resync", 6, 5, ConsistencyPolicy::Resync),
+        ("r6-journal", 6, 5, ConsistencyPolicy::Journal),
+    ];
+    let only: Option<Vec<String>> = args
+        .next()
+        .map(|s| s.split(',').map(str::to_string).collect());
+    let setups: Vec<_> = setups
+        .into_iter()
+        .filter(|(tag, ..)| only.as_ref().is_none_or(|o| o.iter().any(|t| t == tag)))
+        .collect();
+    let arrays: Vec<Array> = setups
+        .iter()
+        .map(|&(tag, level, n, policy)| make(&dir, tag, level, n, policy))
+        .collect();
+    let mut random: Vec<Vec<f64>> = vec![Vec::new(); arrays.len()];
+    let mut seq: Vec<Vec<f64>> = vec![Vec::new(); arrays.len()];
     for run in 0..runs {
-        // Interleaved, so load from other work on the machine hits both alike.
-        r_plain.push(random_4k(&plain, 3000, run as u64 + 1));
-        r_ppl.push(random_4k(&ppl, 3000, run as u64 + 1));
-        s_plain.push(sequential(&plain, 256 << 20));
-        s_ppl.push(sequential(&ppl, 256 << 20));
+        // Interleaved, so load from other work on the machine hits all alike.
+        for (i, a) in arrays.iter().enumerate() {
+            random[i].push(random_4k(a, 3000, run as u64 + 1));
+            seq[i].push(sequential(a, 256 << 20));
+        }
     }
-    let (rp, rr, sp, sr) = (
-        median(r_ppl),
-        median(r_plain),
-        median(s_ppl),
-        median(s_plain),
-    );
-    println!("RAID 5, {MEMBERS} members of {} MiB in {}, chunk 512 KiB, median of {runs} interleaved runs", MEMBER_BYTES >> 20, dir.display());
     println!(
-        "4 KiB random writes   resync {rr:>9.0} IOPS   ppl {rp:>9.0} IOPS   ppl/resync {:.2}",
-        rp / rr
+        "members of {} MiB in {}, chunk 512 KiB, journal {} MiB, median of {runs} interleaved runs",
+        MEMBER_BYTES >> 20,
+        dir.display(),
+        JOURNAL_BYTES >> 20
     );
-    println!(
-        "1 MiB sequential      resync {sr:>9.1} MiB/s  ppl {sp:>9.1} MiB/s  ppl/resync {:.2}",
-        sp / sr
-    );
-    ppl.stop().unwrap();
-    plain.stop().unwrap();
-    for tag in ["ppl", "resync"] {
-        for i in 0..MEMBERS {
-            let _ = std::fs::remove_file(dir.join(format!("pplbench-{tag}-{i}.img")));
+    println!("setup        4 KiB random writes       1 MiB sequential writes");
+    let mut base = (f64::NAN, f64::NAN);
+    for (i, &(tag, _, _, policy)) in setups.iter().enumerate() {
+        let (r, s) = (median(random[i].clone()), median(seq[i].clone()));
+        if policy == ConsistencyPolicy::Resync {
+            base = (r, s);
+        }
+        println!(
+            "{tag:<11} {r:>9.0} IOPS ({:.2}x)   {s:>9.1} MiB/s ({:.2}x)",
+            r / base.0,
+            s / base.1
+        );
+    }
+    for (a, &(tag, _, n, _)) in arrays.iter().zip(&setups) {
+        a.stop().unwrap();
+        for i in 0..=n {
+            let _ = std::fs::remove_file(path(&dir, tag, i));
         }
     }
 }

@@ -529,35 +529,51 @@ impl Array {
         // Meta blocks of at most one 4 KiB block of descriptors each, all in one log write
         // per block.
         let parity_pages = if self.geo.level == 6 { 2 } else { 1 };
-        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = vec![(Vec::new(), Vec::new())];
-        for (ms, row) in rows {
+        // Split the rows over meta blocks (each holds at most 4 KiB of descriptors), then
+        // fill each block's pages into one buffer of the exact size.
+        let rows: Vec<(u64, Row)> = rows.into_iter().collect();
+        let mut bounds: Vec<(usize, usize, usize)> = Vec::new(); // (first row, end, pages)
+        let (mut first, mut meta, mut pages) = (0usize, 32usize, 0usize);
+        for (i, (_, row)) in rows.iter().enumerate() {
             let need = row.data.len() * 20 + 16 + 4 * parity_pages;
-            let fits = chunks.last().is_some_and(|(p, _)| {
-                32 + p.iter().map(Payload::descriptor_bytes).sum::<usize>() + need <= PAGE
-            });
-            if !fits {
-                chunks.push((Vec::new(), Vec::new()));
+            if meta + need > PAGE && i > first {
+                bounds.push((first, i, pages));
+                (first, meta, pages) = (i, 32, 0);
             }
-            let (payloads, pages) = chunks.last_mut().expect("one chunk at least");
-            for (a, (_, page)) in row.data {
-                payloads.push(Payload::Data {
+            meta += need;
+            pages += row.data.len() + parity_pages;
+        }
+        bounds.push((first, rows.len(), pages));
+        let mut rows = rows.into_iter();
+        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
+        for (from, to, count) in bounds {
+            let mut payloads = Vec::with_capacity((to - from) * 4);
+            let mut buf = Vec::with_capacity(count * PAGE);
+            for (ms, row) in rows.by_ref().take(to - from) {
+                for (a, (_, page)) in row.data {
+                    payloads.push(Payload::Data {
+                        flags: 0,
+                        location: a,
+                        checksums: vec![page_checksum(j.seed, &page)],
+                    });
+                    buf.extend_from_slice(&page);
+                }
+                let mut sums = Vec::with_capacity(parity_pages);
+                for page in [row.p, row.q].into_iter().take(parity_pages) {
+                    let at = buf.len();
+                    match page {
+                        Some(p) => buf.extend_from_slice(&p),
+                        None => buf.resize(at + PAGE, 0),
+                    }
+                    sums.push(page_checksum(j.seed, &buf[at..]));
+                }
+                payloads.push(Payload::Parity {
                     flags: 0,
-                    location: a,
-                    checksums: vec![page_checksum(j.seed, &page)],
+                    location: ms,
+                    checksums: sums,
                 });
-                pages.extend_from_slice(&page);
             }
-            let mut sums = Vec::new();
-            for page in [row.p, row.q].into_iter().take(parity_pages) {
-                let page = page.unwrap_or_else(|| vec![0u8; PAGE]);
-                sums.push(page_checksum(j.seed, &page));
-                pages.extend_from_slice(&page);
-            }
-            payloads.push(Payload::Parity {
-                flags: 0,
-                location: ms,
-                checksums: sums,
-            });
+            chunks.push((payloads, buf));
         }
         let _io = lock(&j.io);
         let total: u64 = chunks
