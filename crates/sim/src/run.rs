@@ -10,14 +10,16 @@
 //!
 //! The write hole: RAID 4/5/6 without a journal or partial parity log can lose data outside
 //! the write in flight when a crash is followed by the loss of a member (or happens while
-//! degraded), and md needs a resync after every unclean stop. RAID 5 arrays are created with
-//! md's partial parity log (the engine's default): it keeps every sector outside the writes
-//! in flight, but a sector being written together with another data member of its stripe
-//! can read back as neither old nor new when its own member is the one lost (md's limit; only
-//! a data journal closes it), which this model counts as wrong data. RAID 4 and RAID 6 have no
-//! guard at all (md's only one for them is a journal device, which the engine does not have).
-//! So unless [`SimOptions::write_hole`] is set, a run on a parity level skips crashes while
-//! degraded and every member fault after a crash, and says so in [`SeedReport::excluded`].
+//! degraded), and md needs a resync after every unclean stop. Some RAID 4/5/6 seeds (half of
+//! RAID 4 and 6, a third of RAID 5) get md's write journal on a device of their own; it
+//! closes the hole for every member, so those runs keep every crash and fault. The other
+//! RAID 5 arrays are created with md's partial parity log (the engine's default): it keeps
+//! every sector outside the writes in flight, but a sector being written together with
+//! another data member of its stripe can read back as neither old nor new when its own member
+//! is the one lost (md's limit), which this model counts as wrong data; the other RAID 4 and 6
+//! arrays have no guard. So unless [`SimOptions::write_hole`] is set, a run on a parity level
+//! without a journal skips crashes while degraded and every member fault after a crash, and
+//! says so in [`SeedReport::excluded`].
 
 use crate::check::{check_members, SlotMember};
 use crate::disk::SimWorld;

@@ -28,7 +28,8 @@ pub struct SimArgs {
     /// Workload operations per seed.
     #[arg(long, default_value_t = 120)]
     ops: u32,
-    /// Allow crash-then-degrade on RAID 4/5/6 (the write hole the engine does not close yet).
+    /// Allow crash-then-degrade on RAID 4/5/6 arrays without a write journal (the write hole
+    /// that only the journal closes; seeds with a journal always allow it).
     #[arg(long)]
     write_hole: bool,
     /// Leave removed members attached at every later assembly (by default half the seeds do,

@@ -67,7 +67,12 @@ pub(super) struct JournalHold<'a> {
 }
 
 impl JournalHold<'_> {
-    pub(super) fn finish(self) {
+    /// The phase's member writes are done (or failed, which failed their members).
+    pub(super) fn finish(self) {}
+}
+
+impl Drop for JournalHold<'_> {
+    fn drop(&mut self) {
         let mut st = lock(&self.journal.st);
         for u in st.units.iter_mut() {
             if self.seqs.contains(&u.seq) {
