@@ -1079,6 +1079,17 @@ impl Array {
                     report.notes.push(format!("{}: spare", m.name()));
                 }
                 DevRole::Journal if nsb.feature_map.contains(FeatureMap::JOURNAL) => {
+                    if f.sb.events + 1 < nsb.events && opts.force {
+                        report.excluded.push((
+                            m.name().into(),
+                            format!(
+                                "stale write journal (events {} < {}); left out",
+                                f.sb.events, nsb.events
+                            ),
+                        ));
+                        use_member[i] = false;
+                        continue;
+                    }
                     if f.sb.events + 1 < nsb.events {
                         return Err(EngineError::Stale {
                             member: m.name().to_string(),
@@ -1284,6 +1295,30 @@ impl Array {
                 sb
             })
             .collect();
+        // md's journal rule: without its journal (or with a stale one) the array does not
+        // start, except read-only with --force (mdadm: "Journal is missing or stale, starting
+        // array read only").
+        let mut sbs = sbs;
+        let mut read_only = read_only;
+        if nsb.feature_map.contains(FeatureMap::JOURNAL)
+            && !found
+                .iter()
+                .zip(&use_member)
+                .any(|(f, &used)| used && f.sb.role() == DevRole::Journal)
+        {
+            if !opts.force {
+                return Err(EngineError::Invalid(
+                    "the array has a write journal but its journal device was not given (or is stale); md does not start it either. Give the journal device too, or --force to assemble read-only without it".into(),
+                ));
+            }
+            read_only = true;
+            for sb in &mut sbs {
+                sb.feature_map.remove(FeatureMap::JOURNAL);
+            }
+            report.notes.push(
+                "the write journal is missing: assembled read-only (--force), as mdadm does; writes logged only in the journal are not on the members".into(),
+            );
+        }
         let mut array = Self::build(
             geo,
             version,

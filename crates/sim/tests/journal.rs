@@ -147,6 +147,38 @@ fn an_array_with_a_journal_refuses_to_start_without_it() {
         .err()
         .expect("assembled without its journal");
     assert!(err.to_string().contains("write journal"), "{err}");
+    // --force: read-only, as mdadm does; the data is there and nothing is written.
+    let disks: Vec<Box<dyn Disk>> = world.disks()[..4]
+        .iter()
+        .map(|d: &SimDisk| Box::new(d.clone()) as Box<dyn Disk>)
+        .collect();
+    let before = world.counters().writes;
+    let (array, report) = Array::assemble(
+        disks,
+        AssembleOptions {
+            force: true,
+            ..AssembleOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(array.is_read_only());
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("journal is missing")),
+        "{:?}",
+        report.notes
+    );
+    let mut buf = vec![0u8; 4096];
+    array.read_at(&mut buf, 0).unwrap();
+    assert!(array.write_at(&buf, 0, false).is_err());
+    drop(array);
+    assert_eq!(
+        world.counters().writes,
+        before,
+        "a forced read-only start wrote"
+    );
 }
 
 #[test]
