@@ -534,6 +534,14 @@ impl Array {
         // Meta blocks of at most one 4 KiB block of descriptors each, all in one log write
         // per block.
         let parity_pages = if self.geo.level == 6 { 2 } else { 1 };
+        // A parity member that cannot be written gets no page from the phase; md logs its
+        // page anyway, and a replay must never write a made-up page to whatever member holds
+        // the slot by then. So compute it from the row as it will be.
+        for (&ms, row) in rows.iter_mut() {
+            if row.p.is_none() || (parity_pages == 2 && row.q.is_none()) {
+                self.complete_parity(ms, row, states, members)?;
+            }
+        }
         // Split the rows over meta blocks (each holds at most 4 KiB of descriptors), then
         // fill each block's pages into one buffer of the exact size.
         let rows: Vec<(u64, Row)> = rows.into_iter().collect();
@@ -663,6 +671,62 @@ impl Array {
         st.head = j.add(pos, PAGE_SECTORS);
         st.seq = seq + 1;
         st.units.clear();
+        Ok(())
+    }
+
+    /// Fills the missing parity pages of `row` (stripe row at member sector `ms`) from its new
+    /// data and the current data of the members it does not write.
+    fn complete_parity(
+        &self,
+        ms: u64,
+        row: &mut Row,
+        states: &[MemberState],
+        members: &[Option<Arc<Member>>],
+    ) -> Result<()> {
+        let chunk = self.geo.chunk_sectors;
+        let stripe = ms / chunk;
+        let info = self.geo.stripe(stripe);
+        let n = self.geo.raid_disks;
+        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; PAGE]; n];
+        let mut readable = vec![true; n];
+        for (dd, &slot) in info.data_members.iter().enumerate() {
+            let a = (stripe * self.geo.data_disks() as u64 + dd as u64) * chunk + ms % chunk;
+            if let Some((_, page)) = row.data.get(&a) {
+                bufs[slot].copy_from_slice(page);
+                continue;
+            }
+            let read = states[slot] == MemberState::InSync
+                && members[slot].as_ref().is_some_and(|m| {
+                    let at = m.data_offset_bytes + ms * SECTOR as u64;
+                    m.disk.read_at(&mut bufs[slot], at).is_ok()
+                });
+            if !read {
+                let mut rebuilt = Vec::new();
+                self.reconstruct_parity_range(slot, ms, PAGE_SECTORS, &mut rebuilt)?;
+                bufs[slot].copy_from_slice(&rebuilt[slot][..PAGE]);
+            }
+        }
+        match &row.p {
+            Some(p) => bufs[info.p_member].copy_from_slice(p),
+            None => readable[info.p_member] = false,
+        }
+        if let Some(q) = info.q_member {
+            match &row.q {
+                Some(page) => bufs[q].copy_from_slice(page),
+                None => readable[q] = false,
+            }
+        }
+        crate::recon::parity_recover(&self.geo, ms, PAGE_SECTORS, &mut bufs, &readable).map_err(
+            |e| EngineError::ArrayFailed {
+                detail: format!("write journal: parity of row {ms}: {e}"),
+            },
+        )?;
+        if row.p.is_none() {
+            row.p = Some(std::mem::take(&mut bufs[info.p_member]));
+        }
+        if let (Some(q), None) = (info.q_member, &row.q) {
+            row.q = Some(std::mem::take(&mut bufs[q]));
+        }
         Ok(())
     }
 
