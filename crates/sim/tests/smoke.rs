@@ -52,3 +52,21 @@ fn a_seed_reproduces_exactly() {
         assert_eq!(a.failure, b.failure);
     }
 }
+
+/// Seeds (at the default 120 ops) that found bugs in the write journal while it was built
+/// (crates/sim/KNOWN_FAILURES.md #4); each failed before its fix.
+#[test]
+fn journal_regression_seeds() {
+    let opts = SimOptions::default();
+    for seed in [
+        16u64, 83, 393, 432, 522, 607, 724, 749, 765, 1041, 1105, 1365, 1471, 10515,
+    ] {
+        let r = run_seed(seed, &opts);
+        assert!(
+            r.scenario.contains("write journal"),
+            "seed {seed} no longer draws a journal: {}",
+            r.scenario
+        );
+        assert_eq!(r.failure, None, "seed {seed}: {}", r.scenario);
+    }
+}
