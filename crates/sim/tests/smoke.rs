@@ -59,7 +59,7 @@ fn a_seed_reproduces_exactly() {
 fn journal_regression_seeds() {
     let opts = SimOptions::default();
     for seed in [
-        16u64, 83, 393, 432, 522, 607, 724, 749, 765, 1041, 1105, 1365, 1471, 10515,
+        16u64, 83, 393, 432, 522, 607, 724, 749, 765, 1041, 1105, 1365, 1471, 10515, 15341,
     ] {
         let r = run_seed(seed, &opts);
         assert!(

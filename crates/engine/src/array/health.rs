@@ -918,6 +918,11 @@ impl Array {
         readable: &[bool],
         targets: &[(usize, usize, Arc<Member>)],
     ) -> Result<usize> {
+        // What a member's bad-block log lists is not its data, whatever a read returns there.
+        let bad = self.bad_slots_in(ms, n);
+        if bad.iter().any(|&(slot, _)| readable[slot]) {
+            return self.recover_and_write_around_bad_blocks(ms, n, bufs, readable, targets, &bad);
+        }
         recon::parity_recover(&self.geo, ms, n, bufs, readable).map_err(|e| match e {
             ReconError::TooManyLost { .. } => EngineError::ArrayFailed {
                 detail: e.to_string(),
@@ -944,6 +949,116 @@ impl Array {
             self.member_failed(*slot, &format!("rebuild write: {e}"));
         }
         Ok(targets.len() - failed.len())
+    }
+
+    /// Slots whose member's bad-block log lists part of `[ms, ms + n)`, with those ranges.
+    fn bad_slots_in(&self, ms: u64, n: u64) -> Vec<(usize, Vec<(u64, u64)>)> {
+        if !self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let st = lock(&self.state);
+        (0..self.geo.raid_disks)
+            .filter_map(|slot| {
+                let i = st.slot_member[slot]?;
+                let hits: Vec<(u64, u64)> = st
+                    .bad
+                    .get(i)?
+                    .iter()
+                    .copied()
+                    .filter(|&(b, len)| b < ms + n && ms < b + len)
+                    .collect();
+                (!hits.is_empty()).then_some((slot, hits))
+            })
+            .collect()
+    }
+
+    /// [`Self::recover_and_write`] for a range where some readable members list bad blocks:
+    /// 4 KiB at a time, those members count as lost where their log lists the block; a block
+    /// that then has too few sources is not made up but recorded in each target's bad-block
+    /// log (md does the same when recovery meets an unreadable source), so reads of it fail
+    /// instead of returning wrong data.
+    fn recover_and_write_around_bad_blocks(
+        &self,
+        ms: u64,
+        n: u64,
+        bufs: &mut [Vec<u8>],
+        readable: &[bool],
+        targets: &[(usize, usize, Arc<Member>)],
+        bad: &[(usize, Vec<(u64, u64)>)],
+    ) -> Result<usize> {
+        const BLOCK: u64 = 8;
+        let mut lost_blocks: Vec<(u64, u64)> = Vec::new();
+        let mut b = ms;
+        while b < ms + n {
+            let len = BLOCK.min(ms + n - b);
+            let mut r = readable.to_vec();
+            for (slot, ranges) in bad {
+                if ranges.iter().any(|&(s, l)| s < b + len && b < s + l) {
+                    r[*slot] = false;
+                }
+            }
+            let off = ((b - ms) as usize) * SECTOR;
+            let bytes = len as usize * SECTOR;
+            let mut block: Vec<Vec<u8>> =
+                bufs.iter().map(|v| v[off..off + bytes].to_vec()).collect();
+            match recon::parity_recover(&self.geo, b, len, &mut block, &r) {
+                Ok(()) => {
+                    for (slot, ..) in targets {
+                        bufs[*slot][off..off + bytes].copy_from_slice(&block[*slot]);
+                    }
+                }
+                Err(ReconError::TooManyLost { .. }) => lost_blocks.push((b, len)),
+                Err(e) => return Err(EngineError::Invalid(e.to_string())),
+            }
+            b += len;
+        }
+        let alive = {
+            let mut rest = readable.to_vec();
+            for &(b, len) in &lost_blocks {
+                // Zeroes, never another member's data, where nothing could be computed.
+                let off = ((b - ms) as usize) * SECTOR;
+                for (slot, ..) in targets {
+                    bufs[*slot][off..off + len as usize * SECTOR].fill(0);
+                }
+            }
+            for (slot, ..) in targets {
+                rest[*slot] = false;
+            }
+            let len = n as usize * SECTOR;
+            let mut writes: Vec<RangeIo<'_>> = Vec::new();
+            for (slot, buf) in bufs.iter_mut().enumerate() {
+                if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
+                    writes.push(RangeIo {
+                        slot,
+                        member: m.clone(),
+                        write: true,
+                        member_sector: ms,
+                        buf: &mut buf[..len],
+                    });
+                }
+            }
+            let errors = self.range_io(&mut writes);
+            let failed: Vec<usize> = errors.iter().map(|(k, _)| writes[*k].slot).collect();
+            drop(writes);
+            for ((_, e), slot) in errors.into_iter().zip(&failed) {
+                self.member_failed(*slot, &format!("rebuild write: {e}"));
+            }
+            targets.len() - failed.len()
+        };
+        for &(b, len) in &lost_blocks {
+            for (_, index, _) in targets {
+                if !self.record_bad_block(*index, b, len)? {
+                    break;
+                }
+            }
+        }
+        if !lost_blocks.is_empty() {
+            lock(&self.state).log.push(format!(
+                "rebuild: {} sectors near member sector {ms} have no readable source left (bad blocks); recorded as bad blocks on the rebuilt member",
+                lost_blocks.iter().map(|(_, l)| l).sum::<u64>()
+            ));
+        }
+        Ok(alive)
     }
 
     /// One rebuild step of a parity level: read `[ms, ms + n)` from every readable member,
@@ -1592,6 +1707,10 @@ impl Array {
                 continue;
             }
             drop(ios);
+            let bad = self.bad_slots_in(ms, n);
+            if !bad.is_empty() {
+                return self.scrub_blocks_around_bad(ms, n, fix, bufs, scratch, &members, &bad);
+            }
             let out = recon::parity_check(&self.geo, ms, n, bufs, fix, scratch)
                 .map_err(|e| EngineError::Invalid(e.to_string()))?;
             if !out.rewrite.is_empty() {
@@ -1629,6 +1748,58 @@ impl Array {
         })();
         self.locks.release(&keys);
         r
+    }
+
+    /// [`Self::scrub_parity_step`] where members list bad blocks in the range: 4 KiB at a
+    /// time, a block some member's bad-block log lists is left alone (what the member holds
+    /// there is not data: comparing or recomputing parity from it would write garbage into
+    /// parity); the others are checked and, with `fix`, repaired as usual.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_blocks_around_bad(
+        &self,
+        ms: u64,
+        n: u64,
+        fix: bool,
+        bufs: &[Vec<u8>],
+        scratch: &mut (Vec<u8>, Vec<u8>),
+        members: &[Option<Arc<Member>>],
+        bad: &[(usize, Vec<(u64, u64)>)],
+    ) -> Result<u64> {
+        const BLOCK: u64 = 8;
+        let mut mismatched = 0;
+        let mut b = ms;
+        while b < ms + n {
+            let len = BLOCK.min(ms + n - b);
+            let listed = bad
+                .iter()
+                .any(|(_, r)| r.iter().any(|&(s, l)| s < b + len && b < s + l));
+            if !listed {
+                let off = ((b - ms) as usize) * SECTOR;
+                let bytes = len as usize * SECTOR;
+                let mut block: Vec<Vec<u8>> =
+                    bufs.iter().map(|v| v[off..off + bytes].to_vec()).collect();
+                let out = recon::parity_check(&self.geo, b, len, &mut block, fix, scratch)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                mismatched += out.mismatch_sectors;
+                for &(slot, sector, sectors, offset) in &out.rewrite {
+                    let Some(m) = members[slot].clone() else {
+                        continue;
+                    };
+                    let mut w = [RangeIo {
+                        slot,
+                        member: m,
+                        write: true,
+                        member_sector: sector,
+                        buf: &mut block[slot][offset..offset + sectors as usize * SECTOR],
+                    }];
+                    if let Some((_, e)) = self.range_io(&mut w).into_iter().next() {
+                        self.member_failed(slot, &format!("parity rewrite: {e}"));
+                    }
+                }
+            }
+            b += len;
+        }
+        Ok(mismatched)
     }
 
     /// Check/repair/resync of RAID 1/10 over `[s, s + n)` of the scrub space (member sectors
