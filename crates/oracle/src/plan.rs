@@ -204,13 +204,22 @@ fn raidkit_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
     w
 }
 
-/// Assign rows to batches: at least `min_batches` (to keep every core busy), more if the
-/// member disks do not fit; the biggest arrays first, each to the least loaded batch.
-pub fn make_plan(rows: &[MatrixRow], work: &Path, min_batches: usize) -> Plan {
+/// Assign rows to batches (VM boots). `lanes` VMs run at a time (the run script starts the
+/// batches in index order and the next one whenever a VM ends), so batch `b` runs in lane
+/// `b % lanes`. There are at least `lanes` batches (to keep every core busy), more if the
+/// member disks do not fit; a lane with k batches gets batches of about 1/k of the load of a
+/// lane with one, so that the lanes end together. The biggest arrays go first, each to the
+/// batch whose lane would end earliest.
+pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
+    let lanes = lanes.max(1);
     let total_members: usize = rows.iter().map(|r| image_sizes(r).len()).sum();
-    let mut batches = min_batches
+    let mut batches = lanes
         .max(total_members.div_ceil(MAX_MEMBERS_PER_VM))
         .min(rows.len().max(1));
+    // Batches in the lane of batch b.
+    let mut per_lane: Vec<u64> = (0..batches)
+        .map(|b| ((batches - b % lanes.min(batches)).div_ceil(lanes.min(batches))) as u64)
+        .collect();
     let mut order: Vec<usize> = (0..rows.len()).collect();
     let cost = |r: &MatrixRow| image_sizes(r).iter().sum::<u64>();
     order.sort_by_key(|&i| std::cmp::Reverse(cost(&rows[i])));
@@ -218,18 +227,20 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, min_batches: usize) -> Plan {
     let mut batch_of = vec![0usize; rows.len()];
     for &i in &order {
         let disks = image_sizes(&rows[i]).len();
+        let c = cost(&rows[i]);
         let pick = (0..batches)
             .filter(|&b| load[b].1 + disks <= MAX_MEMBERS_PER_VM)
-            .min_by_key(|&b| load[b].0);
+            .min_by_key(|&b| (load[b].0 + c) * per_lane[b]);
         let b = match pick {
             Some(b) => b,
             None => {
                 load.push((0, 0));
+                per_lane.push(1);
                 batches += 1;
                 batches - 1
             }
         };
-        load[b].0 += cost(&rows[i]);
+        load[b].0 += c;
         load[b].1 += disks;
         batch_of[i] = b;
     }
@@ -440,6 +451,30 @@ mod tests {
                 assert!(serials.insert(m.serial.clone()));
             }
         }
+    }
+
+    #[test]
+    fn a_lane_with_two_boots_gets_two_half_batches() {
+        // 212 disks: three boots for two VMs at a time. Batch 1 runs alone in its lane,
+        // batches 0 and 2 one after the other in the other lane.
+        let mut text = String::new();
+        for i in 0..53 {
+            text.push_str(&format!("fast md a{i} 5 left-symmetric 64K 4x4M\n"));
+        }
+        let rows = parse_matrix(&text).unwrap();
+        let plan = make_plan(&rows, Path::new("/w"), 2);
+        assert_eq!(plan.batches, 3);
+        let disks = |b: usize| -> usize {
+            plan.arrays
+                .iter()
+                .filter(|a| a.batch == b)
+                .map(|a| a.members.len())
+                .sum()
+        };
+        assert!(disks(1) <= MAX_MEMBERS_PER_VM);
+        assert!(disks(1) > disks(0) && disks(1) > disks(2));
+        assert!(disks(0) + disks(2) >= disks(1));
+        assert_eq!(disks(0) + disks(1) + disks(2), 212);
     }
 
     #[test]
