@@ -47,14 +47,14 @@ impl CheckOutcome {
 }
 
 /// Collects failures of one check, keeping the first few.
-struct Failures<'a> {
+pub(crate) struct Failures<'a> {
     check: &'static str,
     out: &'a mut Vec<String>,
     count: usize,
 }
 
 impl<'a> Failures<'a> {
-    fn new(check: &'static str, out: &'a mut Vec<String>) -> Failures<'a> {
+    pub(crate) fn new(check: &'static str, out: &'a mut Vec<String>) -> Failures<'a> {
         Failures {
             check,
             out,
@@ -62,7 +62,7 @@ impl<'a> Failures<'a> {
         }
     }
 
-    fn push(&mut self, msg: String) {
+    pub(crate) fn push(&mut self, msg: String) {
         self.count += 1;
         if self.count <= MAX_FAILURES_PER_CHECK {
             self.out.push(format!("{}: {msg}", self.check));
@@ -70,7 +70,7 @@ impl<'a> Failures<'a> {
     }
 
     /// Closes the check: records the overflow count; true if nothing failed.
-    fn finish(self) -> bool {
+    pub(crate) fn finish(self) -> bool {
         if self.count > MAX_FAILURES_PER_CHECK {
             self.out.push(format!(
                 "{}: ... and {} more",
@@ -149,6 +149,20 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
             .push("vm: no array size or sha256 reported".into());
         return out;
     };
+    // With a write journal, the last image is the journal device: the checks of md's layout
+    // and parity look at the raid members only, against the data they hold (a crash row's
+    // last writes reached only the journal); crate::journal checks the journal.
+    let raid_plan;
+    let (plan, full_plan) = if plan.journal.is_some() {
+        raid_plan = PlannedArray {
+            members: plan.members[..plan.raid_devices()].to_vec(),
+            journal: None,
+            ..plan.clone()
+        };
+        (&raid_plan, plan)
+    } else {
+        (plan, plan)
+    };
     let mut images = Vec::new();
     for m in &plan.members {
         match fs::read(&m.image) {
@@ -186,8 +200,9 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
         out.failures.push("size: does not fit in memory".into());
         return out;
     };
-    check_writes(plan, &report.writes, size_bytes, &mut out);
-    let expected = expected_contents(size, &report.writes);
+    check_writes(full_plan, &report.writes, size_bytes, &mut out);
+    let on_members = &report.writes[..full_plan.member_writes().min(report.writes.len())];
+    let expected = expected_contents(size, on_members);
     let host_sha = sha256_hex(&expected);
     if host_sha != md_sha {
         out.failures.push(format!(
@@ -202,6 +217,9 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
         check_parity(&geo, &members, &mut out);
     }
     check_degraded(&geo, &members, &expected, &mut out);
+    if full_plan.journal.is_some() {
+        crate::journal::check_md_journal(full_plan, report, size, &mut out);
+    }
     out
 }
 

@@ -31,7 +31,18 @@
 //!   (SIZE per bit, a power of two of at least 4K; `bitmap` alone takes mdadm's default). With
 //!   `fail=`, raidkit also writes while the member is failed, so bits stay set; md must find
 //!   the bitmap (`mdadm -X`) as raidkit left it.
+//!
+//! The write journal (RAID 4, 5 and 6; md and raidkit rows; not with the other options): one
+//! more image, of the first member's size, is the journal device (`--write-journal`):
+//! - `journal`: the array is created with the journal, written and stopped cleanly; the other
+//!   side assembles it with the journal and must read the same data;
+//! - `journal=crash`: after the writes and a flush, the members silently drop every write (in
+//!   the VM: dm-flakey maps under md; on the host: a wrapper around raidkit's member disks),
+//!   a few more partial-stripe writes are made, so only the journal holds them, and the array
+//!   is stopped without its members hearing of it (a crash); the other side must replay the
+//!   journal and read every write.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -72,6 +83,16 @@ impl MetadataVersion {
     }
 }
 
+/// The write journal of a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JournalMode {
+    /// Created with the journal, written, stopped cleanly.
+    Clean,
+    /// Written, then more writes reach only the journal before a crash.
+    Crash,
+}
+
 /// One array of the matrix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MatrixRow {
@@ -96,6 +117,8 @@ pub struct MatrixRow {
     /// raidkit rows: create with an internal write-intent bitmap of this chunk (0: mdadm's
     /// default).
     pub bitmap_chunk_bytes: Option<u64>,
+    /// The array has a write journal on one more image (of the first member's size).
+    pub journal: Option<JournalMode>,
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -191,10 +214,12 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut fail_members: Vec<usize> = Vec::new();
         let mut rebuild_percent = None;
         let mut bitmap_chunk_bytes = None;
+        let mut journal = None;
         for opt in options {
-            if by == Writer::Md {
+            let journal_opt = *opt == "journal" || opt.starts_with("journal=");
+            if by == Writer::Md && !journal_opt {
                 return Err(err(format!(
-                    "option {opt}: options apply to raidkit rows only"
+                    "option {opt}: md rows take only journal options"
                 )));
             }
             match opt.split_once('=') {
@@ -231,6 +256,8 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     }
                 },
                 None if *opt == "bitmap" => bitmap_chunk_bytes = Some(0),
+                None if *opt == "journal" => journal = Some(JournalMode::Clean),
+                Some(("journal", "crash")) => journal = Some(JournalMode::Crash),
                 _ => return Err(err(format!("unknown option {opt}"))),
             }
         }
@@ -238,6 +265,20 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             return Err(err(
                 "rebuild and bitmap need a level with redundancy (not 0)".to_string(),
             ));
+        }
+        if journal.is_some() {
+            if !matches!(level, 4..=6) {
+                return Err(err(
+                    "journal: the write journal is for RAID 4, 5 and 6 (as in md)".to_string(),
+                ));
+            }
+            if rebuild_percent.is_some() || bitmap_chunk_bytes.is_some() || !fail_members.is_empty()
+            {
+                return Err(err(
+                    "journal does not combine with fail=, rebuild= or bitmap (md refuses a bitmap with a journal)"
+                        .to_string(),
+                ));
+            }
         }
         if rebuild_percent.is_some() && fail_members.is_empty() {
             // Rebuild the last member unless the row names the ones to fail.
@@ -258,6 +299,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             fail_members,
             rebuild_percent,
             bitmap_chunk_bytes,
+            journal,
         });
     }
     Ok(rows)
@@ -311,6 +353,24 @@ mod tests {
     }
 
     #[test]
+    fn parses_journal_options() {
+        let rows = parse_matrix(
+            "fast md a 5 ls 64K 4x4M journal
+             fast md b 6 ls 64K 5x4M journal=crash
+             fast raidkit c 4 - 64K 4x4M journal
+             fast raidkit d 6 ls 64K 5x4M journal=crash
+             fast raidkit e 5 ls 64K 4x4M
+",
+        )
+        .unwrap();
+        assert_eq!(rows[0].journal, Some(JournalMode::Clean));
+        assert_eq!(rows[1].journal, Some(JournalMode::Crash));
+        assert_eq!(rows[2].journal, Some(JournalMode::Clean));
+        assert_eq!(rows[3].journal, Some(JournalMode::Crash));
+        assert_eq!(rows[4].journal, None);
+    }
+
+    #[test]
     fn rejects_bad_rows() {
         for bad in [
             "fast md r5 5 ls 64K",
@@ -333,6 +393,12 @@ mod tests {
             "fast raidkit r0 0 - 64K 4x8M bitmap",
             "fast raidkit r0 0 - 64K 4x8M rebuild=50",
             "fast md r5 5 ls 64K 4x8M bitmap",
+            "fast md r1 1 - - 2x8M journal",
+            "fast raidkit r10 10 n2 64K 4x8M journal",
+            "fast raidkit r5 5 ls 64K 4x8M journal=maybe",
+            "fast raidkit r5 5 ls 64K 4x8M journal bitmap",
+            "fast raidkit r5 5 ls 64K 4x8M journal fail=1",
+            "fast md r5 5 ls 64K 4x8M journal meta=1.0",
         ] {
             assert!(parse_matrix(bad).is_err(), "accepted: {bad}");
         }

@@ -13,7 +13,7 @@
 //! Invariants: serials are unique within the plan and at most 20 bytes (virtio-blk's limit);
 //! a batch never holds more than [`MAX_MEMBERS_PER_VM`] member disks (PCI slots).
 
-use crate::matrix::{MatrixRow, Writer};
+use crate::matrix::{JournalMode, MatrixRow, Writer};
 use crate::prepare::{prepare_array, RaidkitExpectation};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -42,6 +42,10 @@ pub struct PlannedWrite {
     pub seed: u64,
     pub offset_bytes: u64,
     pub len_bytes: Option<u64>,
+    /// `journal=crash` rows: made while the members drop every write, so only the write
+    /// journal holds it (it comes after every other write).
+    #[serde(default)]
+    pub journal_only: bool,
 }
 
 /// The scenario type of an array: who writes it and who checks it.
@@ -80,10 +84,13 @@ pub struct PlannedArray {
     /// default).
     #[serde(default)]
     pub bitmap_chunk_bytes: Option<u64>,
-    /// The last `spares` of `members` are the spares raidkit adds (rebuild); the others are
-    /// the members the array is created with, in slot order.
+    /// The last `spares` of `members` (before the journal) are the spares raidkit adds
+    /// (rebuild); the others are the members the array is created with, in slot order.
     #[serde(default)]
     pub spares: usize,
+    /// The array has a write journal: the last of `members` is the journal device.
+    #[serde(default)]
+    pub journal: Option<JournalMode>,
     /// Assemble: what raidkit wrote, for the check (set when the members were prepared).
     #[serde(default)]
     pub expect: Option<RaidkitExpectation>,
@@ -99,7 +106,17 @@ fn default_metadata() -> String {
 impl PlannedArray {
     /// Members the array is created with (its raid devices).
     pub fn raid_devices(&self) -> usize {
-        self.members.len() - self.spares
+        self.members.len() - self.spares - usize::from(self.journal.is_some())
+    }
+
+    /// The journal device, when the array has one (the last image).
+    pub fn journal_member(&self) -> Option<&PlannedMember> {
+        self.journal.and(self.members.last())
+    }
+
+    /// The writes every member received (all but the journal-only ones).
+    pub fn member_writes(&self) -> usize {
+        self.writes.iter().filter(|w| !w.journal_only).count()
     }
 
     /// Members that are part of the running array once raidkit is done: all but the failed
@@ -128,6 +145,14 @@ impl PlannedArray {
         if self.rebuild_percent.is_some() {
             f.push("rebuild");
         }
+        match self.journal {
+            // The VM makes the crash of arrays md creates; raidkit made its own.
+            Some(JournalMode::Crash) if self.kind == Scenario::Create => {
+                f.extend(["journal", "crash"])
+            }
+            Some(_) => f.push("journal"),
+            None => {}
+        }
         if f.is_empty() {
             "-".to_string()
         } else {
@@ -137,11 +162,14 @@ impl PlannedArray {
 }
 
 /// Image sizes of a row: its members, then (rebuild rows) one spare per failed member, of that
-/// member's size.
+/// member's size, then (journal rows) the journal device, of the first member's size.
 fn image_sizes(row: &MatrixRow) -> Vec<u64> {
     let mut v = row.member_bytes.clone();
     if row.rebuild_percent.is_some() {
         v.extend(row.fail_members.iter().map(|&m| row.member_bytes[m]));
+    }
+    if row.journal.is_some() {
+        v.push(row.member_bytes[0]);
     }
     v
 }
@@ -178,18 +206,49 @@ fn create_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
             seed: 1,
             offset_bytes: 0,
             len_bytes: None,
+            journal_only: false,
         },
         PlannedWrite {
             seed: 2,
             offset_bytes: stripe + chunk / 2,
             len_bytes: Some((chunk / 2).min(4096)),
+            journal_only: false,
         },
         PlannedWrite {
             seed: 3,
             offset_bytes: 2 * stripe + chunk - 2048,
             len_bytes: Some(4096),
+            journal_only: false,
         },
     ]
+}
+
+/// The writes only the journal keeps (`journal=crash`): made while the members drop every
+/// write, one each in stripes 5, 6 and 7 (a 4 KiB write inside a chunk, a short one inside a
+/// 4 KiB block, unaligned on raidkit rows, and a 4 KiB one across a chunk boundary). No two
+/// share a stripe: each reads the old data of its stripe from the members, which the dropped
+/// writes did not change.
+fn crash_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
+    let chunk = row.chunk_kib.unwrap_or(64) * 1024;
+    let stripe = stripe_bytes(row);
+    // md rows write through rkpattern, which needs whole sectors.
+    let (short_at, short_len) = match row.by {
+        Writer::Md => (1024, 2048),
+        Writer::Raidkit => (1000, 3000),
+    };
+    [
+        (8, 5 * stripe + chunk / 2, 4096),
+        (9, 6 * stripe + chunk + short_at, short_len),
+        (10, 7 * stripe + chunk - 2048, 4096),
+    ]
+    .into_iter()
+    .map(|(seed, offset_bytes, len)| PlannedWrite {
+        seed,
+        offset_bytes,
+        len_bytes: Some(len),
+        journal_only: true,
+    })
+    .collect()
 }
 
 /// The writes raidkit makes (assemble scenario): those of [`create_writes`] plus one that is
@@ -200,6 +259,7 @@ fn raidkit_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
         seed: 4,
         offset_bytes: 3 * stripe_bytes(row) + 777,
         len_bytes: Some(3000),
+        journal_only: false,
     });
     w
 }
@@ -263,10 +323,13 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                     size_bytes,
                 })
                 .collect();
-            let (kind, writes) = match row.by {
+            let (kind, mut writes) = match row.by {
                 Writer::Md => (Scenario::Create, create_writes(row)),
                 Writer::Raidkit => (Scenario::Assemble, raidkit_writes(row)),
             };
+            if row.journal == Some(JournalMode::Crash) {
+                writes.extend(crash_writes(row));
+            }
             PlannedArray {
                 name: row.name.clone(),
                 kind,
@@ -286,6 +349,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 } else {
                     0
                 },
+                journal: row.journal,
                 expect: None,
                 prepare_error: None,
             }
@@ -307,10 +371,20 @@ pub fn job_lines(a: &PlannedArray) -> String {
             let chunk = a.chunk_kib.map_or("-".to_string(), |c| c.to_string());
             let _ = writeln!(
                 s,
-                "oracle_create {} {} {} {} {} {}",
-                a.name, a.md_device, a.level, layout, chunk, serials
+                "oracle_create {} {} {} {} {} {} {}",
+                a.name,
+                a.md_device,
+                a.level,
+                layout,
+                chunk,
+                a.vm_flags(),
+                serials
             );
-            for w in &a.writes {
+            for (i, w) in a.writes.iter().enumerate() {
+                if w.journal_only && (i == 0 || !a.writes[i - 1].journal_only) {
+                    // From here on the members drop every write (dm-flakey under md).
+                    let _ = writeln!(s, "oracle_crash_arm {} {} {}", a.name, a.md_device, serials);
+                }
                 let len = w.len_bytes.map_or("rest".to_string(), |l| l.to_string());
                 let _ = writeln!(
                     s,
@@ -334,14 +408,13 @@ pub fn job_lines(a: &PlannedArray) -> String {
             );
         }
     }
-    let flags = match a.kind {
-        Scenario::Create => "-".to_string(),
-        Scenario::Assemble => a.vm_flags(),
-    };
     let _ = writeln!(
         s,
         "oracle_report {} {} {} {}",
-        a.name, a.md_device, flags, serials
+        a.name,
+        a.md_device,
+        a.vm_flags(),
+        serials
     );
     s
 }
@@ -483,11 +556,47 @@ mod tests {
         let plan = make_plan(&rows, Path::new("/w"), 2);
         let job = job_lines(&plan.arrays[0]);
         assert!(
-            job.starts_with("oracle_create r6 md0 6 left-symmetric 64 rk0m0 rk0m1 rk0m2 rk0m3\n")
+            job.starts_with("oracle_create r6 md0 6 left-symmetric 64 - rk0m0 rk0m1 rk0m2 rk0m3\n")
         );
         assert!(job.contains("oracle_write r6 md0 1 0 rest\n"));
         assert!(job.contains("oracle_write r6 md0 2 163840 4096\n"));
         assert!(job.ends_with("oracle_report r6 md0 - rk0m0 rk0m1 rk0m2 rk0m3\n"));
+    }
+
+    #[test]
+    fn journal_rows_add_the_journal_image_and_arm_the_crash_before_the_last_writes() {
+        let rows = parse_matrix(
+            "fast md j6 6 left-symmetric 32K 5x4M journal=crash\nfast md j5 5 ls 64K 4x4M journal\n",
+        )
+        .unwrap();
+        let plan = make_plan(&rows, Path::new("/w"), 1);
+        let a = &plan.arrays[0];
+        assert_eq!(a.members.len(), 6);
+        assert_eq!(a.raid_devices(), 5);
+        assert_eq!(a.journal_member().map(|m| m.serial.as_str()), Some("rk0m5"));
+        assert_eq!(a.member_writes(), 3);
+        assert_eq!(a.writes.len(), 6);
+        let job = job_lines(a);
+        let serials = "rk0m0 rk0m1 rk0m2 rk0m3 rk0m4 rk0m5";
+        assert!(job.starts_with(&format!(
+            "oracle_create j6 md0 6 left-symmetric 32 journal,crash {serials}\n"
+        )));
+        let arm = job.find("oracle_crash_arm j6 md0").unwrap();
+        assert!(job[..arm].contains("oracle_write j6 md0 3 "));
+        assert!(!job[..arm].contains("oracle_write j6 md0 8 "));
+        assert!(job[arm..].contains("oracle_write j6 md0 8 "));
+        assert!(job[arm..].contains("oracle_write j6 md0 10 "));
+        assert!(job.ends_with(&format!("oracle_report j6 md0 journal,crash {serials}\n")));
+        // Crash writes: whole sectors on md rows, distinct stripes.
+        for w in a.writes.iter().filter(|w| w.journal_only) {
+            assert_eq!(w.offset_bytes % 512, 0);
+            assert_eq!(w.len_bytes.unwrap() % 512, 0);
+        }
+        let b = &plan.arrays[1];
+        assert_eq!(b.members.len(), 5);
+        assert_eq!(b.raid_devices(), 4);
+        assert!(!job_lines(b).contains("oracle_crash_arm"));
+        assert!(job_lines(b).contains(" journal rk1m0 "));
     }
 
     #[test]

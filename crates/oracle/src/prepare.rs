@@ -17,9 +17,17 @@
 //!   with every step recording its cursor, stop it once it passed P percent and stop the
 //!   array: the spares keep md's recovery_offset, which is recorded for md to resume from.
 //!
+//! With a write journal (`journal`), the journal device is the last image, given last to
+//! `Array::create_with_policy` (as `raidkit create --write-journal` does). `journal=crash`:
+//! after the writes and a flush the members start dropping every write ([`DropWrites`]),
+//! raidkit makes the journal-only writes and the array is dropped without a stop. raidkit's
+//! own read-back then assembles copies of the images read-write, so that its journal replay
+//! runs (a read-only assembly replays nothing), and records what the replay reported.
+//!
 //! UUIDs are derived from the array name, so a run is reproducible apart from the times.
 
-use crate::matrix::MetadataVersion;
+use crate::crash::DropWrites;
+use crate::matrix::{JournalMode, MetadataVersion};
 use crate::pattern::{expected_contents, fill, PatternWrite};
 use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
@@ -33,6 +41,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Bytes per raidkit write call when filling (the CLI's `write` uses 4 MiB).
@@ -67,6 +76,26 @@ pub struct RaidkitExpectation {
     /// Bitmap rows: `Array::bitmap_dirty_bits` just before the last stop.
     #[serde(default)]
     pub bitmap_dirty_bits: Option<u64>,
+    /// Journal rows: raidkit's consistency policy and the role it gives the journal device
+    /// (`Status`), and what its own assembly said about the journal (for `journal=crash`, the
+    /// replay of the copies its read-back assembled).
+    #[serde(default)]
+    pub journal: Option<JournalExpectation>,
+}
+
+/// What raidkit says about its own write journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalExpectation {
+    /// `Status::consistency_policy` while the array ran ("journal").
+    pub policy: String,
+    /// `MemberStatus::role` of the journal device ("journal").
+    pub role: String,
+    /// raidkit's assembly notes about the journal at its read-back.
+    pub notes: Vec<String>,
+    /// `journal=crash`: sha256 of the array as the members alone hold it (a read-only
+    /// assembly, which replays nothing): the data before the journal-only writes.
+    #[serde(default)]
+    pub members_sha256: Option<String>,
 }
 
 /// A rebuild raidkit stopped part way.
@@ -178,7 +207,7 @@ fn superblock_version(text: &str) -> Result<SuperblockVersion, PrepareError> {
     }
 }
 
-fn open_members(
+pub(crate) fn open_members(
     members: &[PlannedMember],
     read_only: bool,
 ) -> Result<Vec<Box<dyn Disk>>, PrepareError> {
@@ -255,16 +284,19 @@ pub fn degraded_writes(array_bytes: u64) -> Vec<PlannedWrite> {
             seed: 5,
             offset_bytes: 0,
             len_bytes: Some(8192),
+            journal_only: false,
         },
         PlannedWrite {
             seed: 6,
             offset_bytes: mid,
             len_bytes: Some(5000),
+            journal_only: false,
         },
         PlannedWrite {
             seed: 7,
             offset_bytes: array_bytes.saturating_sub(5000),
             len_bytes: Some(4096),
+            journal_only: false,
         },
     ]
 }
@@ -282,15 +314,33 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     for m in &a.members {
         let _ = std::fs::remove_file(&m.image);
     }
+    // Set once the members must drop every write (journal=crash).
+    let armed = Arc::new(AtomicBool::new(false));
     for m in &a.members[..n] {
         let d =
             FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
+        if a.journal == Some(JournalMode::Crash) {
+            disks.push(Box::new(DropWrites::new(Box::new(d), armed.clone())));
+        } else {
+            disks.push(Box::new(d));
+        }
+    }
+    if let Some(j) = a.journal_member() {
+        // The journal goes last, after the members (and never drops a write).
+        let d =
+            FileDisk::create(&j.image, j.size_bytes).map_err(|e| err("create")(e.to_string()))?;
         disks.push(Box::new(d));
     }
     let created_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let array = Array::create(
+    let consistency = match (a.bitmap_chunk_bytes, a.journal) {
+        (Some(chunk_bytes), _) => ConsistencyPolicy::Bitmap { chunk_bytes },
+        (None, Some(_)) => ConsistencyPolicy::Journal,
+        (None, None) => ConsistencyPolicy::Resync,
+    };
+    let device_count = disks.len();
+    let array = Array::create_with_policy(
         disks,
         CreateOptions {
             level,
@@ -301,29 +351,53 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
             size_sectors: None,
             name: a.name.clone(),
             set_uuid: uuid_from(&a.name, "array"),
-            device_uuids: (0..n)
-                .map(|i| uuid_from(&a.name, &format!("member {i}")))
+            device_uuids: (0..device_count)
+                .map(|i| {
+                    if i < n {
+                        uuid_from(&a.name, &format!("member {i}"))
+                    } else {
+                        uuid_from(&a.name, "journal")
+                    }
+                })
                 .collect(),
             ctime_seconds: created_at,
             // Fresh sparse image files read as zeroes.
             members_zeroed: true,
-            consistency: match a.bitmap_chunk_bytes {
-                Some(chunk_bytes) => ConsistencyPolicy::Bitmap { chunk_bytes },
-                None => ConsistencyPolicy::Resync,
-            },
+            consistency,
             config: EngineConfig::default(),
         },
+        consistency,
     )
     .map_err(|e| err("create")(e.to_string()))?;
     let size = array.size_bytes();
     let mut writes = Vec::new();
-    for w in &a.writes {
+    for w in a.writes.iter().filter(|w| !w.journal_only) {
         write_pattern(&array, w, &mut writes)?;
     }
     let mut bitmap_dirty_bits = None;
-    array.stop().map_err(|e| err("stop")(e.to_string()))?;
-    let status = array.status();
-    drop(array);
+    let status = if a.journal == Some(JournalMode::Crash) {
+        // The crash: flush, then the members drop every write; the journal-only writes reach
+        // the journal alone, and the array goes without a stop.
+        array.flush().map_err(|e| err("flush")(e.to_string()))?;
+        armed.store(true, Ordering::SeqCst);
+        for w in a.writes.iter().filter(|w| w.journal_only) {
+            write_pattern(&array, w, &mut writes)?;
+        }
+        let status = array.status();
+        drop(array);
+        status
+    } else {
+        array.stop().map_err(|e| err("stop")(e.to_string()))?;
+        array.status()
+    };
+    let journal_status = a.journal.map(|_| {
+        let role = status
+            .members
+            .iter()
+            .find(|m| m.index == n)
+            .map_or_else(|| "(none)".to_string(), |m| m.role.clone());
+        (status.consistency_policy.name().to_string(), role)
+    });
     let mut recovery = None;
     if !a.fail_members.is_empty() {
         // As `raidkit fail` (then `raidkit add` and a rebuild): assemble, mark the members
@@ -370,7 +444,22 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     let size_usize =
         usize::try_from(size).map_err(|_| err("size")(format!("{size} bytes do not fit")))?;
     let sha256 = hex(&Sha256::digest(expected_contents(size_usize, &pattern)));
-    let readback_sha256 = readback_sha256(a)?;
+    let crash = a.journal == Some(JournalMode::Crash);
+    let members_sha256 = if crash {
+        Some(readback(a, false)?.0)
+    } else {
+        None
+    };
+    let (readback_sha256, readback_notes) = readback(a, crash)?;
+    let journal = journal_status.map(|(policy, role)| JournalExpectation {
+        policy,
+        role,
+        members_sha256,
+        notes: readback_notes
+            .into_iter()
+            .filter(|n| n.contains("journal"))
+            .collect(),
+    });
     let mut examine = BTreeMap::new();
     let mut bitmap = BTreeMap::new();
     for (m, disk) in a.members.iter().zip(open_members(&a.members, true)?) {
@@ -418,6 +507,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         recovery,
         bitmap,
         bitmap_dirty_bits,
+        journal,
     })
 }
 
@@ -504,14 +594,66 @@ fn read_bitmap(
 
 /// sha256 of the whole array as raidkit reads it (read-only assembly of every member given).
 pub fn readback_sha256(a: &PlannedArray) -> Result<String, PrepareError> {
-    let (array, _) = Array::assemble(
-        open_members(&a.members, true)?,
-        AssembleOptions {
-            read_only: true,
-            ..AssembleOptions::default()
-        },
-    )
-    .map_err(|e| err("read-only assemble")(e.to_string()))?;
+    readback(a, false).map(|(sha, _)| sha)
+}
+
+/// sha256 of the whole array as raidkit reads it, and its assembly notes. `replay`: assemble
+/// copies of the images read-write, so that raidkit replays a write journal (left in place
+/// for the next reader), and stop that array cleanly; otherwise a read-only assembly of the
+/// images themselves.
+pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<String>), PrepareError> {
+    if !replay {
+        let (array, report) = Array::assemble(
+            open_members(&a.members, true)?,
+            AssembleOptions {
+                read_only: true,
+                ..AssembleOptions::default()
+            },
+        )
+        .map_err(|e| err("read-only assemble")(e.to_string()))?;
+        return Ok((read_all(&array)?, report.notes));
+    }
+    let copies = copy_images(&a.members)?;
+    let result = (|| {
+        let (array, report) =
+            Array::assemble(open_members(&copies, false)?, AssembleOptions::default())
+                .map_err(|e| err("assemble copies")(e.to_string()))?;
+        let sha = read_all(&array)?;
+        array
+            .stop()
+            .map_err(|e| err("stop copies")(e.to_string()))?;
+        Ok((sha, report.notes))
+    })();
+    for c in &copies {
+        let _ = std::fs::remove_file(&c.image);
+    }
+    result
+}
+
+/// Copies of the images beside them (`<image>.copy`), for an assembly that must not change
+/// the images themselves.
+pub fn copy_images(members: &[PlannedMember]) -> Result<Vec<PlannedMember>, PrepareError> {
+    let mut copies = Vec::new();
+    for m in members {
+        let mut image = m.image.clone().into_os_string();
+        image.push(".copy");
+        let c = PlannedMember {
+            image: image.into(),
+            ..m.clone()
+        };
+        if let Err(e) = std::fs::copy(&m.image, &c.image) {
+            for done in &copies {
+                let done: &PlannedMember = done;
+                let _ = std::fs::remove_file(&done.image);
+            }
+            return Err(err("copy")(format!("{}: {e}", m.image.display())));
+        }
+        copies.push(c);
+    }
+    Ok(copies)
+}
+
+pub(crate) fn read_all(array: &Array) -> Result<String, PrepareError> {
     let size = array.size_bytes();
     let mut h = Sha256::new();
     let mut buf = vec![0u8; WRITE_STEP_BYTES];

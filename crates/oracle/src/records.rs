@@ -15,7 +15,10 @@
 //! `recovering_dev` (the recovery started and held by sync_max at its first step; also
 //! `recovering hold <sectors>` and `recovering debug_messages on|off`) and as `rebuilt` and
 //! `rebuilt_dev` (it finished), and `recovering_detail <line>` and `rebuilt_detail <line>`
-//! (mdadm --detail then).
+//! (mdadm --detail then). Arrays md creates with a write journal also record `detail <line>`
+//! (mdadm --detail before the stop) and `sysfs consistency_policy`; with a crash,
+//! `crash <attr> <value>` (array_state and the journal's data offset when the members started
+//! dropping writes) and `dm_table <line>` (the device-mapper tables then).
 //! Lines of other shapes (`vm done`, timings) are ignored here. A report is complete only if
 //! its `end` record arrived; a missing `end` means the VM died or timed out mid-array.
 
@@ -68,6 +71,10 @@ pub struct ArrayReport {
     pub rebuilt_dev: BTreeMap<String, BTreeMap<String, String>>,
     /// `mdadm --detail` after md finished the recovery, raw lines.
     pub rebuilt_detail: Vec<String>,
+    /// Journal crash rows md created: state when the members started dropping writes.
+    pub crash: BTreeMap<String, String>,
+    /// The device-mapper tables from then on.
+    pub dm_table: Vec<String>,
     pub errors: Vec<String>,
     pub ended: bool,
 }
@@ -148,6 +155,8 @@ pub fn parse_records(text: &str) -> BTreeMap<String, ArrayReport> {
                 | "rebuilt"
                 | "rebuilt_dev"
                 | "rebuilt_detail"
+                | "crash"
+                | "dm_table"
                 | "error"
                 | "end"
         );
@@ -209,11 +218,13 @@ pub fn parse_records(text: &str) -> BTreeMap<String, ArrayReport> {
             "detail" => rep.detail.push(value.to_string()),
             "rebuilt_detail" => rep.rebuilt_detail.push(value.to_string()),
             "recovering_detail" => rep.recovering_detail.push(value.to_string()),
-            "held" | "recovering" | "rebuilt" => {
+            "dm_table" => rep.dm_table.push(value.to_string()),
+            "held" | "recovering" | "rebuilt" | "crash" => {
                 let (attr, v) = value.split_once(' ').unwrap_or((value, ""));
                 let map = match key {
                     "held" => &mut rep.held,
                     "recovering" => &mut rep.recovering,
+                    "crash" => &mut rep.crash,
                     _ => &mut rep.rebuilt,
                 };
                 map.insert(attr.to_string(), v.trim().to_string());
@@ -323,6 +334,8 @@ mod tests {
                     b recovering_dev rk0m4 slot 3 state spare recovery_start 2432\n\
                     b rebuilt sync_action idle\n\
                     b rebuilt_detail           State : clean \n\
+                    b crash journal_data_offset 2048\n\
+                    b dm_table rk-rk0m0: 0 8192 flakey 254:32 0 0 1 1 drop_writes \n\
                     b end\n";
         let r = &parse_records(text)["b"];
         assert_eq!(
@@ -339,6 +352,8 @@ mod tests {
         assert_eq!(r.recovering_dev["rk0m4"]["slot"], "3");
         assert_eq!(r.rebuilt["sync_action"], "idle");
         assert_eq!(r.rebuilt_detail_field("State"), Some("clean"));
+        assert_eq!(r.crash["journal_data_offset"], "2048");
+        assert_eq!(r.dm_table.len(), 1);
         assert!(r.errors.is_empty() && r.ended);
     }
 

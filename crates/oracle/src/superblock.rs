@@ -23,8 +23,12 @@ pub struct MemberSuperblock {
     pub data_offset_sectors: u64,
     pub data_size_sectors: u64,
     pub feature_map: u32,
+    /// `recovery_offset`, which on a write journal device is `journal_tail` (the log sector
+    /// of the meta block md starts its recovery from).
+    pub recovery_offset_sectors: u64,
     pub dev_number: u32,
-    /// `dev_roles[dev_number]`: the member's role (slot) in the array, or 0xfffe/0xffff.
+    /// `dev_roles[dev_number]`: the member's role (slot) in the array, or 0xfffe/0xffff
+    /// (0xfffd: the write journal).
     pub role: u16,
 }
 
@@ -151,6 +155,7 @@ pub fn read_v12(image: &[u8]) -> Result<MemberSuperblock, SuperblockError> {
         data_offset_sectors: le64(sb, 0x80),
         data_size_sectors: le64(sb, 0x88),
         feature_map: le32(sb, 0x08),
+        recovery_offset_sectors: le64(sb, 0x98),
         dev_number,
         role: u16::from_le_bytes([sb[role_off], sb[role_off + 1]]),
     })

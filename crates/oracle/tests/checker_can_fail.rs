@@ -129,11 +129,13 @@ fn fixture(tag: &str) -> Fixture {
                 seed: 1,
                 offset_bytes: 0,
                 len_bytes: None,
+                journal_only: false,
             },
             PlannedWrite {
                 seed: 2,
                 offset_bytes: 10240,
                 len_bytes: Some(2048),
+                journal_only: false,
             },
         ],
         metadata: "1.2".into(),
@@ -141,6 +143,7 @@ fn fixture(tag: &str) -> Fixture {
         rebuild_percent: None,
         bitmap_chunk_bytes: None,
         spares: 0,
+        journal: None,
         expect: None,
         prepare_error: None,
     };

@@ -6,14 +6,21 @@
 # by their virtio serial, never by /dev/vdX order, so a job is independent of PCI slot order.
 #
 # Scenario types are sequences of these calls:
-#   md -> raidkit:  oracle_create, oracle_write..., oracle_report
+#   md -> raidkit:  oracle_create, oracle_write..., [oracle_crash_arm, oracle_write...,]
+#                   oracle_report
 #   raidkit -> md:  oracle_assemble, oracle_report (members prepared on the host)
-# FLAGS (oracle_assemble, oracle_report): "-" or a comma list of what else to do and record:
+# FLAGS (oracle_create, oracle_assemble, oracle_report): "-" or a comma list of what else to
+# do and record:
 #   bitmap   mdadm --examine-bitmap of every member before assembly and after the stop;
 #   rebuild  md resumes a recovery raidkit stopped part way: assemble read-only, record what
 #            md read, start the recovery held at its first step to record where it starts
 #            (sync_completed, each member's recovery_start, md_do_sync's "resuming" debug
-#            message), then let it finish (resume_recovery).
+#            message), then let it finish (resume_recovery);
+#   journal  the last serial is the array's write journal (mdadm --write-journal); md rows
+#            also record mdadm --detail before the stop;
+#   crash    (with journal, md rows) md runs on device-mapper maps of its devices, so that
+#            oracle_crash_arm can make the members drop every write: the writes after it
+#            reach only the journal, and oracle_report's stop is a crash (see there).
 
 # last_sha NAME: the sha256 recorded for NAME so far.
 last_sha() { sed -n "s/^$1 sha256 //p" "$RESULTS" | tail -n 1; }
@@ -90,24 +97,81 @@ devs_of() {
     echo "$list"
 }
 
-# oracle_create NAME MD LEVEL LAYOUT CHUNK_KIB SERIAL...   (LAYOUT, CHUNK_KIB: "-" = md default)
+# oracle_create NAME MD LEVEL LAYOUT CHUNK_KIB FLAGS SERIAL...   (LAYOUT, CHUNK_KIB: "-" = md
+# default; FLAGS above: with journal the last serial is the write journal, with crash every
+# device is used through a device-mapper map named rk-SERIAL)
 # Members start all-zero, so --assume-clean is truthful for every level (zero data has zero
 # parity and identical mirrors); the check in oracle_report confirms it.
 oracle_create() {
-    name=$1 md=$2 level=$3 layout=$4 chunk=$5
-    shift 5
+    name=$1 md=$2 level=$3 layout=$4 chunk=$5 flags=$6
+    shift 6
     emit "$name begin create"
     stamp "$name" begin
+    : > "/tmp/created.$name"
     dmesg -c > /dev/null 2>&1
     devs=$(devs_of "$name" "$@") || return 1
-    set -- --create "/dev/$md" --run --metadata=1.2 --level="$level" --raid-devices=$# --assume-clean
+    if has_flag "$flags" crash; then
+        devs=$(dm_linear "$name" "$@") || return 1
+    fi
+    journal=""
+    if has_flag "$flags" journal; then
+        # The last device is the journal; mdadm asks about a bitmap unless told (md refuses
+        # a bitmap beside a journal anyway).
+        for d in $devs; do journal=$d; done
+        devs=${devs%" $journal"}
+    fi
+    n=$#
+    [ -n "$journal" ] && n=$((n - 1))
+    set -- --create "/dev/$md" --run --metadata=1.2 --level="$level" --raid-devices="$n" --assume-clean
     [ "$layout" != - ] && set -- "$@" --layout="$layout"
     [ "$chunk" != - ] && set -- "$@" --chunk="$chunk"
+    [ -n "$journal" ] && set -- "$@" --write-journal="$journal" --bitmap=none
     # shellcheck disable=SC2086 # devs is a list of /dev paths without spaces
     if ! mdadm "$@" $devs > /tmp/mdadm.log 2>&1; then
         emit "$name error mdadm --create failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
         return 1
     fi
+}
+
+# dm_linear NAME SERIAL...: a device-mapper map rk-SERIAL (linear, the whole disk) over each
+# disk; prints their /dev/dm-N paths in order.
+dm_linear() {
+    name=$1
+    shift
+    list=""
+    for s in "$@"; do
+        d=$(dev_of "$s") || { emit "$name error member disk $s not found"; return 1; }
+        if ! echo "0 $(blockdev --getsz "$d") linear $d 0" | dmsetup create --noudevsync "rk-$s" > /tmp/dm.log 2>&1; then
+            emit "$name error dmsetup create rk-$s failed: $(tr '\n' ' ' < /tmp/dm.log)"
+            return 1
+        fi
+        list="$list /dev/dm-$(dmsetup info -c --noheadings -o minor "rk-$s" | tr -d ' ')"
+    done
+    echo "$list"
+}
+
+# dm_drop_writes NAME JOURNAL_SERIAL JOURNAL_DATA_OFFSET SERIAL...: swap the maps of the
+# members (every SERIAL but the journal) for dm-flakey maps that drop every write and report
+# it done (reads still reach the disk), and the first JOURNAL_DATA_OFFSET sectors of the
+# journal (its superblock) likewise; only the journal's log area still takes writes. md's
+# superblock updates are then lost on every device alike, as in a crash.
+dm_drop_writes() {
+    name=$1 jserial=$2 joff=$3
+    shift 3
+    for s in "$@"; do
+        d=$(dev_of "$s")
+        sz=$(blockdev --getsz "$d")
+        if [ "$s" = "$jserial" ]; then
+            printf '0 %s flakey %s 0 0 1 1 drop_writes\n%s %s linear %s %s\n' \
+                "$joff" "$d" "$joff" $((sz - joff)) "$d" "$joff"
+        else
+            echo "0 $sz flakey $d 0 0 1 1 drop_writes"
+        fi | dmsetup load --noudevsync "rk-$s" > /tmp/dm.log 2>&1 \
+            || emit "$name error dmsetup load rk-$s failed: $(tr '\n' ' ' < /tmp/dm.log)"
+    done
+    for s in "$@"; do dmsetup suspend --noudevsync "rk-$s"; done
+    for s in "$@"; do dmsetup resume --noudevsync "rk-$s"; done
+    dmsetup table | emit_lines "$name" dm_table
 }
 
 # emit_lines NAME KEY: one record per line of stdin (leading blanks kept).
@@ -281,44 +345,95 @@ oracle_write() {
     fi
 }
 
-# oracle_report NAME MD FLAGS SERIAL...: size, sha256 of the whole array, md's geometry from
-# sysfs, md's own parity/mirror check, then stop the array and record mdadm --examine of each
-# member (and, with the bitmap flag, mdadm --examine-bitmap).
+# md_measure NAME MD FLAGS: size, sha256 of the whole array (and per-MiB hashes when the host
+# expected another), md's geometry from sysfs, md's own parity/mirror check; with the journal
+# flag also mdadm --detail.
+md_measure() {
+    name=$1 md=$2 flags=$3
+    sys=/sys/block/$md/md
+    emit "$name size_bytes $(blockdev --getsize64 "/dev/$md")"
+    emit "$name sha256 $(sha256sum "/dev/$md" | cut -d' ' -f1)"
+    stamp "$name" sha256
+    # With the host's expectation (oracle_assemble) and a different hash: per-MiB hashes,
+    # so the host can say where md's data differs.
+    if [ -r "/tmp/want.$name" ] && [ "$(cat "/tmp/want.$name")" != "$(last_sha "$name")" ]; then
+        size=$(blockdev --getsize64 "/dev/$md")
+        i=0
+        while [ $((i * 1048576)) -lt "$size" ] && [ "$i" -lt 512 ]; do
+            len=$((size - i * 1048576))
+            [ "$len" -gt 1048576 ] && len=1048576
+            h=$(dd if="/dev/$md" bs=1048576 skip="$i" count=1 2>/dev/null | sha256sum | cut -d' ' -f1)
+            emit "$name region_sha256 $((i * 1048576)) $len $h"
+            i=$((i + 1))
+        done
+    fi
+    for f in level layout chunk_size raid_disks component_size degraded consistency_policy; do
+        [ -r "$sys/$f" ] && emit "$name sysfs $f $(cat "$sys/$f")"
+    done
+    # md's check compares redundancy; with a member missing there is none to compare.
+    degraded=0
+    [ -r "$sys/degraded" ] && degraded=$(cat "$sys/degraded")
+    if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ] && [ "$degraded" = 0 ]; then
+        echo check > "$sys/sync_action"
+        sleep 0.2
+        mdadm --wait "/dev/$md" > /dev/null 2>&1
+        while [ "$(cat "$sys/sync_action")" != idle ]; do sleep 0.2; done
+        emit "$name mismatch_cnt $(cat "$sys/mismatch_cnt")"
+        stamp "$name" check
+    fi
+    # (arrays md assembled have theirs from right after the assembly)
+    if has_flag "$flags" journal && [ -e "/tmp/created.$name" ]; then
+        mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" detail
+    fi
+}
+
+# oracle_crash_arm NAME MD SERIAL...: (md rows with journal,crash; md runs on dm maps, the last
+# serial is the journal) measure the array as oracle_report does, wait until md has marked
+# it clean (no superblock write in flight), then make the members drop every write
+# (dm_drop_writes): the writes that follow reach only the journal's log.
+oracle_crash_arm() {
+    name=$1 md=$2
+    shift 2
+    sys=/sys/block/$md/md
+    md_measure "$name" "$md" journal
+    sync
+    i=0
+    while [ "$(cat "$sys/array_state")" != clean ] && [ "$i" -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    emit "$name crash array_state $(cat "$sys/array_state")"
+    jserial="" joff=""
+    for s in "$@"; do jserial=$s; done
+    for d in "$sys"/dev-*; do
+        [ "$(cat "$d/slot")" = journal ] && joff=$(cat "$d/offset")
+    done
+    if [ -z "$joff" ]; then
+        emit "$name error no journal device in $sys"
+        return 1
+    fi
+    emit "$name crash journal_data_offset $joff"
+    dm_drop_writes "$name" "$jserial" "$joff" "$@"
+    stamp "$name" armed
+}
+
+# oracle_report NAME MD FLAGS SERIAL...: md_measure, then stop the array and record mdadm
+# --examine of each member (and, with the bitmap flag, mdadm --examine-bitmap). With the crash
+# flag the array was measured before oracle_crash_arm and every device drops what md writes
+# now, so the stop is a crash: md's last superblock updates and its journal checkpoint are
+# lost and the journal keeps the writes the members never got; the maps are removed, the
+# examine reads the disks themselves.
 oracle_report() {
     name=$1 md=$2 flags=$3
     shift 3
-    if [ -b "/dev/$md" ]; then
-        sys=/sys/block/$md/md
-        emit "$name size_bytes $(blockdev --getsize64 "/dev/$md")"
-        emit "$name sha256 $(sha256sum "/dev/$md" | cut -d' ' -f1)"
-        stamp "$name" sha256
-        # With the host's expectation (oracle_assemble) and a different hash: per-MiB hashes,
-        # so the host can say where md's data differs.
-        if [ -r "/tmp/want.$name" ] && [ "$(cat "/tmp/want.$name")" != "$(last_sha "$name")" ]; then
-            size=$(blockdev --getsize64 "/dev/$md")
-            i=0
-            while [ $((i * 1048576)) -lt "$size" ] && [ "$i" -lt 512 ]; do
-                len=$((size - i * 1048576))
-                [ "$len" -gt 1048576 ] && len=1048576
-                h=$(dd if="/dev/$md" bs=1048576 skip="$i" count=1 2>/dev/null | sha256sum | cut -d' ' -f1)
-                emit "$name region_sha256 $((i * 1048576)) $len $h"
-                i=$((i + 1))
-            done
-        fi
-        for f in level layout chunk_size raid_disks component_size degraded; do
-            [ -r "$sys/$f" ] && emit "$name sysfs $f $(cat "$sys/$f")"
+    if has_flag "$flags" crash; then
+        mdadm --stop "/dev/$md" > /dev/null 2>&1 || emit "$name error mdadm --stop failed"
+        for s in "$@"; do
+            dmsetup remove --noudevsync "rk-$s" > /tmp/dm.log 2>&1 \
+                || emit "$name error dmsetup remove rk-$s failed: $(tr '\n' ' ' < /tmp/dm.log)"
         done
-        # md's check compares redundancy; with a member missing there is none to compare.
-        degraded=0
-        [ -r "$sys/degraded" ] && degraded=$(cat "$sys/degraded")
-        if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ] && [ "$degraded" = 0 ]; then
-            echo check > "$sys/sync_action"
-            sleep 0.2
-            mdadm --wait "/dev/$md" > /dev/null 2>&1
-            while [ "$(cat "$sys/sync_action")" != idle ]; do sleep 0.2; done
-            emit "$name mismatch_cnt $(cat "$sys/mismatch_cnt")"
-            stamp "$name" check
-        fi
+    elif [ -b "/dev/$md" ]; then
+        md_measure "$name" "$md" "$flags"
         sync
         mdadm --stop "/dev/$md" > /dev/null 2>&1 || emit "$name error mdadm --stop failed"
     fi

@@ -71,11 +71,14 @@ fn chunksize(bytes: u64) -> String {
 }
 
 /// The records of a VM run in which md agrees with raidkit in everything, for any row
-/// (clean, failed members, a rebuild md resumes, a bitmap).
+/// (clean, failed members, a rebuild md resumes, a bitmap, a write journal: md's start moves
+/// journal_tail, so mdadm --detail shows the events one up, and after raidkit's crash md
+/// replays as many stripe rows as raidkit's own replay did).
 pub fn md_records(a: &PlannedArray) -> String {
     let e = a.expect.as_ref().unwrap();
     let name = &a.name;
     let n = a.raid_devices();
+    let journal = a.journal.is_some();
     let rebuild = a.rebuild_percent.is_some();
     let failed = a.fail_members.len();
     let missing = a.expected_missing();
@@ -186,12 +189,22 @@ pub fn md_records(a: &PlannedArray) -> String {
         if a.bitmap_chunk_bytes.is_some() {
             fields.push(("Intent Bitmap", Some("Internal".to_string())));
         }
+        let spare = working - active;
+        // mdadm counts the journal among the working devices.
+        let working = working + usize::from(journal);
+        let events = get("Events").map(|v| {
+            if journal {
+                (v.parse::<u64>().unwrap() + 1).to_string()
+            } else {
+                v
+            }
+        });
         fields.extend([
             ("Update Time", get("Update Time")),
             ("State", Some(format!("{state} "))),
             ("Active Devices", Some(active.to_string())),
             ("Working Devices", Some(working.to_string())),
-            ("Spare Devices", Some((working - active).to_string())),
+            ("Spare Devices", Some(spare.to_string())),
             ("Layout", get("Layout")),
             ("Chunk Size", get("Chunk Size")),
             (
@@ -199,6 +212,8 @@ pub fn md_records(a: &PlannedArray) -> String {
                 Some(
                     if a.bitmap_chunk_bytes.is_some() {
                         "bitmap"
+                    } else if journal {
+                        "journal"
                     } else {
                         "resync"
                     }
@@ -207,11 +222,35 @@ pub fn md_records(a: &PlannedArray) -> String {
             ),
             ("Name", get("Name")),
             ("UUID", get("Array UUID")),
-            ("Events", get("Events")),
+            ("Events", events),
         ]);
         let fields = fields.into_iter().filter_map(|(k, v)| Some((k, v?)));
         for (k, v) in fields {
             let _ = writeln!(r, "{name} {key} {k:>18} : {v}");
+        }
+        if journal {
+            // mdadm's device table (only the journal rows look at it).
+            let _ = writeln!(r, "{name} {key}");
+            let _ = writeln!(
+                r,
+                "{name} {key}     Number   Major   Minor   RaidDevice State"
+            );
+            for i in 0..n {
+                let _ = writeln!(
+                    r,
+                    "{name} {key}        {}     254       {}        {i}      active sync   /dev/vd{}",
+                    i + 1,
+                    32 + 16 * i,
+                    (b'c' + i as u8) as char
+                );
+            }
+            let _ = writeln!(r, "{name} {key}");
+            let _ = writeln!(
+                r,
+                "{name} {key}        0     254       {}        -      journal   /dev/vd{}",
+                32 + 16 * n,
+                (b'c' + n as u8) as char
+            );
         }
     };
     let state = if failed > 0 {
@@ -276,6 +315,9 @@ pub fn md_records(a: &PlannedArray) -> String {
     ] {
         let _ = writeln!(r, "{name} sysfs {k} {v}");
     }
+    if journal {
+        let _ = writeln!(r, "{name} sysfs consistency_policy journal");
+    }
     if missing == 0 {
         let _ = writeln!(r, "{name} mismatch_cnt 0");
     }
@@ -286,6 +328,22 @@ pub fn md_records(a: &PlannedArray) -> String {
         "{name} dmesg [    3.92] md/raid:md0: raid level {} active",
         e.level
     );
+    if let Some(j) = &e.journal {
+        let rows = j.notes.iter().find_map(|l| {
+            let (head, _) = l.split_once(" stripe rows replayed")?;
+            head.rsplit(' ').next()?.parse::<u64>().ok()
+        });
+        let _ = match rows {
+            Some(rows) => writeln!(
+                r,
+                "{name} dmesg [    3.93] md/raid:md0: recovering 0 data-only stripes and {rows} data-parity stripes"
+            ),
+            None => writeln!(
+                r,
+                "{name} dmesg [    3.93] md/raid:md0: starting from clean shutdown"
+            ),
+        };
+    }
     if rebuild {
         for l in [
             "md: recovery of RAID array md0",
