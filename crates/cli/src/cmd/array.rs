@@ -864,6 +864,13 @@ fn create(args: CreateArgs) -> Result<(), CliError> {
         status.members.len(),
         status.uuid
     );
+    let policy = status.consistency_policy.name();
+    if (4..=6).contains(&status.level) && policy != "journal" && policy != "ppl" {
+        eprintln!(
+            "raidkit: note: consistency policy {policy}: a crash followed by the loss of a member can corrupt stripes that were being written (the write hole); --write-journal DEV closes it{}",
+            if status.level == 5 { ", as does --consistency-policy ppl" } else { "" }
+        );
+    }
     Ok(())
 }
 
