@@ -188,6 +188,8 @@ pub struct MemberStatus {
     pub device_uuid: String,
     pub data_offset_sectors: u64,
     pub events: u64,
+    /// Ranges the member's md bad-block log lists (reads there come from redundancy).
+    pub bad_block_ranges: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -2123,6 +2125,7 @@ impl Array {
                     device_uuid: st.sbs[i].device_uuid.to_mdadm_string(),
                     data_offset_sectors: st.sbs[i].data_offset_sectors,
                     events: st.sbs[i].events,
+                    bad_block_ranges: st.bad.get(i).map_or(0, Vec::len),
                 })
             })
             .collect();
