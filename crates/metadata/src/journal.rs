@@ -20,7 +20,7 @@
 //! checksum field zero, and each payload page has its own.
 
 use crate::error::MetadataError;
-use crate::ppl::crc32c_update;
+use crate::ppl::{crc32c_update, get32, get64, put32, put64};
 
 /// `R5LOG_MAGIC`.
 pub const JOURNAL_MAGIC: u32 = 0x6433_c509;
@@ -283,28 +283,8 @@ fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_le_bytes());
 }
 
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 fn get16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn get32(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn get64(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 #[cfg(test)]

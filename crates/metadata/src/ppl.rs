@@ -222,21 +222,22 @@ pub fn pp_checksum(pp: &[u8]) -> u32 {
     crc32c(pp)
 }
 
-fn put32(b: &mut [u8], at: usize, v: u32) {
+/// Little-endian field access shared by the log formats (PPL, journal).
+pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-fn put64(b: &mut [u8], at: usize, v: u64) {
+pub(crate) fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-fn get32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn get32(b: &[u8], at: usize) -> u32 {
     let mut x = [0u8; 4];
     x.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(x)
 }
 
-fn get64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn get64(b: &[u8], at: usize) -> u64 {
     let mut x = [0u8; 8];
     x.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(x)

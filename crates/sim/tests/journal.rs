@@ -51,6 +51,26 @@ fn pattern(id: u32, sectors: u64) -> Vec<u8> {
     buf
 }
 
+/// Writes pattern `first_id + i` at each (sector, sectors) of `writes`, unflushed, and applies
+/// them to `expect`.
+fn write_unflushed(array: &Array, writes: &[(u64, u64)], first_id: u32, expect: &mut [u8]) {
+    for (i, &(sector, sectors)) in writes.iter().enumerate() {
+        let data = pattern(first_id + i as u32, sectors);
+        array.write_at(&data, sector * 512, false).unwrap();
+        let at = sector as usize * SECTOR;
+        expect[at..at + data.len()].copy_from_slice(&data);
+    }
+}
+
+/// The first sector where the whole array differs from `expect`.
+fn first_difference(array: &Array, expect: &[u8]) -> Option<usize> {
+    let mut got = vec![0u8; expect.len()];
+    array.read_at(&mut got, 0).unwrap();
+    got.chunks(SECTOR)
+        .zip(expect.chunks(SECTOR))
+        .position(|(a, b)| a != b)
+}
+
 fn assemble(world: &SimWorld) -> (Array, Vec<String>) {
     let disks: Vec<Box<dyn Disk>> = world
         .surviving_disks()
@@ -85,12 +105,7 @@ fn crash_then_lose(level: i32, n: usize, lost: usize) {
         (9000, 64),
         (12000, 1),
     ];
-    for (i, &(sector, sectors)) in writes.iter().enumerate() {
-        let data = pattern(100 + i as u32, sectors);
-        array.write_at(&data, sector * 512, false).unwrap();
-        let at = sector as usize * SECTOR;
-        expect[at..at + data.len()].copy_from_slice(&data);
-    }
+    write_unflushed(&array, &writes, 100, &mut expect);
     drop(array);
     world.crash(&[]);
     world.power_on();
@@ -100,12 +115,7 @@ fn crash_then_lose(level: i32, n: usize, lost: usize) {
         notes.iter().any(|n| n.contains("stripe rows replayed")),
         "no replay reported: {notes:?}"
     );
-    let mut got = vec![0u8; size as usize];
-    array.read_at(&mut got, 0).unwrap();
-    let first_bad = got
-        .chunks(SECTOR)
-        .zip(expect.chunks(SECTOR))
-        .position(|(a, b)| a != b);
+    let first_bad = first_difference(&array, &expect);
     assert_eq!(
         first_bad, None,
         "RAID {level}: sector {first_bad:?} differs after the crash and the loss of member {lost}"
@@ -220,12 +230,7 @@ fn degraded_partial_page_writes_survive_a_crash_and_a_second_loss() {
         array.fail_member(failed).unwrap();
         let mut expect = base.clone();
         let writes: [(u64, u64); 5] = [(3, 2), (130, 5), (255, 3), (1021, 7), (7000, 300)];
-        for (i, &(sector, sectors)) in writes.iter().enumerate() {
-            let data = pattern(200 + i as u32, sectors);
-            array.write_at(&data, sector * 512, false).unwrap();
-            let at = sector as usize * SECTOR;
-            expect[at..at + data.len()].copy_from_slice(&data);
-        }
+        write_unflushed(&array, &writes, 200, &mut expect);
         drop(array);
         world.crash(&[]);
         world.power_on();
@@ -233,12 +238,7 @@ fn degraded_partial_page_writes_survive_a_crash_and_a_second_loss() {
         let second = (failed + 2) % 5;
         world.disk(second).update_faults(|f| f.dead = true);
         let (array, _) = assemble(&world);
-        let mut got = vec![0u8; size as usize];
-        array.read_at(&mut got, 0).unwrap();
-        let first_bad = got
-            .chunks(SECTOR)
-            .zip(expect.chunks(SECTOR))
-            .position(|(a, b)| a != b);
+        let first_bad = first_difference(&array, &expect);
         assert_eq!(
             first_bad, None,
             "member {failed} failed, then a crash and the loss of member {second}"

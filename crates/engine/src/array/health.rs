@@ -929,6 +929,18 @@ impl Array {
             },
             other => EngineError::Invalid(other.to_string()),
         })?;
+        Ok(self.write_targets(ms, n, bufs, targets))
+    }
+
+    /// Writes what `bufs` holds for each target over `[ms, ms + n)`; fails targets whose write
+    /// fails. Returns how many targets are still alive.
+    fn write_targets(
+        &self,
+        ms: u64,
+        n: u64,
+        bufs: &mut [Vec<u8>],
+        targets: &[(usize, usize, Arc<Member>)],
+    ) -> usize {
         let len = n as usize * SECTOR;
         let mut writes: Vec<RangeIo<'_>> = Vec::new();
         for (slot, buf) in bufs.iter_mut().enumerate() {
@@ -948,7 +960,7 @@ impl Array {
         for ((_, e), slot) in errors.into_iter().zip(&failed) {
             self.member_failed(*slot, &format!("rebuild write: {e}"));
         }
-        Ok(targets.len() - failed.len())
+        targets.len() - failed.len()
     }
 
     /// Slots whose member's bad-block log lists part of `[ms, ms + n)`, with those ranges.
@@ -1012,39 +1024,14 @@ impl Array {
             }
             b += len;
         }
-        let alive = {
-            let mut rest = readable.to_vec();
-            for &(b, len) in &lost_blocks {
-                // Zeroes, never another member's data, where nothing could be computed.
-                let off = ((b - ms) as usize) * SECTOR;
-                for (slot, ..) in targets {
-                    bufs[*slot][off..off + len as usize * SECTOR].fill(0);
-                }
-            }
+        for &(b, len) in &lost_blocks {
+            // Zeroes, never another member's data, where nothing could be computed.
+            let off = ((b - ms) as usize) * SECTOR;
             for (slot, ..) in targets {
-                rest[*slot] = false;
+                bufs[*slot][off..off + len as usize * SECTOR].fill(0);
             }
-            let len = n as usize * SECTOR;
-            let mut writes: Vec<RangeIo<'_>> = Vec::new();
-            for (slot, buf) in bufs.iter_mut().enumerate() {
-                if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
-                    writes.push(RangeIo {
-                        slot,
-                        member: m.clone(),
-                        write: true,
-                        member_sector: ms,
-                        buf: &mut buf[..len],
-                    });
-                }
-            }
-            let errors = self.range_io(&mut writes);
-            let failed: Vec<usize> = errors.iter().map(|(k, _)| writes[*k].slot).collect();
-            drop(writes);
-            for ((_, e), slot) in errors.into_iter().zip(&failed) {
-                self.member_failed(*slot, &format!("rebuild write: {e}"));
-            }
-            targets.len() - failed.len()
-        };
+        }
+        let alive = self.write_targets(ms, n, bufs, targets);
         for &(b, len) in &lost_blocks {
             for (_, index, _) in targets {
                 if !self.record_bad_block(*index, b, len)? {

@@ -483,11 +483,16 @@ impl Array {
             };
             let end = io.member_sector + io.sectors;
             let mut s = io.member_sector / PAGE_SECTORS * PAGE_SECTORS;
+            let mut stripe_info = None;
             while s < end {
                 let lo = s.max(io.member_sector);
                 let hi = (s + PAGE_SECTORS).min(end);
                 let stripe = s / chunk;
-                let info = self.geo.stripe(stripe);
+                // An I/O stays within one chunk: one stripe lookup per I/O, not per page.
+                if stripe_info.as_ref().is_none_or(|(n, _)| *n != stripe) {
+                    stripe_info = Some((stripe, self.geo.stripe(stripe)));
+                }
+                let info = &stripe_info.as_ref().expect("just set").1;
                 let row = rows.entry(s).or_default();
                 let page: &mut Vec<u8> = if io.member == info.p_member {
                     row.p.get_or_insert_with(Vec::new)
