@@ -1590,19 +1590,24 @@ impl Array {
         };
         let batch = Batch::new();
         batch.add(targets.len());
-        for (tag, (_, _, m)) in targets.iter().enumerate() {
-            m.worker.submit(
-                Job {
-                    kind: JobKind::Flush,
-                    offset_bytes: 0,
-                    ptr: std::ptr::null_mut(),
-                    len: 0,
-                    batch: batch.clone(),
-                    tag,
-                },
-                m.disk.name(),
-            );
-        }
+        pool::run_phase(
+            targets
+                .iter()
+                .enumerate()
+                .map(|(tag, (_, _, m))| {
+                    let job = Job {
+                        kind: JobKind::Flush,
+                        offset_bytes: 0,
+                        ptr: std::ptr::null_mut(),
+                        len: 0,
+                        batch: batch.clone(),
+                        tag,
+                    };
+                    (&m.worker, m.disk.name(), job)
+                })
+                .collect(),
+            &batch,
+        );
         for (tag, err) in batch.wait() {
             let (slot, replacement, _) = targets[tag];
             if replacement {
@@ -2591,7 +2596,11 @@ impl Array {
         user_len: usize,
         suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
-        let pieces = core::split(&self.geo, array_sector, sectors, self.max_band_sectors);
+        let mut pieces = core::split(&self.geo, array_sector, sectors, self.max_band_sectors);
+        let one_member_bands = dir == Dir::Write && self.ppl.is_some();
+        if one_member_bands {
+            pieces = core::one_data_member_per_band(&self.geo, pieces);
+        }
         let mut i = 0;
         while i < pieces.len() {
             // One batch: consecutive pieces within the scratch budget (at least one).
@@ -2603,6 +2612,8 @@ impl Array {
                 let lb = self.ppl_piece_bytes(dir == Dir::Write, &pieces[j].kind);
                 if j > i
                     && (bytes + b > self.batch_budget_bytes
+                        || (one_member_bands
+                            && pieces[i..j].iter().any(|p| core::same_rows(p, &pieces[j])))
                         || !self.ppl_fits(dir == Dir::Write, j - i + 1, log_bytes + lb)
                         || !self.journal_fits(dir == Dir::Write, &pieces[i..=j]))
                 {
@@ -2834,30 +2845,12 @@ impl Array {
                 ));
             }
             batch.add(jobs.len());
-            let phase_bytes: usize = jobs.iter().map(|(_, j)| j.len).sum();
-            let cpu_bound = jobs.iter().all(|(m, _)| m.worker.cpu_bound());
-            if pool::inline_all(jobs.len(), phase_bytes, cpu_bound) {
-                for (m, job) in jobs {
-                    m.worker.execute_here(job);
-                }
-            } else {
-                // The calling thread performs the last job itself, then takes back whatever
-                // the workers have not started yet instead of sleeping while they get a CPU.
-                let inline = jobs.pop();
-                let mut helped = Vec::with_capacity(jobs.len());
-                for (m, job) in jobs {
-                    m.worker.submit(job, m.disk.name());
-                    helped.push(m);
-                }
-                if let Some((m, job)) = inline {
-                    m.worker.execute_here(job);
-                }
-                for m in helped.drain(..) {
-                    while let Some(job) = m.worker.steal(&batch) {
-                        m.worker.execute_here(job);
-                    }
-                }
-            }
+            pool::run_phase(
+                jobs.into_iter()
+                    .map(|(m, job)| (&m.worker, m.disk.name(), job))
+                    .collect(),
+                &batch,
+            );
             let errors = batch.wait();
             if let Some(hold) = ppl_hold {
                 hold.finish();

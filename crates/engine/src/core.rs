@@ -196,6 +196,73 @@ pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) 
     out
 }
 
+/// Partial parity log arrays: every band that writes more than one data member but not the
+/// whole stripe becomes one band per data member, in data order (full-stripe bands and
+/// mirror pieces are kept).
+///
+/// Why: the log recomputes a stripe's parity from its partial parity and the modified data,
+/// so it cannot recover a stripe whose modified data member is lost (md's own limit). When a
+/// band modifies only one data member, that member's rows are parity XOR the untouched data,
+/// and the untouched data did not change: after a crash they read back per sector as the
+/// parity left them, old or new, never a mix of two members' states. The bands of one stripe
+/// must then run one after another, each logged and written before the next is logged (the
+/// caller's batches never hold two pieces with [`same_rows`]).
+pub fn one_data_member_per_band(geo: &Geo, pieces: Vec<Piece>) -> Vec<Piece> {
+    let d = geo.data_disks();
+    let chunk_bytes = geo.chunk_sectors as usize * SECTOR;
+    let mut out = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        match p.kind {
+            PieceKind::Band {
+                stripe,
+                lo,
+                sectors,
+                dd_first,
+                dd_last,
+                user_offset_bytes,
+            } if dd_last > dd_first && dd_last + 1 - dd_first < d => {
+                for dd in dd_first..=dd_last {
+                    out.push(Piece {
+                        lock_key: p.lock_key,
+                        kind: PieceKind::Band {
+                            stripe,
+                            lo,
+                            sectors,
+                            dd_first: dd,
+                            dd_last: dd,
+                            user_offset_bytes: user_offset_bytes + (dd - dd_first) * chunk_bytes,
+                        },
+                    });
+                }
+            }
+            _ => out.push(p),
+        }
+    }
+    out
+}
+
+/// Whether two pieces are bands of the same stripe over overlapping in-chunk rows (they
+/// share parity sectors).
+pub fn same_rows(a: &Piece, b: &Piece) -> bool {
+    match (&a.kind, &b.kind) {
+        (
+            PieceKind::Band {
+                stripe: sa,
+                lo: la,
+                sectors: na,
+                ..
+            },
+            PieceKind::Band {
+                stripe: sb,
+                lo: lb,
+                sectors: nb,
+                ..
+            },
+        ) => sa == sb && *la < lb + nb && *lb < la + na,
+        _ => false,
+    }
+}
+
 /// The plan chosen for a piece (reported for tests and statistics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanKind {
@@ -1123,6 +1190,63 @@ fn rebuild(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_bands_become_one_band_per_data_member() {
+        // RAID 5 over 5 members (4 data), 16-sector chunks: a write from the middle of data
+        // index 1 of stripe 0 to the middle of data index 1 of stripe 2.
+        let g = Geo::new(5, 2, 5, 16, 16 * 100).unwrap();
+        let (start, len) = (16 + 4, 2 * 64 - 8);
+        let pieces = one_data_member_per_band(&g, split(&g, start, len, 4096));
+        let mut covered = vec![0u32; len as usize];
+        for p in &pieces {
+            let PieceKind::Band {
+                stripe,
+                lo,
+                sectors,
+                dd_first,
+                dd_last,
+                user_offset_bytes,
+            } = p.kind
+            else {
+                panic!("{p:?}")
+            };
+            let full = dd_first == 0 && dd_last == 3;
+            assert!(full || dd_first == dd_last, "{p:?}");
+            for dd in dd_first..=dd_last {
+                let user = user_offset_bytes / SECTOR + (dd - dd_first) * 16;
+                let array = stripe * 64 + dd as u64 * 16 + lo;
+                assert_eq!(array - start, user as u64, "{p:?}");
+                for k in 0..sectors as usize {
+                    covered[user + k] += 1;
+                }
+            }
+        }
+        assert!(covered.iter().all(|&c| c == 1), "every sector exactly once");
+        // Only stripe 1 is written whole; the bands of stripes 0 and 2 share rows pairwise.
+        let full: Vec<_> = pieces
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.kind,
+                    PieceKind::Band {
+                        dd_first: 0,
+                        dd_last: 3,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(full.len(), 1);
+        let shared = pieces
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| pieces[i + 1..].iter().map(move |b| same_rows(a, b)))
+            .filter(|&x| x)
+            .count();
+        assert!(shared > 0);
+        assert!(!same_rows(full[0], &pieces[0]));
+    }
 
     fn plan_of(
         geo: &Geo,

@@ -175,7 +175,14 @@ struct Stats {
     /// Share of recent sampled jobs that did not wait, in 1/1024 (exponential average);
     /// starts at 0: a member counts as CPU-bound only once measured so.
     cpu_share_1024: AtomicU32,
+    /// Share of recent flushes that returned within [`FAST_FLUSH`], in 1/1024 (exponential
+    /// average, starts at 0). A page-cache file's writes do not wait but its flush does (it
+    /// writes the file back); a tmpfs or memory member's flush is a system call and no more.
+    fast_flush_1024: AtomicU32,
 }
+
+/// A flush that returns within this did not wait for a device.
+const FAST_FLUSH: std::time::Duration = std::time::Duration::from_micros(50);
 
 const SAMPLE_EVERY: u64 = 8;
 /// Above this share of non-waiting jobs a member's I/O counts as CPU-bound.
@@ -194,9 +201,22 @@ impl Stats {
         self.cpu_share_1024.load(Ordering::Relaxed) >= CPU_BOUND_1024
     }
 
+    fn fast_flush(&self) -> bool {
+        self.fast_flush_1024.load(Ordering::Relaxed) >= CPU_BOUND_1024
+    }
+
     fn run(&self, disk: &dyn Disk, job: Job) {
+        if job.kind == JobKind::Flush {
+            let t = std::time::Instant::now();
+            execute(disk, job);
+            let sample = if t.elapsed() <= FAST_FLUSH { 1024 } else { 0 };
+            let old = self.fast_flush_1024.load(Ordering::Relaxed);
+            self.fast_flush_1024
+                .store((old * 7 + sample) / 8, Ordering::Relaxed);
+            return;
+        }
         let n = self.jobs.fetch_add(1, Ordering::Relaxed);
-        if job.kind == JobKind::Flush || !n.is_multiple_of(SAMPLE_EVERY) {
+        if !n.is_multiple_of(SAMPLE_EVERY) {
             return execute(disk, job);
         }
         let before = voluntary_switches();
@@ -258,6 +278,7 @@ impl Worker {
         let stats = Arc::new(Stats {
             jobs: AtomicU64::new(0),
             cpu_share_1024: AtomicU32::new(0),
+            fast_flush_1024: AtomicU32::new(0),
         });
         let (q, s, d) = (queue.clone(), stats.clone(), disk.clone());
         let handle = std::thread::Builder::new().name(name).spawn(move || {
@@ -319,6 +340,50 @@ impl Worker {
     /// True when this member's recent I/O did not wait (page cache, tmpfs).
     pub fn cpu_bound(&self) -> bool {
         self.stats.cpu_bound()
+    }
+
+    /// True when this member's recent flushes did not wait (tmpfs, memory).
+    pub fn fast_flush(&self) -> bool {
+        self.stats.fast_flush()
+    }
+
+    /// Whether `kind` on this member does not wait, by recent measurements.
+    pub fn does_not_wait(&self, kind: JobKind) -> bool {
+        match kind {
+            JobKind::Flush => self.fast_flush(),
+            JobKind::Read | JobKind::Write => self.cpu_bound(),
+        }
+    }
+}
+
+/// Runs one phase of member jobs that complete `batch` (already counted with
+/// [`Batch::add`]); the caller then waits on the batch. When the jobs do not wait and
+/// [`inline_all`] says so, the calling thread does them all; otherwise the workers get all but
+/// the last, the caller does that one and then takes back whatever the workers have not
+/// started instead of sleeping while they get a CPU.
+/// `jobs` are (worker, member name, job).
+pub fn run_phase(mut jobs: Vec<(&Worker, &str, Job)>, batch: &Arc<Batch>) {
+    let phase_bytes: usize = jobs.iter().map(|(_, _, j)| j.len).sum();
+    let no_wait = jobs.iter().all(|(w, _, j)| w.does_not_wait(j.kind));
+    if inline_all(jobs.len(), phase_bytes, no_wait) {
+        for (w, _, job) in jobs {
+            w.execute_here(job);
+        }
+        return;
+    }
+    let inline = jobs.pop();
+    let mut helped = Vec::with_capacity(jobs.len());
+    for (w, name, job) in jobs {
+        w.submit(job, name);
+        helped.push(w);
+    }
+    if let Some((w, _, job)) = inline {
+        w.execute_here(job);
+    }
+    for w in helped {
+        while let Some(job) = w.steal(batch) {
+            w.execute_here(job);
+        }
     }
 }
 

@@ -17,21 +17,23 @@
 //! the newest log of its parity member, and recomputing parity as partial parity XOR the
 //! current modified data makes the stripe consistent again with the data the write did not
 //! touch: that data then survives the loss of any member. Data the write was modifying reads
-//! back per sector as it is on the surviving members (old or new); on a lost member that was
-//! being modified together with another data member it can read as neither (md's limit too:
-//! it recovers an entry only when every modified data member is there).
+//! back per sector as it is on the surviving members (old or new). On a lost member it is
+//! parity XOR the other data: md recovers an entry only when every modified data member is
+//! there, so when a lost member was modified together with another data member it can read as
+//! neither. The driver narrows that to full-stripe writes: a partial-stripe band over several
+//! data members is logged and written one data member at a time
+//! ([`crate::core::one_data_member_per_band`]), so the lost member's rows are parity XOR data
+//! that did not change. A full-stripe write changes every data member at once; only the write
+//! journal (`array/journal.rs`) keeps its in-flight sectors on a lost member old or new.
 //!
-//! RAID 4 and RAID 6 have no guard: md's PPL is RAID 5 only (`ppl_init_log` refuses other
-//! levels), and md's other means, the write journal (raid5-cache.c, a separate journal device
-//! with its own superblock role 0xfffd, meta blocks, data and parity payloads, a reclaim and
-//! a replay state machine, write-back mode), is a subsystem of its own; the engine does not
-//! implement it, so RAID 4/6 arrays still need the resync after an unclean stop and a crash
-//! followed by a member loss can corrupt their data outside the writes in flight.
+//! RAID 4 and RAID 6 have no partial parity log: md's PPL is RAID 5 only (`ppl_init_log`
+//! refuses other levels). Their guard is md's write journal.
 //!
 //! Cost (measured by `examples/pplbench.rs`, RAID 5 over 4 members in /dev/shm, 512 KiB
-//! chunk): every stripe write first writes and flushes a log on its parity member, and the
-//! members a log covers are flushed before it is replaced; 4 KiB random writes ran at 0.60x
-//! and 1 MiB sequential writes at 0.26x of the resync policy.
+//! chunk, one writer): every stripe write first writes and flushes a log on its parity member,
+//! and the members a log covers are flushed before it is replaced; 4 KiB random writes ran at
+//! about 0.5x and 1 MiB sequential writes (partial stripes, each written one data member at a
+//! time) at about 0.2x of the resync policy. See docs/design.md.
 //!
 //! Entries are parsed the way md parses them, including shapes md itself never writes, and
 //! checked against the geometry: an entry that does not fit is refused (counted as a mismatch,

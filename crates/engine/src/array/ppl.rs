@@ -20,7 +20,7 @@
 
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
 use crate::core::{MemberState, PieceKind, PieceOp, SECTOR};
-use crate::pool::{Batch, Job, JobKind};
+use crate::pool::{run_phase, Batch, Job, JobKind};
 use crate::ppl::{newest_header, plan_entry, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
 use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
@@ -190,10 +190,17 @@ impl Array {
             .collect();
         let batch = Batch::new();
         batch.add(flushes.len());
-        for (tag, (_, m)) in flushes.iter().enumerate() {
-            m.worker
-                .submit(job(JobKind::Flush, 0, &mut [], &batch, tag), m.disk.name());
-        }
+        run_phase(
+            flushes
+                .iter()
+                .enumerate()
+                .map(|(tag, (_, m))| {
+                    let j = job(JobKind::Flush, 0, &mut [], &batch, tag);
+                    (&m.worker, m.disk.name(), j)
+                })
+                .collect(),
+            &batch,
+        );
         for (tag, err) in batch.wait() {
             self.member_failed(flushes[tag].0, &err.to_string());
         }
@@ -223,13 +230,23 @@ impl Array {
                 })?;
             bufs.push((slot, m, at, bytes));
         }
+        // Each member's log write and its flush run in order: one worker queue, or the
+        // calling thread when neither waits.
         let batch = Batch::new();
         batch.add(bufs.len() * 2);
+        let inline = bufs.iter().all(|(_, m, _, _)| {
+            m.worker.does_not_wait(JobKind::Write) && m.worker.does_not_wait(JobKind::Flush)
+        });
         for (i, (_, m, at, bytes)) in bufs.iter_mut().enumerate() {
-            m.worker
-                .submit(job(JobKind::Write, *at, bytes, &batch, i), m.disk.name());
-            m.worker
-                .submit(job(JobKind::Flush, 0, &mut [], &batch, i), m.disk.name());
+            let w = job(JobKind::Write, *at, bytes, &batch, i);
+            let f = job(JobKind::Flush, 0, &mut [], &batch, i);
+            if inline {
+                m.worker.execute_here(w);
+                m.worker.execute_here(f);
+            } else {
+                m.worker.submit(w, m.disk.name());
+                m.worker.submit(f, m.disk.name());
+            }
         }
         let mut failed: Vec<usize> = batch.wait().into_iter().map(|(t, _)| t).collect();
         failed.dedup();
