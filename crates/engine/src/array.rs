@@ -1482,6 +1482,17 @@ impl Array {
         self.geo.array_sectors() * SECTOR as u64
     }
 
+    /// RAID 4/5/6: the data bytes of one stripe, the write that needs no reads (and no
+    /// partial parity). `None` for the mirror and stripe levels, where any write is direct.
+    pub fn full_stripe_bytes(&self) -> Option<u64> {
+        match self.geo.scheme() {
+            Scheme::Parity { .. } => {
+                Some(self.geo.data_disks() as u64 * self.geo.chunk_sectors * SECTOR as u64)
+            }
+            Scheme::Copies => None,
+        }
+    }
+
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }

@@ -141,6 +141,14 @@ pub trait Export: Send + Sync {
         false
     }
 
+    /// Bytes of the write unit that costs least when written whole (a parity array's full
+    /// stripe), or 0. When it is not 0 the server gathers a write and the contiguous writes
+    /// queued right behind it on the same connection into one [`Export::write_at`], up to the
+    /// end of such a unit, as the kernel's block layer merges requests before md sees them.
+    fn write_gather_bytes(&self) -> u64 {
+        0
+    }
+
     /// Fills `buf` with the bytes at `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 
@@ -218,6 +226,9 @@ impl<E: Export + ?Sized> Export for Arc<E> {
     }
     fn can_multi_conn(&self) -> bool {
         (**self).can_multi_conn()
+    }
+    fn write_gather_bytes(&self) -> u64 {
+        (**self).write_gather_bytes()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         (**self).read_at(offset, buf)

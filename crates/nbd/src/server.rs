@@ -32,6 +32,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// How long a worker that is gathering a streaming client's writes waits for the next
+/// request header to arrive (it holds the read lock meanwhile, as it would while reading).
+const GATHER_WAIT: Duration = Duration::from_micros(200);
+
 /// Worker buffers larger than this are freed after use instead of kept for the next request.
 pub const RETAINED_BUFFER_BYTES: usize = 4 << 20;
 /// Size of the per-connection read buffer that lets one `read` pick up several requests.
@@ -732,6 +736,7 @@ impl Server {
             panicked: AtomicBool::new(false),
             violation: Mutex::new(None),
             budget: Budget::new(self.config.inflight_bytes_per_connection),
+            last_write_end: AtomicU64::new(u64::MAX),
         };
         std::thread::scope(|scope| {
             for _ in 1..self.config.threads_per_connection {
@@ -822,6 +827,23 @@ fn poll_readable(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
     Ok(rc > 0)
 }
 
+/// Whether `fd` has data (or an end) to read within `wait` (no wait for zero).
+fn wait_readable(fd: RawFd, wait: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd and timespec on the stack for the duration of the call; no
+    // signal mask is given.
+    let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    rc > 0
+}
+
 /// Locks a mutex, ignoring poisoning: every value guarded here stays valid if a holder
 /// panicked (counters, buffers whose contents are re-read, a unit value).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -893,6 +915,37 @@ impl ReadBuffer {
         Ok(())
     }
 
+    /// The next request header if its bytes have arrived, without waiting and without
+    /// consuming it: what is buffered, topped up by at most one read of the missing header
+    /// bytes when the socket already has data (so no payload is pulled into the buffer).
+    fn peek_header(&mut self, t: &Transport, wait: Duration) -> Option<[u8; REQUEST_HEADER_BYTES]> {
+        if self.end - self.start < REQUEST_HEADER_BYTES {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if !wait_readable(t.fd(), wait) {
+                return None;
+            }
+            match t.read(&mut self.buf[self.end..REQUEST_HEADER_BYTES]) {
+                Ok(n) if n > 0 => self.end += n,
+                // End of stream or an error: the blocking read that comes next reports it.
+                _ => return None,
+            }
+            if self.end < REQUEST_HEADER_BYTES {
+                return None;
+            }
+        }
+        let mut raw = [0u8; REQUEST_HEADER_BYTES];
+        raw.copy_from_slice(&self.buf[self.start..self.start + REQUEST_HEADER_BYTES]);
+        Some(raw)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n.min(self.end - self.start);
+    }
+
     fn discard(&mut self, t: &Transport, mut len_bytes: u64) -> io::Result<()> {
         while len_bytes > 0 {
             if self.start == self.end {
@@ -946,8 +999,11 @@ impl Budget {
 
 enum Job {
     Execute {
+        /// For a gathered write: the first request, its length grown to cover the others.
         request: Request,
         budget_bytes: u64,
+        /// Cookies of further writes gathered into `request` (they get the same reply).
+        gathered: Vec<u64>,
     },
     Reject {
         cookie: u64,
@@ -966,6 +1022,8 @@ struct Connection<'a> {
     panicked: AtomicBool,
     violation: Mutex<Option<String>>,
     budget: Budget,
+    /// End offset of the last write read on this connection (to tell a write stream).
+    last_write_end: AtomicU64,
 }
 
 impl Connection<'_> {
@@ -990,8 +1048,9 @@ impl Connection<'_> {
                 Job::Execute {
                     request,
                     budget_bytes,
+                    gathered,
                 } => {
-                    let sent = self.execute(&request, &mut buf, &mut reply);
+                    let sent = self.execute(&request, &gathered, &mut buf, &mut reply);
                     self.budget.release(budget_bytes);
                     sent
                 }
@@ -1057,9 +1116,19 @@ impl Connection<'_> {
                 if buf.len() < len && payload {
                     buf.resize(len, 0);
                 }
+                let mut request = request;
+                let mut gathered = Vec::new();
                 if let Command::Write { .. } = request.command {
                     if reader.read_exact(self.t, &mut buf[..len]).is_err() {
                         self.budget.release(budget_bytes);
+                        self.stop_with(None);
+                        return None;
+                    }
+                    if budget_bytes == 0
+                        && self
+                            .gather_writes(&mut reader, &mut request, &mut gathered, buf)
+                            .is_err()
+                    {
                         self.stop_with(None);
                         return None;
                     }
@@ -1067,6 +1136,7 @@ impl Connection<'_> {
                 Some(Job::Execute {
                     request,
                     budget_bytes,
+                    gathered,
                 })
             }
             Decision::Reject {
@@ -1099,12 +1169,87 @@ impl Connection<'_> {
         }
     }
 
+    /// After a WRITE (already in `buf`): takes the WRITEs queued right behind it that continue
+    /// it, while the gathered range has not reached the end of the export's gather unit and
+    /// stays within [`RETAINED_BUFFER_BYTES`]. Only requests whose header has already arrived
+    /// are taken; the first one that does not qualify stays in the read buffer for the next
+    /// worker. An error is a broken connection.
+    fn gather_writes(
+        &self,
+        reader: &mut ReadBuffer,
+        request: &mut Request,
+        gathered: &mut Vec<u64>,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let unit = self.export.write_gather_bytes();
+        if unit == 0 {
+            return Ok(());
+        }
+        // A client streaming writes (each one starting where the last one read here ended)
+        // is given a moment to send the next header; others are never waited for.
+        let streaming =
+            self.last_write_end.load(Ordering::Relaxed) == request.offset && request.offset > 0;
+        let wait = if streaming {
+            GATHER_WAIT
+        } else {
+            Duration::ZERO
+        };
+        let result = loop {
+            let end = request.offset + u64::from(request.len_bytes);
+            if end.is_multiple_of(unit) {
+                break Ok(());
+            }
+            let Some(raw) = reader.peek_header(self.t, wait) else {
+                break Ok(());
+            };
+            let Ok(header) = RequestHeader::parse(&raw) else {
+                return Ok(());
+            };
+            let Decision::Execute(next) = self.session.decide(&header) else {
+                return Ok(());
+            };
+            let (Command::Write { fua: next_fua }, Command::Write { fua }) =
+                (next.command, request.command)
+            else {
+                return Ok(());
+            };
+            let have = request.len_bytes as usize;
+            let more = next.len_bytes as usize;
+            if next.offset != end || next.len_bytes == 0 || have + more > RETAINED_BUFFER_BYTES {
+                break Ok(());
+            }
+            reader.consume(REQUEST_HEADER_BYTES);
+            if buf.len() < have + more {
+                buf.resize(have + more, 0);
+            }
+            if let Err(e) = reader.read_exact(self.t, &mut buf[have..have + more]) {
+                break Err(e);
+            }
+            request.len_bytes += next.len_bytes;
+            request.command = Command::Write {
+                fua: fua || next_fua,
+            };
+            gathered.push(next.cookie);
+        };
+        self.last_write_end.store(
+            request.offset + u64::from(request.len_bytes),
+            Ordering::Relaxed,
+        );
+        result
+    }
+
     fn send(&self, parts: &[&[u8]]) -> io::Result<()> {
         let _guard = lock(&self.writer);
         self.t.send_all(parts)
     }
 
-    fn execute(&self, request: &Request, buf: &mut [u8], reply: &mut Vec<u8>) -> io::Result<()> {
+    fn execute(
+        &self,
+        request: &Request,
+        gathered: &[u64],
+        buf: &mut [u8],
+        reply: &mut Vec<u8>,
+    ) -> io::Result<()> {
         let len = request.len_bytes as usize;
         let cookie = request.cookie;
         let result = match request.command {
@@ -1134,21 +1279,18 @@ impl Connection<'_> {
                 write_zeroes_by_writing(self.export, request.offset, len as u64, fua)
             }
         };
-        match result {
-            Ok(()) => self.send(&[&simple_reply(cookie, None)]),
-            Err(e) => {
-                reply.clear();
-                let message = e.to_string();
-                error_reply(
-                    &self.session,
-                    cookie,
-                    NbdError::from_io(&e),
-                    &message,
-                    reply,
-                );
-                self.send(&[reply])
+        // One reply per request, gathered writes included, in one send.
+        reply.clear();
+        for &c in std::iter::once(&cookie).chain(gathered) {
+            match &result {
+                Ok(()) => reply.extend_from_slice(&simple_reply(c, None)),
+                Err(e) => {
+                    let message = e.to_string();
+                    error_reply(&self.session, c, NbdError::from_io(e), &message, reply);
+                }
             }
         }
+        self.send(&[reply])
     }
 }
 

@@ -195,6 +195,12 @@ impl Export for ArrayExport {
         true
     }
 
+    /// Parity levels: a full stripe, written without reading anything back (and, with a
+    /// partial parity log, with no partial parity to log).
+    fn write_gather_bytes(&self) -> u64 {
+        self.array.full_stripe_bytes().unwrap_or(0)
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.array.read_at(buf, offset).map_err(io_error)
     }
