@@ -10,6 +10,11 @@
 //!   read (export to `null:`), `--no-extents` so both servers move every byte;
 //! - fio ioengine=nbd, 4 KiB random read and random write at iodepth 32 (one job).
 //!
+//! The sequential measurements also run against `nbdkit file` on one image file in the same
+//! folder: the same storage medium as raidkit's members, where `nbdkit memory` keeps its data
+//! in anonymous memory (writing tmpfs pages costs more CPU than copying into anonymous memory,
+//! so that column tells the server apart from the medium).
+//!
 //! The first run of each measurement is a warm-up and is discarded; figures are medians of the
 //! rest, the ratio is the median of the per-run ratios raidkit / nbdkit, and CPU is the user +
 //! system seconds the server process spent per GB moved (read from /proc, steadier than
@@ -75,6 +80,11 @@ pub struct Row {
     pub nbdkit_cpu_s_per_gb: f64,
     pub raidkit_runs: Vec<f64>,
     pub nbdkit_runs: Vec<f64>,
+    /// Sequential rows: `nbdkit file` on one file in the same folder as the members, the
+    /// same storage medium as raidkit's (tmpfs pages rather than nbdkit's anonymous memory).
+    pub nbdkit_file: Option<f64>,
+    /// Median of the per-run ratios raidkit / nbdkit file.
+    pub ratio_to_file: Option<f64>,
 }
 
 struct Measurement {
@@ -376,6 +386,7 @@ pub fn run(args: NbdArgs) -> Result<(), CliError> {
             args.runs
         );
         println!("ratio = median of per-run ratios raidkit/nbdkit; CPU = server user+system seconds per GB moved");
+        println!("nbdkit file = nbdkit's file plugin on one image file beside the members (the same medium), with raidkit's ratio to it");
     }
     let mut all_rows = Vec::new();
     for level in levels {
@@ -474,6 +485,21 @@ fn bench_level(
         what: "nbdkit",
     };
     wait_for_socket(&theirs, &mut nbdkit)?;
+    let peer_file = level_dir.join("nbdkit-file.img");
+    std::fs::File::create(&peer_file)?.set_len(size_bytes)?;
+    let file_socket = level_dir.join("nbdkit-file.sock");
+    let mut nbdkit_file = Proc {
+        child: Command::new("nbdkit")
+            .args(["--foreground", "--exit-with-parent", "--unix"])
+            .arg(&file_socket)
+            .arg("file")
+            .arg(&peer_file)
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| CliError::failure(format!("cannot start nbdkit file: {e}")))?,
+        what: "nbdkit file",
+    };
+    wait_for_socket(&file_socket, &mut nbdkit_file)?;
 
     if !args.json {
         println!(
@@ -482,14 +508,16 @@ fn bench_level(
             size_bytes >> 20
         );
         println!(
-            "{:<28} {:>14} {:>14} {:>6} {:>5}  {:>16} {:>15}",
+            "{:<28} {:>14} {:>14} {:>6} {:>5}  {:>16} {:>15}  {:>14} {:>6}",
             "measurement",
             "raidkit",
             "nbdkit",
             "ratio",
             "bar",
             "raidkit CPU s/GB",
-            "nbdkit CPU s/GB"
+            "nbdkit CPU s/GB",
+            "nbdkit file",
+            "ratio"
         );
     }
     let mut rows = Vec::new();
@@ -499,6 +527,9 @@ fn bench_level(
         let mut ratios = Vec::new();
         let mut ours_cpu = Vec::new();
         let mut theirs_cpu = Vec::new();
+        let with_file = matches!(m.kind, Kind::SeqWrite | Kind::SeqRead);
+        let mut file_runs = Vec::new();
+        let mut file_ratios = Vec::new();
         for run in 0..=args.runs {
             let one = |p: &mut Proc, socket: &Path| -> Result<(f64, f64), CliError> {
                 let before = p.cpu_seconds();
@@ -516,8 +547,17 @@ fn bench_level(
                 let b = one(&mut nbdkit, &theirs)?;
                 (one(&mut raidkit, &ours)?, b)
             };
+            let file = if with_file {
+                Some(one(&mut nbdkit_file, &file_socket)?.0)
+            } else {
+                None
+            };
             if run == 0 {
                 continue; // warm-up
+            }
+            if let Some(f) = file {
+                file_runs.push(f);
+                file_ratios.push(a / f);
             }
             ours_runs.push(a);
             theirs_runs.push(b);
@@ -537,10 +577,16 @@ fn bench_level(
             nbdkit_cpu_s_per_gb: median(&theirs_cpu),
             raidkit_runs: ours_runs,
             nbdkit_runs: theirs_runs,
+            nbdkit_file: with_file.then(|| median(&file_runs)),
+            ratio_to_file: with_file.then(|| median(&file_ratios)),
         };
         if !args.json {
+            let file = match (row.nbdkit_file, row.ratio_to_file) {
+                (Some(f), Some(r)) => format!("{f:>8.2} {:<5} {r:>6.2}", row.unit),
+                _ => String::new(),
+            };
             println!(
-                "{:<28} {:>8.2} {:<5} {:>8.2} {:<5} {:>6.2} {:>5}  {:>16.2} {:>15.2}",
+                "{:<28} {:>8.2} {:<5} {:>8.2} {:<5} {:>6.2} {:>5}  {:>16.2} {:>15.2}  {}",
                 row.measurement,
                 row.raidkit,
                 row.unit,
@@ -549,7 +595,8 @@ fn bench_level(
                 row.ratio,
                 format!("{}{}", if row.ratio >= row.bar { "" } else { "<" }, row.bar),
                 row.raidkit_cpu_s_per_gb,
-                row.nbdkit_cpu_s_per_gb
+                row.nbdkit_cpu_s_per_gb,
+                file
             );
         }
         rows.push(row);
@@ -561,6 +608,7 @@ fn bench_level(
         ))));
     }
     drop(nbdkit);
+    drop(nbdkit_file);
     let _ = std::fs::remove_dir_all(&level_dir);
     Ok(rows)
 }
