@@ -543,10 +543,14 @@ impl Array {
         }
     }
 
-    /// Step size in sectors: a few MiB per member, bounded by the stripe cache setting.
+    /// Step size in sectors: up to 1 MiB per member, bounded by the stripe cache setting.
+    /// Larger is not faster: measured on tmpfs members (RAID 5 over 4, 512 KiB chunks), a
+    /// rebuild ran at 3.4-4.4 GB/s with 1 MiB steps, 3.5-4.2 with 2 MiB and 2.6-2.9 with
+    /// 4 MiB, whose buffers (two steps over every member, the next one being read ahead) no
+    /// longer stay in the CPU caches between the reads, the parity and the write.
     fn step_sectors(&self) -> u64 {
         let per_member =
-            (self.config.stripe_cache_bytes / (self.geo.raid_disks + 2)).clamp(64 << 10, 4 << 20);
+            (self.config.stripe_cache_bytes / (self.geo.raid_disks + 2)).clamp(64 << 10, 1 << 20);
         let mut s = (per_member / SECTOR) as u64;
         let chunk = self.geo.chunk_sectors.max(8);
         if s >= chunk {
