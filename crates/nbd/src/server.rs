@@ -737,6 +737,7 @@ impl Server {
             violation: Mutex::new(None),
             budget: Budget::new(self.config.inflight_bytes_per_connection),
             last_write_end: AtomicU64::new(u64::MAX),
+            in_flight: AtomicUsize::new(0),
         };
         std::thread::scope(|scope| {
             for _ in 1..self.config.threads_per_connection {
@@ -1024,6 +1025,8 @@ struct Connection<'a> {
     budget: Budget,
     /// End offset of the last write read on this connection (to tell a write stream).
     last_write_end: AtomicU64,
+    /// Requests read whose reply has not been sent yet.
+    in_flight: AtomicUsize,
 }
 
 impl Connection<'_> {
@@ -1061,7 +1064,7 @@ impl Connection<'_> {
                 } => {
                     reply.clear();
                     error_reply(&self.session, cookie, error, message, &mut reply);
-                    self.send(&[&reply])
+                    self.send_replies(1, &[&reply])
                 }
             };
             if buf.capacity() > RETAINED_BUFFER_BYTES {
@@ -1133,6 +1136,8 @@ impl Connection<'_> {
                         return None;
                     }
                 }
+                self.in_flight
+                    .fetch_add(1 + gathered.len(), Ordering::Relaxed);
                 Some(Job::Execute {
                     request,
                     budget_bytes,
@@ -1150,6 +1155,7 @@ impl Connection<'_> {
                     self.stop_with(None);
                     return None;
                 }
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
                 Some(Job::Reject {
                     cookie,
                     error,
@@ -1186,9 +1192,11 @@ impl Connection<'_> {
             return Ok(());
         }
         // A client streaming writes (each one starting where the last one read here ended)
-        // is given a moment to send the next header; others are never waited for.
-        let streaming =
-            self.last_write_end.load(Ordering::Relaxed) == request.offset && request.offset > 0;
+        // with more requests outstanding is given a moment to send the next header; others
+        // are never waited for (a client that waits for each reply would only lose the time).
+        let streaming = self.last_write_end.load(Ordering::Relaxed) == request.offset
+            && request.offset > 0
+            && self.in_flight.load(Ordering::Relaxed) > 0;
         let wait = if streaming {
             GATHER_WAIT
         } else {
@@ -1243,6 +1251,13 @@ impl Connection<'_> {
         self.t.send_all(parts)
     }
 
+    /// Sends the replies to `requests` requests; they stop counting as in flight first, so a
+    /// client that waits for each reply is never taken for one that streams.
+    fn send_replies(&self, requests: usize, parts: &[&[u8]]) -> io::Result<()> {
+        self.in_flight.fetch_sub(requests, Ordering::Relaxed);
+        self.send(parts)
+    }
+
     fn execute(
         &self,
         request: &Request,
@@ -1252,16 +1267,17 @@ impl Connection<'_> {
     ) -> io::Result<()> {
         let len = request.len_bytes as usize;
         let cookie = request.cookie;
+        let n = 1 + gathered.len();
         let result = match request.command {
             Command::Read => match self.export.read_at(request.offset, &mut buf[..len]) {
                 Ok(()) => {
                     return if !self.session.structured_replies {
-                        self.send(&[&simple_reply(cookie, None), &buf[..len]])
+                        self.send_replies(n, &[&simple_reply(cookie, None), &buf[..len]])
                     } else if len == 0 {
-                        self.send(&[&structured_done(cookie)])
+                        self.send_replies(n, &[&structured_done(cookie)])
                     } else {
                         let header = structured_read_header(cookie, request.offset, len as u32);
-                        self.send(&[&header, &buf[..len]])
+                        self.send_replies(n, &[&header, &buf[..len]])
                     };
                 }
                 Err(e) => Err(e),
@@ -1290,7 +1306,7 @@ impl Connection<'_> {
                 }
             }
         }
-        self.send(&[reply])
+        self.send_replies(n, &[reply])
     }
 }
 
