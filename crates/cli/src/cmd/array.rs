@@ -1163,7 +1163,8 @@ fn read(args: ReadArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Bytes `write` moves per request: the only buffer it holds, whatever the input's size.
+/// Bytes `write` moves per request (rounded to whole stripes on parity levels): the only
+/// buffer it holds, whatever the input's size.
 const WRITE_STEP_BYTES: usize = 4 << 20;
 
 /// Reads until `buf` is full or the input ends; returns how many bytes were read.
@@ -1209,10 +1210,16 @@ fn write(args: WriteArgs) -> Result<(), CliError> {
             "--offset {offset} is past the end of the array ({size} bytes)"
         )));
     }
-    let mut buf = vec![0u8; WRITE_STEP_BYTES];
+    // On parity levels every request but the first and last covers whole stripes, so it is
+    // written without reading anything back (and, with a partial parity log, logs no partial
+    // parity).
+    let unit = array.full_stripe_bytes().unwrap_or(1);
+    let step = ((WRITE_STEP_BYTES as u64 / unit).max(1) * unit) as usize;
+    let mut buf = vec![0u8; step];
     let mut done = 0u64;
     loop {
-        let n = read_full(input.as_mut(), &mut buf).map_err(input_err)?;
+        let want = step - ((offset + done) % unit) as usize;
+        let n = read_full(input.as_mut(), &mut buf[..want]).map_err(input_err)?;
         if n == 0 {
             break;
         }
