@@ -70,3 +70,21 @@ fn journal_regression_seeds() {
         assert_eq!(r.failure, None, "seed {seed}: {}", r.scenario);
     }
 }
+
+/// Soak seeds (RAID 5 with the partial parity log, a member dies as the power fails) whose
+/// in-flight partial-stripe writes over two data members read back as bytes of no write until
+/// such bands were logged and written one data member at a time (crates/sim/KNOWN_FAILURES.md
+/// #4).
+#[test]
+fn ppl_regression_seeds() {
+    let opts = SimOptions::default();
+    for seed in [76374u64, 184532] {
+        let r = run_seed(seed, &opts);
+        assert!(
+            r.scenario.contains("RAID 5") && !r.scenario.contains("write journal"),
+            "seed {seed} no longer draws RAID 5 without a journal: {}",
+            r.scenario
+        );
+        assert_eq!(r.failure, None, "seed {seed}: {}", r.scenario);
+    }
+}
