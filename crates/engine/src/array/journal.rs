@@ -26,39 +26,6 @@ use std::sync::{Arc, Condvar, Mutex};
 
 const PAGE: usize = JOURNAL_BLOCK_BYTES;
 
-/// Log-write buffers a thread keeps for its next write phases, and the largest one kept.
-/// A phase's log is built in a buffer of about the phase's size; allocated afresh each time
-/// (freshly mapped by the allocator at these sizes) its pages were faulted in and charged on
-/// every phase, which cost more than the copy into it.
-const KEPT_LOG_BUFFERS: usize = 4;
-const KEPT_LOG_BUFFER_BYTES: usize = 16 << 20;
-
-thread_local! {
-    static LOG_BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// An empty buffer with room for `bytes`, reused from this thread's earlier phases if it can.
-fn log_buffer(bytes: usize) -> Vec<u8> {
-    let mut b = LOG_BUFFERS
-        .with(|l| l.borrow_mut().pop())
-        .unwrap_or_default();
-    b.clear();
-    b.reserve(bytes);
-    b
-}
-
-/// Gives a buffer from [`log_buffer`] back for the next phase.
-fn keep_log_buffer(b: Vec<u8>) {
-    if b.capacity() <= KEPT_LOG_BUFFER_BYTES {
-        LOG_BUFFERS.with(|l| {
-            let mut l = l.borrow_mut();
-            if l.len() < KEPT_LOG_BUFFERS {
-                l.push(b);
-            }
-        });
-    }
-}
-
 type DiskResult = std::result::Result<(), raidkit_disk::DiskError>;
 const PAGE_SECTORS: u64 = JOURNAL_BLOCK_SECTORS;
 
@@ -599,7 +566,7 @@ impl Array {
         let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
         for (from, to, count) in bounds {
             let mut payloads = Vec::with_capacity((to - from) * 4);
-            let mut buf = log_buffer(count * PAGE);
+            let mut buf = crate::pool::take_buffer(count * PAGE);
             for (ms, row) in rows.by_ref().take(to - from) {
                 for (a, (_, page)) in row.data {
                     payloads.push(Payload::Data {
@@ -656,7 +623,7 @@ impl Array {
             if let Err(e) = r {
                 return Err(self.journal_failed(j, e));
             }
-            keep_log_buffer(pages);
+            crate::pool::keep_buffer(pages);
             let mut st = lock(&j.st);
             st.head = j.add(pos, span);
             st.seq = seq + 1;

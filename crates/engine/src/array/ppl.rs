@@ -256,6 +256,9 @@ impl Array {
                 "the partial parity log could not be written to it",
             );
         }
+        for (_, _, _, bytes) in bufs {
+            crate::pool::keep_buffer(bytes);
+        }
         Ok(Some(PplHold { logs, written }))
     }
 
