@@ -1211,15 +1211,15 @@ impl Connection<'_> {
                 break Ok(());
             };
             let Ok(header) = RequestHeader::parse(&raw) else {
-                return Ok(());
+                break Ok(());
             };
             let Decision::Execute(next) = self.session.decide(&header) else {
-                return Ok(());
+                break Ok(());
             };
             let (Command::Write { fua: next_fua }, Command::Write { fua }) =
                 (next.command, request.command)
             else {
-                return Ok(());
+                break Ok(());
             };
             let have = request.len_bytes as usize;
             let more = next.len_bytes as usize;
