@@ -287,6 +287,34 @@ fn run_once(
     }
 }
 
+/// The ratio the chart's full width stands for, and its width in characters.
+const CHART_MAX: f64 = 1.5;
+const CHART_WIDTH: usize = 45;
+
+/// A horizontal bar of `width` characters for `ratio` on a scale of 0 to [`CHART_MAX`], in
+/// eighths of a character, with '|' where `bar` falls (drawn over the bar when the ratio
+/// passes it).
+fn ratio_bar(ratio: f64, bar: f64, width: usize) -> String {
+    const EIGHTHS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
+    let cells =
+        |v: f64| (v.clamp(0.0, CHART_MAX) / CHART_MAX * width as f64 * 8.0).round() as usize;
+    let filled = cells(ratio);
+    let mark = (cells(bar) / 8).min(width - 1);
+    (0..width)
+        .map(|i| {
+            if i == mark {
+                '|'
+            } else if (i + 1) * 8 <= filled {
+                '█'
+            } else if i * 8 < filled {
+                EIGHTHS[filled - i * 8]
+            } else {
+                ' '
+            }
+        })
+        .collect()
+}
+
 fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
@@ -601,6 +629,17 @@ fn bench_level(
         }
         rows.push(row);
     }
+    if !args.json {
+        println!("\nraidkit / nbdkit memory, 0 to {CHART_MAX}x ('|' marks the bar):");
+        for row in &rows {
+            println!(
+                "{:<28} {} {:.2}",
+                row.measurement,
+                ratio_bar(row.ratio, row.bar, CHART_WIDTH),
+                row.ratio
+            );
+        }
+    }
     let status = raidkit.terminate()?;
     if !status.success() {
         return Err(with_log(CliError::failure(format!(
@@ -616,6 +655,27 @@ fn bench_level(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratio_bars_scale_and_mark_the_bar() {
+        let w = 30;
+        let full = |s: &str| s.chars().filter(|&c| c == '█').count();
+        let empty = ratio_bar(0.0, 1.0, w);
+        assert_eq!(empty.chars().count(), w);
+        assert_eq!(full(&empty), 0);
+        // The bar of 1.0 sits two thirds of the way along a 0 to 1.5 scale.
+        assert_eq!(empty.chars().position(|c| c == '|'), Some(20));
+        let half = ratio_bar(0.75, 1.0, w);
+        assert_eq!(full(&half), 15);
+        assert_eq!(half.chars().count(), w);
+        // Past the scale it is full (but for the mark), never longer.
+        let over = ratio_bar(9.0, 1.0, w);
+        assert_eq!(over.chars().count(), w);
+        assert_eq!(full(&over), w - 1);
+        // A partial cell shows an eighth block.
+        let part = ratio_bar(0.025, 1.0, w);
+        assert!(part.starts_with('▌'), "{part}");
+    }
 
     #[test]
     fn medians_and_member_sizes() {
