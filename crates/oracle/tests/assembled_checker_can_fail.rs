@@ -103,25 +103,21 @@ const ROW: &str = "fast raidkit rk5 5 left-symmetric 16K 3x4M\n";
 fn a_faithful_report_passes_every_check() {
     let f = fixture("ok", ROW);
     let out = check(&f, &faithful_records(&f.array));
-    assert!(out.ok(), "{}", out.failures.join("\n"));
-    for name in [
-        "raidkit",
-        "assembled(clean, no resync)",
-        "size",
-        "sha256",
-        "detail",
-        "geometry",
-        "md-check(mismatch_cnt 0)",
-        "examine(",
-        "after-md",
-        "roundtrip",
-    ] {
-        assert!(
-            out.passed.iter().any(|p| p.starts_with(name)),
-            "{name} did not run: {:?}",
-            out.passed
-        );
-    }
+    assert_passed(
+        &out,
+        &[
+            "raidkit",
+            "assembled(clean, no resync)",
+            "size",
+            "sha256",
+            "detail",
+            "geometry",
+            "md-check(mismatch_cnt 0)",
+            "examine(",
+            "after-md",
+            "roundtrip",
+        ],
+    );
 }
 
 #[test]

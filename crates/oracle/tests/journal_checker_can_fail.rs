@@ -26,17 +26,6 @@ fn replayed(f: &Fixture) -> u64 {
         .unwrap()
 }
 
-fn assert_passed(out: &raidkit_oracle::check::CheckOutcome, names: &[&str]) {
-    assert!(out.ok(), "{}", out.failures.join("\n"));
-    for name in names {
-        assert!(
-            out.passed.iter().any(|p| p.starts_with(name)),
-            "{name} did not run: {:?}",
-            out.passed
-        );
-    }
-}
-
 #[test]
 fn faithful_journal_reports_pass_every_check() {
     let f = fixture("j-clean", CLEAN);

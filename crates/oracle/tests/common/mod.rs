@@ -356,3 +356,15 @@ pub fn md_records(a: &PlannedArray) -> String {
     let _ = writeln!(r, "{name} end");
     r
 }
+
+/// Asserts that `out` passed, and that each of `names` (a prefix) is among its passed checks.
+pub fn assert_passed(out: &CheckOutcome, names: &[&str]) {
+    assert!(out.ok(), "{}", out.failures.join("\n"));
+    for name in names {
+        assert!(
+            out.passed.iter().any(|p| p.starts_with(name)),
+            "{name} did not run: {:?}",
+            out.passed
+        );
+    }
+}
