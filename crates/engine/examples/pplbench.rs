@@ -1,9 +1,9 @@
 //! What closing the write hole costs: RAID 5 over 4 file members (in /dev/shm by default),
 //! created with the resync policy, with md's partial parity log and with md's write journal
 //! (on a fifth file), and RAID 6 over 5 members with resync and with the journal, timed on
-//! the same workloads side by side: 4 KiB random writes and 1 MiB sequential writes (a 1 MiB
-//! write is a partial stripe of the 1.5 MiB RAID 5 stripe). Prints the median of interleaved
-//! runs and each policy's ratio to resync.
+//! the same workloads side by side: 4 KiB random writes, 1 MiB sequential writes (a 1 MiB
+//! write is a partial stripe of the 1.5 MiB stripe) and 6 MiB sequential writes (four full
+//! stripes each). Prints the median of interleaved runs and each policy's ratio to resync.
 //!
 //! `cargo run --release -p raidkit-engine --example pplbench [DIR] [RUNS] [SETUPS]` (SETUPS:
 //! comma-separated tags, e.g. `r6-resync,r6-journal`; default all)
@@ -72,8 +72,8 @@ fn random_4k(array: &Array, ops: usize, seed: u64) -> f64 {
     ops as f64 / t.elapsed().as_secs_f64()
 }
 
-fn sequential(array: &Array, bytes: u64) -> f64 {
-    let buf = vec![0xa5u8; 1 << 20];
+fn sequential(array: &Array, bytes: u64, request: usize) -> f64 {
+    let buf = vec![0xa5u8; request];
     let t = Instant::now();
     let mut at = 0;
     while at + buf.len() as u64 <= bytes.min(array.size_bytes()) {
@@ -113,11 +113,13 @@ fn main() {
         .collect();
     let mut random: Vec<Vec<f64>> = vec![Vec::new(); arrays.len()];
     let mut seq: Vec<Vec<f64>> = vec![Vec::new(); arrays.len()];
+    let mut full: Vec<Vec<f64>> = vec![Vec::new(); arrays.len()];
     for run in 0..runs {
         // Interleaved, so load from other work on the machine hits all alike.
         for (i, a) in arrays.iter().enumerate() {
             random[i].push(random_4k(a, 3000, run as u64 + 1));
-            seq[i].push(sequential(a, 256 << 20));
+            seq[i].push(sequential(a, 256 << 20, 1 << 20));
+            full[i].push(sequential(a, 288 << 20, 6 << 20));
         }
     }
     println!(
@@ -126,17 +128,24 @@ fn main() {
         dir.display(),
         JOURNAL_BYTES >> 20
     );
-    println!("setup        4 KiB random writes       1 MiB sequential writes");
-    let mut base = (f64::NAN, f64::NAN);
+    println!(
+        "setup        4 KiB random writes       1 MiB sequential writes   6 MiB (full-stripe) writes"
+    );
+    let mut base = (f64::NAN, f64::NAN, f64::NAN);
     for (i, &(tag, _, _, policy)) in setups.iter().enumerate() {
-        let (r, s) = (median(random[i].clone()), median(seq[i].clone()));
+        let (r, s, f) = (
+            median(random[i].clone()),
+            median(seq[i].clone()),
+            median(full[i].clone()),
+        );
         if policy == ConsistencyPolicy::Resync {
-            base = (r, s);
+            base = (r, s, f);
         }
         println!(
-            "{tag:<11} {r:>9.0} IOPS ({:.2}x)   {s:>9.1} MiB/s ({:.2}x)",
+            "{tag:<11} {r:>9.0} IOPS ({:.2}x)   {s:>9.1} MiB/s ({:.2}x)   {f:>9.1} MiB/s ({:.2}x)",
             r / base.0,
-            s / base.1
+            s / base.1,
+            f / base.2
         );
     }
     for (a, &(tag, _, n, _)) in arrays.iter().zip(&setups) {

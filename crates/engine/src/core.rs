@@ -196,21 +196,22 @@ pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) 
     out
 }
 
-/// Partial parity log arrays: every band that writes more than one data member but not the
-/// whole stripe becomes one band per data member, in data order (full-stripe bands and
-/// mirror pieces are kept).
+/// Partial parity log arrays: every band that writes more than one data member becomes one
+/// band per data member, full-stripe bands too (mirror pieces are kept). The bands come out
+/// in rounds: first each band's first data member, then each band's second, and so on, so
+/// that one round's bands, all in different stripes or rows, can share a write phase.
 ///
 /// Why: the log recomputes a stripe's parity from its partial parity and the modified data,
-/// so it cannot recover a stripe whose modified data member is lost (md's own limit). When a
+/// so it cannot recover a stripe whose modified data member is lost (md's own limit, and for
+/// a full-stripe write, whose partial parity is empty, every data member is modified). When a
 /// band modifies only one data member, that member's rows are parity XOR the untouched data,
 /// and the untouched data did not change: after a crash they read back per sector as the
 /// parity left them, old or new, never a mix of two members' states. The bands of one stripe
 /// must then run one after another, each logged and written before the next is logged (the
 /// caller's batches never hold two pieces with [`same_rows`]).
 pub fn one_data_member_per_band(geo: &Geo, pieces: Vec<Piece>) -> Vec<Piece> {
-    let d = geo.data_disks();
     let chunk_bytes = geo.chunk_sectors as usize * SECTOR;
-    let mut out = Vec::with_capacity(pieces.len());
+    let mut rounds: Vec<Vec<Piece>> = vec![Vec::new()];
     for p in pieces {
         match p.kind {
             PieceKind::Band {
@@ -220,9 +221,13 @@ pub fn one_data_member_per_band(geo: &Geo, pieces: Vec<Piece>) -> Vec<Piece> {
                 dd_first,
                 dd_last,
                 user_offset_bytes,
-            } if dd_last > dd_first && dd_last + 1 - dd_first < d => {
+            } if dd_last > dd_first => {
                 for dd in dd_first..=dd_last {
-                    out.push(Piece {
+                    let round = dd - dd_first;
+                    if rounds.len() <= round {
+                        rounds.push(Vec::new());
+                    }
+                    rounds[round].push(Piece {
                         lock_key: p.lock_key,
                         kind: PieceKind::Band {
                             stripe,
@@ -235,10 +240,10 @@ pub fn one_data_member_per_band(geo: &Geo, pieces: Vec<Piece>) -> Vec<Piece> {
                     });
                 }
             }
-            _ => out.push(p),
+            _ => rounds[0].push(p),
         }
     }
-    out
+    rounds.concat()
 }
 
 /// Whether two pieces are bands of the same stripe over overlapping in-chunk rows (they
@@ -1211,8 +1216,7 @@ mod tests {
             else {
                 panic!("{p:?}")
             };
-            let full = dd_first == 0 && dd_last == 3;
-            assert!(full || dd_first == dd_last, "{p:?}");
+            assert_eq!(dd_first, dd_last, "one data member per band: {p:?}");
             for dd in dd_first..=dd_last {
                 let user = user_offset_bytes / SECTOR + (dd - dd_first) * 16;
                 let array = stripe * 64 + dd as u64 * 16 + lo;
@@ -1223,29 +1227,23 @@ mod tests {
             }
         }
         assert!(covered.iter().all(|&c| c == 1), "every sector exactly once");
-        // Only stripe 1 is written whole; the bands of stripes 0 and 2 share rows pairwise.
-        let full: Vec<_> = pieces
+        // Stripe 1, written whole, is split as well, into four bands that share rows and so
+        // must run one after another. Batched as the driver does (a batch ends before a
+        // piece sharing rows with one in it), the rounds make that four batches, the least
+        // possible, and not one per band.
+        let stripe1 = pieces
             .iter()
-            .filter(|p| {
-                matches!(
-                    p.kind,
-                    PieceKind::Band {
-                        dd_first: 0,
-                        dd_last: 3,
-                        ..
-                    }
-                )
-            })
-            .collect();
-        assert_eq!(full.len(), 1);
-        let shared = pieces
-            .iter()
-            .enumerate()
-            .flat_map(|(i, a)| pieces[i + 1..].iter().map(move |b| same_rows(a, b)))
-            .filter(|&x| x)
+            .filter(|p| matches!(p.kind, PieceKind::Band { stripe: 1, .. }))
             .count();
-        assert!(shared > 0);
-        assert!(!same_rows(full[0], &pieces[0]));
+        assert_eq!(stripe1, 4);
+        let mut batches: Vec<Vec<&Piece>> = vec![Vec::new()];
+        for p in &pieces {
+            if batches.last().unwrap().iter().any(|q| same_rows(q, p)) {
+                batches.push(Vec::new());
+            }
+            batches.last_mut().unwrap().push(p);
+        }
+        assert_eq!(batches.len(), 4, "{batches:?}");
     }
 
     fn plan_of(
