@@ -1445,18 +1445,27 @@ impl Array {
         if (degraded || !displaced.is_empty()) && !read_only {
             // Record the lost slots as faulty in the survivors, as md does when it starts
             // degraded (super_1_sync writes 0xfffe for every device it does not have).
+            // A slot whose member was not given at all is named by the device number that
+            // holds its role; md's super_1_sync marks every device it does not have faulty,
+            // so such a member, offered again later with an event count one behind, is not
+            // taken back as in sync.
             let st = lock(&array.state);
+            let roles = st
+                .sbs
+                .iter()
+                .find(|sb| sb.events == nsb.events)
+                .unwrap_or(&nsb);
             let mut lost: Vec<u32> = st
                 .slot_state
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| !s.writable())
-                .filter_map(|(slot, _)| {
-                    st.sbs
-                        .iter()
-                        .enumerate()
-                        .find(|(i, _)| st.slot_member[slot] == Some(*i))
-                        .map(|(_, sb)| sb.dev_number)
+                .flat_map(|(slot, _)| match st.slot_member[slot] {
+                    Some(i) => vec![st.sbs[i].dev_number],
+                    None => (0..roles.max_dev())
+                        .filter(|&d| roles.role_of(d) == DevRole::Active(slot as u16))
+                        .filter(|&d| !st.sbs.iter().any(|sb| sb.dev_number == d))
+                        .collect(),
                 })
                 .collect();
             lost.extend(displaced);

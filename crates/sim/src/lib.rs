@@ -20,7 +20,8 @@
 //! engine's member-failure and its superblock update within one request.
 //!
 //! Scenario classes left out by default, with the flag that keeps them and the entry in
-//! KNOWN_FAILURES.md: the RAID 4/5/6 write hole (`write_hole`, #4) and removed members offered
+//! KNOWN_FAILURES.md: the write hole of RAID 4/5/6 arrays with neither a journal nor a partial
+//! parity log (`write_hole`, #4) and removed members offered
 //! again at assembly (`keep_removed`, #2). Each seed draws the engine's stripe cache, so the
 //! engine's band is sometimes narrower than the chunk (#1, fixed).
 

@@ -11,15 +11,13 @@
 //! The write hole: RAID 4/5/6 without a journal or partial parity log can lose data outside
 //! the write in flight when a crash is followed by the loss of a member (or happens while
 //! degraded), and md needs a resync after every unclean stop. Some RAID 4/5/6 seeds (half of
-//! RAID 4 and 6, a third of RAID 5) get md's write journal on a device of their own; it
-//! closes the hole for every member, so those runs keep every crash and fault. The other
-//! RAID 5 arrays are created with md's partial parity log (the engine's default): it keeps
-//! every sector outside the writes in flight, but a sector being written together with
-//! another data member of its stripe can read back as neither old nor new when its own member
-//! is the one lost (md's limit), which this model counts as wrong data; the other RAID 4 and 6
-//! arrays have no guard. So unless [`SimOptions::write_hole`] is set, a run on a parity level
-//! without a journal skips crashes while degraded and every member fault after a crash, and
-//! says so in [`SeedReport::excluded`].
+//! RAID 4 and 6, a third of RAID 5) get md's write journal on a device of their own; the
+//! other RAID 5 arrays are created with md's partial parity log (the engine's default, which
+//! writes one data member of a stripe at a time, so a sector in flight reads back old or new
+//! even when its own member is the one lost). Both close the hole, so those runs keep every
+//! crash and fault. The other RAID 4 and 6 arrays have no guard (md has no partial parity
+//! log for them): unless [`SimOptions::write_hole`] is set, a run on them skips crashes while
+//! degraded and every member fault after a crash, and says so in [`SeedReport::excluded`].
 
 use crate::check::{check_members, SlotMember};
 use crate::disk::SimWorld;
@@ -35,8 +33,8 @@ use std::fmt::Write as _;
 /// Knobs of a run (everything else comes from the seed).
 #[derive(Clone, Debug)]
 pub struct SimOptions {
-    /// Allow crash-then-degrade on RAID 4/5/6 (the write hole); failures are then expected
-    /// until the engine closes it.
+    /// Allow crash-then-degrade on RAID 4/6 without a journal (the write hole, which md has no
+    /// means to close there); failures are then expected.
     pub write_hole: bool,
     /// Workload operations per run.
     pub ops: u32,
@@ -314,6 +312,8 @@ struct Run<'a> {
     keep_removed: bool,
     /// The array has md's write journal (RAID 4/5/6): the write hole is closed.
     journal: bool,
+    /// The array has md's partial parity log (RAID 5's default): the write hole is closed.
+    ppl: bool,
     report: SeedReport,
     scratch: Vec<u8>,
     rng: Rng,
@@ -331,7 +331,7 @@ impl Run<'_> {
 
     /// Crash-then-degrade is left out on parity levels unless the run asked for it.
     fn hole_open(&self) -> bool {
-        !self.opts.write_hole && !self.journal
+        !self.opts.write_hole && !self.journal && !self.ppl
     }
 
     fn parity(&self) -> bool {
@@ -397,6 +397,7 @@ impl Run<'_> {
         };
         let array = Array::create(members, opts).map_err(|e| format!("create failed: {e}"))?;
         array.set_task_rates(full_speed());
+        self.ppl = array.consistency_policy() == raidkit_engine::ConsistencyPolicy::Ppl;
         let engine_sectors = array.size_bytes() / SECTOR as u64;
         if engine_sectors != self.geo.array_sectors() {
             return Err(format!(
@@ -1103,6 +1104,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         stripe_cache_bytes,
         keep_removed,
         journal,
+        ppl: false,
         report,
         scratch: vec![0u8; SECTOR],
         rng: rng.fork(3),

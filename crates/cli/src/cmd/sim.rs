@@ -28,8 +28,9 @@ pub struct SimArgs {
     /// Workload operations per seed.
     #[arg(long, default_value_t = 120)]
     ops: u32,
-    /// Allow crash-then-degrade on RAID 4/5/6 arrays without a write journal (the write hole
-    /// that only the journal closes; seeds with a journal always allow it).
+    /// Allow crash-then-degrade on RAID 4/5/6 arrays with neither a write journal nor a partial
+    /// parity log (the write hole, which md has no means to close there; seeds with either
+    /// always allow it).
     #[arg(long)]
     write_hole: bool,
     /// Leave removed members attached at every later assembly (by default half the seeds do,

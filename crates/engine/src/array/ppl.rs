@@ -313,6 +313,7 @@ impl Array {
                     continue;
                 };
                 let mut pp_at = ((offset + PPL_HEADER_SECTORS) as usize) * SECTOR;
+                let mut failed_at_replay = None;
                 for e in &header.entries {
                     let pp_len = e.pp_size_bytes as usize;
                     let pp = area.get(pp_at..pp_at.saturating_add(pp_len));
@@ -334,43 +335,78 @@ impl Array {
                         }
                     };
                     let mut data: Vec<Option<Vec<u8>>> = Vec::with_capacity(plan.data.len());
+                    let mut unreadable = false;
                     for &(dm, rows) in &plan.data {
                         let buf = members[dm]
                             .as_ref()
                             .filter(|_| states[dm].usable())
                             .and_then(|dmm| {
                                 let mut b = vec![0u8; rows as usize * SECTOR];
-                                dmm.disk
-                                    .read_at(
-                                        &mut b,
-                                        dmm.data_offset_bytes + plan.member_sector * SECTOR as u64,
-                                    )
-                                    .ok()
-                                    .map(|_| b)
+                                match dmm.disk.read_at(
+                                    &mut b,
+                                    dmm.data_offset_bytes + plan.member_sector * SECTOR as u64,
+                                ) {
+                                    Ok(()) => Some(b),
+                                    Err(e) => {
+                                        notes.push(format!(
+                                            "{}: unreadable while replaying the partial parity log ({e}); the stripe is resynced",
+                                            dmm.disk.name()
+                                        ));
+                                        unreadable = true;
+                                        None
+                                    }
+                                }
                             });
                         data.push(buf);
                     }
+                    if unreadable {
+                        // The resync reads the stripe again and rewrites the unreadable sectors
+                        // from parity, which the replay left as the crash did (old or new).
+                        mismatched += 1;
+                        continue;
+                    }
                     let refs: Vec<Option<&[u8]>> = data.iter().map(|b| b.as_deref()).collect();
                     if let Some((first, parity)) = plan.recompute(&refs, Some(pp)) {
-                        m.disk.write_at(
+                        if let Err(e) = m.disk.write_at(
                             &parity,
                             m.data_offset_bytes + (plan.member_sector + first) * SECTOR as u64,
-                        )?;
+                        ) {
+                            failed_at_replay = Some(e.to_string());
+                            break;
+                        }
                     }
                     recovered += 1;
                 }
-                m.disk.flush()?;
+                let failed = failed_at_replay
+                    .take()
+                    .or_else(|| m.disk.flush().err().map(|e| e.to_string()));
+                if let Some(e) = failed {
+                    // As any member write error: the member leaves the array, and the
+                    // stripes whose parity it held run degraded.
+                    notes.push(format!(
+                        "{}: writing parity while replaying the partial parity log failed ({e}); marked faulty",
+                        m.disk.name()
+                    ));
+                    self.member_failed(slot, &format!("partial parity log replay: {e}"));
+                }
             }
             notes.push(format!(
                 "partial parity log replayed: {recovered} entries recovered, {mismatched} mismatched"
             ));
         }
         if !self.read_only {
+            let (states, members) = self.snapshot();
             for slot in 0..self.geo.raid_disks {
                 if let (Some(m), Some(area), true) =
                     (&members[slot], areas[slot], states[slot].writable())
                 {
-                    write_empty_log(m.disk.as_ref(), area, ppl.signature)?;
+                    if let Err(e) = write_empty_log(m.disk.as_ref(), area, ppl.signature) {
+                        notes.push(format!(
+                            "{}: writing an empty partial parity log failed ({e}); marked faulty",
+                            m.disk.name()
+                        ));
+                        self.member_failed(slot, &format!("empty partial parity log: {e}"));
+                    }
                 }
             }
         }
