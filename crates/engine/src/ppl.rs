@@ -19,12 +19,13 @@
 //! touch: that data then survives the loss of any member. Data the write was modifying reads
 //! back per sector as it is on the surviving members (old or new). On a lost member it is
 //! parity XOR the other data: md recovers an entry only when every modified data member is
-//! there, so when a lost member was modified together with another data member it can read as
-//! neither. The driver narrows that to full-stripe writes: a partial-stripe band over several
-//! data members is logged and written one data member at a time
+//! there, so when a lost member was modified together with another data member (any
+//! full-stripe write, and a partial-stripe write over several data members) it can read as
+//! neither. raidkit closes that: every band over several data members, full-stripe bands too,
+//! is logged and written one data member at a time
 //! ([`crate::core::one_data_member_per_band`]), so the lost member's rows are parity XOR data
-//! that did not change. A full-stripe write changes every data member at once; only the write
-//! journal (`array/journal.rs`) keeps its in-flight sectors on a lost member old or new.
+//! that did not change. Each piece is an ordinary md entry for one data member, so md replays
+//! the log as it replays its own.
 //!
 //! RAID 4 and RAID 6 have no partial parity log: md's PPL is RAID 5 only (`ppl_init_log`
 //! refuses other levels). Their guard is md's write journal.
@@ -32,8 +33,10 @@
 //! Cost (measured by `examples/pplbench.rs`, RAID 5 over 4 members in /dev/shm, 512 KiB
 //! chunk, one writer): every stripe write first writes and flushes a log on its parity member,
 //! and the members a log covers are flushed before it is replaced; 4 KiB random writes ran at
-//! about 0.65x and 1 MiB sequential writes (partial stripes, each written one data member at
-//! a time) at about 0.5x of the resync policy. See docs/design.md.
+//! about 0.65x, 1 MiB sequential writes (partial stripes) at about 0.45x and full-stripe
+//! writes at about 0.2x of the resync policy: a full stripe over three data members becomes
+//! three read-modify-writes, each with its own parity write and partial parity. See
+//! docs/design.md.
 //!
 //! Entries are parsed the way md parses them, including shapes md itself never writes, and
 //! checked against the geometry: an entry that does not fit is refused (counted as a mismatch,

@@ -13,8 +13,9 @@
 //!    lock while holding a log, so writers never deadlock.
 //!
 //! Every write of a stripe with an in-sync parity member is logged, full-stripe writes too
-//! (with no partial parity, as md does): otherwise an older entry could be replayed over a
-//! stripe that a later, unlogged write changed. At assembly of a dirty array the newest log of
+//! (md logs them with no partial parity; here they arrive split into one band per data
+//! member, see `core::one_data_member_per_band`): otherwise an older entry could be replayed
+//! over a stripe that a later, unlogged write changed. At assembly of a dirty array the newest log of
 //! every in-sync member is replayed (`ppl_recover`) and then, as md does at every start, each
 //! area is zeroed and given an empty header.
 
