@@ -435,6 +435,14 @@ pub struct PieceOp {
     kind: PlanKind,
 }
 
+impl Drop for PieceOp {
+    fn drop(&mut self) {
+        for b in self.scratch.drain(..) {
+            crate::buffers::keep_buffer(b);
+        }
+    }
+}
+
 fn lost_error(members: impl IntoIterator<Item = usize>) -> PlanError {
     PlanError::Unrecoverable {
         lost_members: members.into_iter().collect(),
@@ -543,7 +551,7 @@ impl PieceOp {
         let lost_touched = lost.iter().any(|&dd| ctx.touched(dd));
         let mut scratch = Vec::new();
         let alloc = |scratch: &mut Vec<Vec<u8>>| {
-            scratch.push(vec![0u8; ctx.len()]);
+            scratch.push(crate::buffers::take_zeroed(ctx.len()));
             scratch.len() - 1
         };
         let mut data = Vec::with_capacity(d);
@@ -628,7 +636,7 @@ impl PieceOp {
         let mut scratch: Vec<Vec<u8>> = Vec::new();
         let len = ctx.len();
         let alloc = |scratch: &mut Vec<Vec<u8>>| {
-            scratch.push(vec![0u8; len]);
+            scratch.push(crate::buffers::take_zeroed(len));
             scratch.len() - 1
         };
         let mut old: Vec<Option<Block>> = vec![None; d];

@@ -12,6 +12,7 @@
 
 pub mod array;
 pub mod bench;
+mod buffers;
 pub mod core;
 pub mod error;
 pub mod geo;

@@ -387,39 +387,6 @@ pub fn run_phase(mut jobs: Vec<(&Worker, &str, Job)>, batch: &Arc<Batch>) {
     }
 }
 
-/// Large buffers a thread keeps for its next requests, and the largest one kept. Log writes
-/// (the write journal's, the partial parity log's) need a buffer of about a write phase's
-/// size every phase; allocated afresh, the allocator maps such a buffer anew each time and its
-/// pages are faulted in and charged on every phase, which cost more than the copies into it
-/// (the journal's 1 MiB sequential writes ran at 0.13x of resync that way, 0.35x without).
-const KEPT_BUFFERS: usize = 4;
-const KEPT_BUFFER_BYTES: usize = 16 << 20;
-
-thread_local! {
-    static KEPT: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// An empty buffer with room for `bytes`, one this thread kept if it has one.
-pub fn take_buffer(bytes: usize) -> Vec<u8> {
-    let mut b = KEPT.with(|k| k.borrow_mut().pop()).unwrap_or_default();
-    b.clear();
-    b.reserve(bytes);
-    b
-}
-
-/// Keeps a buffer for this thread's next [`take_buffer`] (up to a few, of bounded size).
-pub fn keep_buffer(b: Vec<u8>) {
-    if b.capacity() == 0 || b.capacity() > KEPT_BUFFER_BYTES {
-        return;
-    }
-    KEPT.with(|k| {
-        let mut k = k.borrow_mut();
-        if k.len() < KEPT_BUFFERS {
-            k.push(b);
-        }
-    });
-}
-
 fn gone(member: &str) -> DiskError {
     DiskError::io(
         member,

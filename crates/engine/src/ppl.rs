@@ -91,7 +91,7 @@ impl LogBuilder {
             // the XOR of the indices left alone whatever plan computed the parity.
             let at = self.pp.len();
             if self.pp.capacity() == 0 {
-                self.pp = crate::pool::take_buffer(len);
+                self.pp = crate::buffers::take_buffer(len);
             }
             self.pp.extend_from_slice(&band.new_p[..len]);
             let pp = &mut self.pp[at..];
@@ -142,11 +142,11 @@ impl LogBuilder {
             area_bytes,
         })?;
         let tail = (area_bytes - used).min(PPL_HEADER_SIZE as u64) as usize;
-        let mut out = crate::pool::take_buffer(encoded.len() + self.pp.len() + tail);
+        let mut out = crate::buffers::take_buffer(encoded.len() + self.pp.len() + tail);
         out.extend_from_slice(&encoded);
         out.extend_from_slice(&self.pp);
         out.resize(out.len() + tail, 0);
-        crate::pool::keep_buffer(self.pp);
+        crate::buffers::keep_buffer(self.pp);
         Ok(out)
     }
 }

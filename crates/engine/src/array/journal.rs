@@ -566,7 +566,7 @@ impl Array {
         let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
         for (from, to, count) in bounds {
             let mut payloads = Vec::with_capacity((to - from) * 4);
-            let mut buf = crate::pool::take_buffer(count * PAGE);
+            let mut buf = crate::buffers::take_buffer(count * PAGE);
             for (ms, row) in rows.by_ref().take(to - from) {
                 for (a, (_, page)) in row.data {
                     payloads.push(Payload::Data {
@@ -623,7 +623,7 @@ impl Array {
             if let Err(e) = r {
                 return Err(self.journal_failed(j, e));
             }
-            crate::pool::keep_buffer(pages);
+            crate::buffers::keep_buffer(pages);
             let mut st = lock(&j.st);
             st.head = j.add(pos, span);
             st.seq = seq + 1;

@@ -258,7 +258,7 @@ impl Array {
             );
         }
         for (_, _, _, bytes) in bufs {
-            crate::pool::keep_buffer(bytes);
+            crate::buffers::keep_buffer(bytes);
         }
         Ok(Some(PplHold { logs, written }))
     }
