@@ -2089,6 +2089,7 @@ impl Array {
         if st.failed.is_some() {
             return Ok(());
         }
+        self.skip_resync_when_fully_degraded(&mut st);
         let resync = st.resync_from;
         if st.dirty || resync.is_some() {
             self.update_superblocks(&mut st, |sb| match resync {
@@ -2449,6 +2450,26 @@ impl Array {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         self.fail_locked(&mut st, slot, why);
+    }
+
+    /// md skips a resync that cannot run because a parity array has lost as many members as
+    /// its level can lose (`raid5_sync_request`: degraded >= max_degraded), and counts it done:
+    /// parity is then the only record of the missing members' data, and recomputing it from
+    /// the data left would destroy that. (Stripes a crash left inconsistent were made whole
+    /// by the partial parity log or the journal where the array has one.)
+    fn skip_resync_when_fully_degraded(&self, st: &mut State) {
+        let Scheme::Parity { max_degraded } = self.geo.scheme() else {
+            return;
+        };
+        let lost = st.slot_state.iter().filter(|s| !s.usable()).count();
+        if st.resync_from.is_some() && lost >= max_degraded {
+            st.resync_from = None;
+            self.resync_pending
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            st.log.push(format!(
+                "resync skipped: {lost} member(s) missing, parity is their only copy (md skips it too)"
+            ));
+        }
     }
 
     fn fail_locked(&self, st: &mut State, slot: usize, why: &str) {
