@@ -2642,26 +2642,43 @@ impl Array {
         if one_member_bands {
             pieces = core::one_data_member_per_band(&self.geo, pieces);
         }
+        let healthy = {
+            let st = lock(&self.state);
+            st.slot_state.iter().all(|s| *s == MemberState::InSync)
+        };
         let mut i = 0;
         while i < pieces.len() {
             // One batch: consecutive pieces within the scratch budget (at least one).
             let mut j = i;
             let mut bytes = 0usize;
-            let mut log_bytes = 0u64;
+            // Per parity slot, the entries and partial parity bytes its log write holds: a
+            // batch's pieces are logged on their own stripes' parity members, each in one log
+            // write, so pieces with different parity members share a phase.
+            let mut logs: Vec<(usize, u64)> = Vec::new();
             while j < pieces.len() {
-                let b = piece_scratch_estimate(&pieces[j], self.geo.raid_disks);
-                let lb = self.ppl_piece_bytes(dir == Dir::Write, &pieces[j].kind);
+                let b = piece_scratch_estimate(&self.geo, &pieces[j], healthy);
+                let log = self.ppl_piece_log(dir == Dir::Write, &pieces[j].kind);
+                let log_fits = log.is_none_or(|(slot, pp)| {
+                    let (n, used) = logs.get(slot).copied().unwrap_or((0, 0));
+                    self.ppl_fits(n + 1, used + pp)
+                });
                 if j > i
                     && (bytes + b > self.batch_budget_bytes
                         || (one_member_bands
                             && pieces[i..j].iter().any(|p| core::same_rows(p, &pieces[j])))
-                        || !self.ppl_fits(dir == Dir::Write, j - i + 1, log_bytes + lb)
+                        || !log_fits
                         || !self.journal_fits(dir == Dir::Write, &pieces[i..=j]))
                 {
                     break;
                 }
+                if let Some((slot, pp)) = log {
+                    if logs.len() <= slot {
+                        logs.resize(slot + 1, (0, 0));
+                    }
+                    logs[slot].0 += 1;
+                    logs[slot].1 += pp;
+                }
                 bytes += b;
-                log_bytes += lb;
                 j += 1;
                 if j - i >= 256 {
                     break;
@@ -2983,10 +3000,33 @@ fn data_ranges(list: &[raidkit_metadata::BadBlock], data_offset_sectors: u64) ->
 /// max_corrected_read_errors).
 pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
 
-fn piece_scratch_estimate(p: &Piece, raid_disks: usize) -> usize {
+/// Scratch bytes a piece's plan may allocate (see `PieceOp::plan_band_write`). On a healthy
+/// array the plan is known from the piece's shape: a full-stripe write needs only new parity,
+/// a read-modify-write the old data and old and new parity, a reconstruct-write the data it
+/// does not write and new parity, whichever reads less. Degraded plans may need every block.
+fn piece_scratch_estimate(geo: &Geo, p: &Piece, healthy: bool) -> usize {
     match &p.kind {
         PieceKind::Copies { .. } => 0,
-        PieceKind::Band { sectors, .. } => (raid_disks + 2) * *sectors as usize * SECTOR,
+        PieceKind::Band {
+            sectors,
+            dd_first,
+            dd_last,
+            ..
+        } => {
+            let (n, d) = (geo.raid_disks, geo.data_disks());
+            let parity = n - d;
+            let k = dd_last + 1 - dd_first;
+            let blocks = if !healthy {
+                n + 2
+            } else if k >= d {
+                parity
+            } else if k + parity < d - k {
+                k + 2 * parity
+            } else {
+                d - k + parity
+            };
+            blocks * *sectors as usize * SECTOR
+        }
     }
 }
 

@@ -77,8 +77,8 @@ impl Ppl {
         ((self.area_bytes - PPL_HEADER_SIZE as u64) / SECTOR as u64) / 8 * 8
     }
 
-    /// Whether `count` pieces with `pp_bytes` of partial parity between them fit one log
-    /// write of each parity member (all may share one).
+    /// Whether `count` entries with `pp_bytes` of partial parity between them fit one log
+    /// write.
     pub(super) fn fits(&self, count: usize, pp_bytes: u64) -> bool {
         count <= PPL_HDR_MAX_ENTRIES && pp_bytes + PPL_HEADER_SIZE as u64 <= self.area_bytes
     }
@@ -101,29 +101,38 @@ impl PplHold<'_> {
 }
 
 impl Array {
-    /// Partial parity bytes a write piece may log (0 for reads, full-stripe bands and arrays
-    /// without a log), for sizing batches.
-    pub(super) fn ppl_piece_bytes(&self, write: bool, kind: &PieceKind) -> u64 {
+    /// Where a write piece is logged and how much it may log: the slot holding its stripe's
+    /// parity (whose log gets its entry) and its partial parity bytes (0 for full-stripe
+    /// bands). `None` for reads, mirror pieces and arrays without a log.
+    pub(super) fn ppl_piece_log(&self, write: bool, kind: &PieceKind) -> Option<(usize, u64)> {
         match (&self.ppl, kind) {
             (
                 Some(_),
                 PieceKind::Band {
+                    stripe,
                     sectors,
                     dd_first,
                     dd_last,
                     ..
                 },
-            ) if write && dd_last + 1 - dd_first < self.geo.data_disks() => sectors * SECTOR as u64,
-            _ => 0,
+            ) if write => {
+                let pp = if dd_last + 1 - dd_first < self.geo.data_disks() {
+                    sectors * SECTOR as u64
+                } else {
+                    0
+                };
+                Some((self.geo.stripe(*stripe).p_member, pp))
+            }
+            _ => None,
         }
     }
 
-    /// Whether a batch of `count` write pieces with `pp_bytes` of partial parity can be
-    /// logged in one log write per parity member.
-    pub(super) fn ppl_fits(&self, write: bool, count: usize, pp_bytes: u64) -> bool {
+    /// Whether `count` entries with `pp_bytes` of partial parity between them fit one log
+    /// write of one member.
+    pub(super) fn ppl_fits(&self, count: usize, pp_bytes: u64) -> bool {
         match &self.ppl {
-            Some(p) if write => p.fits(count, pp_bytes),
-            _ => true,
+            Some(p) => p.fits(count, pp_bytes),
+            None => true,
         }
     }
 
