@@ -171,6 +171,9 @@ pub fn check_assembled(plan: &PlannedArray, report: Option<&ArrayReport>) -> Che
         if plan.journal.is_some() {
             crate::journal::check_raidkit_journal(plan, expect, report, &mut out);
         }
+        if plan.ppl.is_some() {
+            check_ppl(plan, expect, report, &mut out);
+        }
     }
     check_examine(plan, expect, report, &mut out);
     check_after_md(plan, report, &mut out);
@@ -233,6 +236,13 @@ fn describe(plan: &PlannedArray, e: Option<&RaidkitExpectation>) -> String {
                 ", write journal; crashed after {} writes only the journal got",
                 plan.writes.len() - plan.member_writes()
             )
+        }
+        None => {}
+    }
+    match plan.ppl {
+        Some(crate::matrix::PplMode::Clean) => s += ", partial parity log",
+        Some(crate::matrix::PplMode::Crash) => {
+            s += ", partial parity log; crashed after a write whose parity never landed"
         }
         None => {}
     }
@@ -322,9 +332,16 @@ fn check_assembly(
         Some(v) if v == want_state => {}
         other => f.push(format!("mdadm --detail State {other:?}, want {want_state}")),
     }
+    // md announces a dirty start before its partial parity log replay, which then marks the
+    // array clean: resync_start and sync_action above say whether a resync followed.
+    let ppl_crash = plan.ppl == Some(crate::matrix::PplMode::Crash);
     for l in &report.dmesg {
         let expected_recovery = rebuild && l.contains(RECOVERY_MESSAGE);
-        if RESYNC_MESSAGES.iter().any(|m| l.contains(m)) && !expected_recovery {
+        let expected_dirty_start = ppl_crash && l.contains("not clean");
+        if RESYNC_MESSAGES.iter().any(|m| l.contains(m))
+            && !expected_recovery
+            && !expected_dirty_start
+        {
             f.push(format!("kernel: {l}"));
         }
     }
@@ -633,7 +650,9 @@ fn check_detail(
     // md starting an array with a write journal moves journal_tail to the empty meta block it
     // writes (r5l_recovery_log -> r5l_write_super), which updates every superblock: events
     // one up and a new update time by the time mdadm --detail looks.
-    let journal = plan.journal.is_some();
+    // md starting a dirty array whose partial parity log it replayed marks it clean
+    // (ppl_init_log: recovery_cp = MaxSector, MD_SB_CHANGE_CLEAN): the same one-up events.
+    let journal = plan.journal.is_some() || plan.ppl == Some(crate::matrix::PplMode::Crash);
     let mut journal_events = None;
     for (detail_field, examine_field) in DETAIL_FROM_EXAMINE {
         let Some(want) = get(rk, examine_field) else {
@@ -685,6 +704,9 @@ fn check_detail(
     }
     if f.finish() {
         out.passed.push(match journal_events {
+            Some(ev) if plan.ppl.is_some() => {
+                format!("detail(events {ev}: md's log replay marked the array clean)")
+            }
             Some(ev) => format!("detail(events {ev}: md's journal start updated the superblocks)"),
             None => "detail".into(),
         });
@@ -888,6 +910,15 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
             let recovered = rebuild && RECOVERY_CHANGES.contains(&k.as_str());
             if CHANGED_BY_MD.contains(&k.as_str()) || recovered {
                 continue;
+            }
+            // mdadm creates a partial parity log array with MD_FEATURE_PPL (0x400), as raidkit
+            // does; the kernel runs a log area with room for more than one log write as
+            // multiple PPLs and records MD_FEATURE_MULTIPLE_PPLS (0x800) instead.
+            if plan.ppl.is_some() && k == "Feature Map" && v == "0x400" {
+                match get(after, k) {
+                    Some("0x400") | Some("0x800") => continue,
+                    _ => {}
+                }
             }
             let got = get(after, k);
             if got != Some(v.as_str()) {
@@ -1157,6 +1188,67 @@ fn check_bitmap(
             chunk >> 10,
             dirty_seen.unwrap_or(0)
         ));
+    }
+}
+
+/// Partial parity log rows: md runs the array with the log raidkit made (mdadm --detail and
+/// sysfs say ppl), and for `ppl=crash` raidkit's own replay recovered the entry. That md
+/// replayed it too is what its check says: the stripe's parity was left stale on the member,
+/// so without the replay md's check counts mismatches (`check_md_check`).
+fn check_ppl(
+    plan: &PlannedArray,
+    expect: &RaidkitExpectation,
+    report: &ArrayReport,
+    out: &mut CheckOutcome,
+) {
+    let mut f = Failures::new("ppl", &mut out.failures);
+    match report.detail_field("Consistency Policy") {
+        Some("ppl") => {}
+        other => f.push(format!(
+            "mdadm --detail Consistency Policy {other:?} (want ppl)"
+        )),
+    }
+    match report.sysfs.get("consistency_policy").map(String::as_str) {
+        Some("ppl") => {}
+        other => f.push(format!("sysfs consistency_policy {other:?} (want ppl)")),
+    }
+    let Some(p) = &expect.ppl else {
+        f.push("raidkit recorded nothing about its partial parity log".into());
+        f.finish();
+        return;
+    };
+    if p.policy != "ppl" {
+        f.push(format!("raidkit ran with policy {} (want ppl)", p.policy));
+    }
+    let crash = plan.ppl == Some(crate::matrix::PplMode::Crash);
+    let mut detail = String::from("md: Consistency Policy ppl");
+    if crash {
+        let replayed = p
+            .notes
+            .iter()
+            .find(|n| n.contains("replayed"))
+            .cloned()
+            .unwrap_or_default();
+        let recovered = replayed
+            .split("replayed: ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if recovered == 0 || !replayed.contains(" 0 mismatched") {
+            f.push(format!(
+                "raidkit's own replay of the crashed array: {replayed:?} (want entries recovered, 0 mismatched)"
+            ));
+        }
+        if let Some((offset, len, slot)) = p.stale_parity {
+            detail += &format!(
+                "; parity of the write at {offset}+{len} left stale on slot {slot}, md replayed its log (check below)"
+            );
+        }
+        detail += &format!("; raidkit: {replayed}");
+    }
+    if f.finish() {
+        out.passed.push(format!("ppl({detail})"));
     }
 }
 

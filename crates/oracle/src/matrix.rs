@@ -41,6 +41,15 @@
 //!   a few more partial-stripe writes are made, so only the journal holds them, and the array
 //!   is stopped without its members hearing of it (a crash); the other side must replay the
 //!   journal and read every write.
+//!
+//! md's partial parity log (RAID 5, raidkit rows, not with the other options):
+//! - `ppl`: raidkit creates the array with the log (`--consistency-policy=ppl`), writes it and
+//!   stops it cleanly; md must run it with the log (mdadm --detail: Consistency Policy ppl);
+//! - `ppl=crash`: after the writes, one more write inside one data chunk is made and the array
+//!   is dropped without a stop; then that stripe's parity is put back as it was before the
+//!   write, as a power failure leaves it when the log entry and the data landed but the parity
+//!   did not. md must replay raidkit's log at assembly (no resync, and its check finds the
+//!   stripe consistent).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -93,6 +102,17 @@ pub enum JournalMode {
     Crash,
 }
 
+/// The partial parity log of a raidkit RAID 5 row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PplMode {
+    /// Created with the log, written, stopped cleanly.
+    Clean,
+    /// Written, then one more write lands on its data member and in the log but not in
+    /// parity, and the array stops without a stop: md must replay the log.
+    Crash,
+}
+
 /// One array of the matrix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MatrixRow {
@@ -119,6 +139,8 @@ pub struct MatrixRow {
     pub bitmap_chunk_bytes: Option<u64>,
     /// The array has a write journal on one more image (of the first member's size).
     pub journal: Option<JournalMode>,
+    /// raidkit RAID 5 rows: created with md's partial parity log.
+    pub ppl: Option<PplMode>,
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -215,6 +237,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut rebuild_percent = None;
         let mut bitmap_chunk_bytes = None;
         let mut journal = None;
+        let mut ppl = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             if by == Writer::Md && !journal_opt {
@@ -258,6 +281,8 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                 None if *opt == "bitmap" => bitmap_chunk_bytes = Some(0),
                 None if *opt == "journal" => journal = Some(JournalMode::Clean),
                 Some(("journal", "crash")) => journal = Some(JournalMode::Crash),
+                None if *opt == "ppl" => ppl = Some(PplMode::Clean),
+                Some(("ppl", "crash")) => ppl = Some(PplMode::Crash),
                 _ => return Err(err(format!("unknown option {opt}"))),
             }
         }
@@ -280,6 +305,18 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                 ));
             }
         }
+        if ppl.is_some()
+            && (level != 5
+                || journal.is_some()
+                || rebuild_percent.is_some()
+                || bitmap_chunk_bytes.is_some()
+                || !fail_members.is_empty())
+        {
+            return Err(err(
+                "ppl: the partial parity log is for RAID 5 alone, without fail=, rebuild=, a bitmap or a journal (as in md)"
+                    .to_string(),
+            ));
+        }
         if rebuild_percent.is_some() && fail_members.is_empty() {
             // Rebuild the last member unless the row names the ones to fail.
             fail_members.push(member_bytes.len() - 1);
@@ -299,6 +336,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             fail_members,
             rebuild_percent,
             bitmap_chunk_bytes,
+            ppl,
             journal,
         });
     }
@@ -371,6 +409,20 @@ mod tests {
     }
 
     #[test]
+    fn parses_ppl_options() {
+        let rows = parse_matrix(
+            "fast raidkit a 5 ls 64K 4x4M ppl
+             fast raidkit b 5 ra 32K 5x4M ppl=crash
+             fast raidkit c 5 ls 64K 4x4M
+",
+        )
+        .unwrap();
+        assert_eq!(rows[0].ppl, Some(PplMode::Clean));
+        assert_eq!(rows[1].ppl, Some(PplMode::Crash));
+        assert_eq!(rows[2].ppl, None);
+    }
+
+    #[test]
     fn rejects_bad_rows() {
         for bad in [
             "fast md r5 5 ls 64K",
@@ -399,6 +451,13 @@ mod tests {
             "fast raidkit r5 5 ls 64K 4x8M journal bitmap",
             "fast raidkit r5 5 ls 64K 4x8M journal fail=1",
             "fast md r5 5 ls 64K 4x8M journal meta=1.0",
+            "fast md r5 5 ls 64K 4x8M ppl",
+            "fast raidkit r6 6 ls 64K 5x8M ppl",
+            "fast raidkit r4 4 - 64K 4x8M ppl=crash",
+            "fast raidkit r5 5 ls 64K 4x8M ppl journal",
+            "fast raidkit r5 5 ls 64K 4x8M ppl bitmap",
+            "fast raidkit r5 5 ls 64K 4x8M ppl=crash fail=1",
+            "fast raidkit r5 5 ls 64K 4x8M ppl=maybe",
         ] {
             assert!(parse_matrix(bad).is_err(), "accepted: {bad}");
         }

@@ -13,7 +13,7 @@
 //! Invariants: serials are unique within the plan and at most 20 bytes (virtio-blk's limit);
 //! a batch never holds more than [`MAX_MEMBERS_PER_VM`] member disks (PCI slots).
 
-use crate::matrix::{JournalMode, MatrixRow, Writer};
+use crate::matrix::{JournalMode, MatrixRow, PplMode, Writer};
 use crate::prepare::{prepare_array, RaidkitExpectation};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -91,6 +91,9 @@ pub struct PlannedArray {
     /// The array has a write journal: the last of `members` is the journal device.
     #[serde(default)]
     pub journal: Option<JournalMode>,
+    /// raidkit RAID 5 rows: the array has md's partial parity log.
+    #[serde(default)]
+    pub ppl: Option<PplMode>,
     /// Assemble: what raidkit wrote, for the check (set when the members were prepared).
     #[serde(default)]
     pub expect: Option<RaidkitExpectation>,
@@ -350,6 +353,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                     0
                 },
                 journal: row.journal,
+                ppl: row.ppl,
                 expect: None,
                 prepare_error: None,
             }

@@ -27,7 +27,7 @@
 //! UUIDs are derived from the array name, so a run is reproducible apart from the times.
 
 use crate::crash::DropWrites;
-use crate::matrix::{JournalMode, MetadataVersion};
+use crate::matrix::{JournalMode, MetadataVersion, PplMode};
 use crate::pattern::{expected_contents, fill, PatternWrite};
 use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
@@ -81,6 +81,24 @@ pub struct RaidkitExpectation {
     /// replay of the copies its read-back assembled).
     #[serde(default)]
     pub journal: Option<JournalExpectation>,
+    /// Partial parity log rows: raidkit's consistency policy while the array ran, and what
+    /// its own assembly said about the log (for `ppl=crash`, the replay of the copies its
+    /// read-back assembled).
+    #[serde(default)]
+    pub ppl: Option<PplExpectation>,
+}
+
+/// What raidkit says about its own partial parity log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PplExpectation {
+    /// `Status::consistency_policy` while the array ran ("ppl").
+    pub policy: String,
+    /// raidkit's assembly notes about the log at its read-back.
+    pub notes: Vec<String>,
+    /// `ppl=crash`: the write whose parity was left stale (array byte offset, length) and the
+    /// slot holding that stripe's parity and log.
+    #[serde(default)]
+    pub stale_parity: Option<(u64, u64, usize)>,
 }
 
 /// What raidkit says about its own write journal.
@@ -334,10 +352,11 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     let created_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let consistency = match (a.bitmap_chunk_bytes, a.journal) {
-        (Some(chunk_bytes), _) => ConsistencyPolicy::Bitmap { chunk_bytes },
-        (None, Some(_)) => ConsistencyPolicy::Journal,
-        (None, None) => ConsistencyPolicy::Resync,
+    let consistency = match (a.bitmap_chunk_bytes, a.journal, a.ppl) {
+        (Some(chunk_bytes), _, _) => ConsistencyPolicy::Bitmap { chunk_bytes },
+        (None, Some(_), _) => ConsistencyPolicy::Journal,
+        (None, None, Some(_)) => ConsistencyPolicy::Ppl,
+        (None, None, None) => ConsistencyPolicy::Resync,
     };
     let device_count = disks.len();
     let array = Array::create_with_policy(
@@ -375,6 +394,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         write_pattern(&array, w, &mut writes)?;
     }
     let mut bitmap_dirty_bits = None;
+    let mut stale_parity = None;
     let status = if a.journal == Some(JournalMode::Crash) {
         // The crash: flush, then the members drop every write; the journal-only writes reach
         // the journal alone, and the array goes without a stop.
@@ -385,6 +405,10 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         }
         let status = array.status();
         drop(array);
+        status
+    } else if a.ppl == Some(PplMode::Crash) {
+        let status = array.status();
+        stale_parity = Some(crash_before_parity(a, array, &mut writes)?);
         status
     } else {
         array.stop().map_err(|e| err("stop")(e.to_string()))?;
@@ -445,12 +469,22 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         usize::try_from(size).map_err(|_| err("size")(format!("{size} bytes do not fit")))?;
     let sha256 = hex(&Sha256::digest(expected_contents(size_usize, &pattern)));
     let crash = a.journal == Some(JournalMode::Crash);
+    let ppl_crash = a.ppl == Some(PplMode::Crash);
     let members_sha256 = if crash {
         Some(readback(a, false)?.0)
     } else {
         None
     };
-    let (readback_sha256, readback_notes) = readback(a, crash)?;
+    let (readback_sha256, readback_notes) = readback(a, crash || ppl_crash)?;
+    let ppl = a.ppl.map(|_| PplExpectation {
+        policy: status.consistency_policy.name().to_string(),
+        notes: readback_notes
+            .iter()
+            .filter(|n| n.contains("partial parity"))
+            .cloned()
+            .collect(),
+        stale_parity,
+    });
     let journal = journal_status.map(|(policy, role)| JournalExpectation {
         policy,
         role,
@@ -508,7 +542,75 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         bitmap,
         bitmap_dirty_bits,
         journal,
+        ppl,
     })
+}
+
+/// `ppl=crash`: one more write, inside one data chunk of the array's second stripe (its first
+/// when it has one), as a power failure leaves it when the log entry and the data reached the
+/// members but the new parity did not. raidkit makes the write (logging it first), the array
+/// is dropped without a stop (dirty, the log in place), and the parity rows of that stripe are
+/// put back as they were before the write. md, assembling the dirty array, must replay the log
+/// (parity = partial parity XOR the data now there), or its check finds the stripe
+/// inconsistent. Returns the write (offset, length) and the parity slot.
+fn crash_before_parity(
+    a: &PlannedArray,
+    array: Array,
+    writes: &mut Vec<(u64, u64, u64)>,
+) -> Result<(u64, u64, usize), PrepareError> {
+    use std::os::unix::fs::FileExt;
+    array.flush().map_err(|e| err("flush")(e.to_string()))?;
+    let geo = array.geometry().clone();
+    let chunk_bytes = geo.chunk_sectors * 512;
+    let stripe_data_bytes = chunk_bytes * geo.data_disks() as u64;
+    let stripe = u64::from(array.size_bytes() >= 2 * stripe_data_bytes);
+    let info = geo.stripe(stripe);
+    let slot = info.p_member;
+    let data_offset = array
+        .status()
+        .members
+        .iter()
+        .find(|m| m.slot == Some(slot))
+        .map(|m| m.data_offset_sectors)
+        .ok_or_else(|| err("ppl crash")(format!("no member in slot {slot}")))?;
+    let parity_at = (data_offset + info.member_sector_start) * 512;
+    let image = &a.members[slot].image;
+    let open = |write: bool| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(image)
+            .map_err(|e| err("ppl crash")(format!("{}: {e}", image.display())))
+    };
+    let mut old_parity = vec![0u8; chunk_bytes as usize];
+    open(false)?
+        .read_exact_at(&mut old_parity, parity_at)
+        .map_err(|e| err("ppl crash")(format!("read parity: {e}")))?;
+    // A quarter into the stripe's first data chunk, half a chunk long: one data member, so
+    // one log entry with partial parity.
+    let offset = stripe * stripe_data_bytes + chunk_bytes / 4;
+    let len = chunk_bytes / 2;
+    let w = PlannedWrite {
+        seed: 61,
+        offset_bytes: offset,
+        len_bytes: Some(len),
+        journal_only: false,
+    };
+    write_pattern(&array, &w, writes)?;
+    drop(array);
+    let f = open(true)?;
+    let mut written = vec![0u8; chunk_bytes as usize];
+    f.read_exact_at(&mut written, parity_at)
+        .map_err(|e| err("ppl crash")(format!("read parity: {e}")))?;
+    if written == old_parity {
+        return Err(err("ppl crash")(
+            "the write did not change the stripe's parity".into(),
+        ));
+    }
+    f.write_all_at(&old_parity, parity_at)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| err("ppl crash")(format!("put back parity: {e}")))?;
+    Ok((offset, len, slot))
 }
 
 /// Adds a spare per failed member and runs the rebuild until it passed `percent`.
