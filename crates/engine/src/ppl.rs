@@ -34,7 +34,7 @@
 //! chunk, one writer): every stripe write first writes and flushes a log on its parity member,
 //! and the members a log covers are flushed before it is replaced; 4 KiB random writes ran at
 //! about 0.65x, 1 MiB sequential writes (partial stripes) at about 0.45x and full-stripe
-//! writes at about 0.2x of the resync policy: a full stripe over three data members becomes
+//! writes at about 0.25x of the resync policy: a full stripe over three data members becomes
 //! three read-modify-writes, each with its own parity write and partial parity. See
 //! docs/design.md.
 //!
