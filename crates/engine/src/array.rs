@@ -1228,10 +1228,7 @@ impl Array {
             report
                 .notes
                 .push("the array was not stopped cleanly (superblock dirty)".into());
-            if degraded
-                && matches!(geo.scheme(), Scheme::Parity { .. })
-                && nsb.feature_map.contains(FeatureMap::PPL)
-            {
+            if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) && nsb.ppl().is_some() {
                 // md starts a dirty degraded array with a partial parity log: the log makes
                 // the parity of every stripe written at the crash agree with its data.
                 report.notes.push(

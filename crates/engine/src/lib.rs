@@ -28,4 +28,4 @@ pub use array::{
 };
 pub use error::{EngineError, Result};
 pub use geo::Geo;
-pub use meta::{read_superblock, FoundSuperblock};
+pub use meta::{read_superblock, write_superblock, FoundSuperblock};

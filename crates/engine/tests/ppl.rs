@@ -396,3 +396,60 @@ fn log_is_md_shaped_on_the_members() {
     let a6 = Array::create(boxed(&d6), o6).unwrap();
     assert_eq!(a6.consistency_policy(), ConsistencyPolicy::Resync);
 }
+
+/// The kernel records a log area with room for more than one log write as
+/// MD_FEATURE_MULTIPLE_PPLS (0x800) in place of mdadm's MD_FEATURE_PPL (0x400) once it ran the
+/// array; such an array still runs with the log, and a crash is still replayed (the md oracle's
+/// md-created `ppl` row found raidkit running one as `resync`).
+#[test]
+fn an_array_md_switched_to_multiple_ppls_keeps_its_log() {
+    use raidkit_metadata::FeatureMap;
+    let disks: Vec<CrashDisk> = (0..4)
+        .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
+        .collect();
+    let opts = CreateOptions {
+        level: 5,
+        layout: None,
+        chunk_sectors: CHUNK as u32,
+        raid_devices: 4,
+        metadata: SuperblockVersion::V1_2,
+        size_sectors: None,
+        name: "multi".into(),
+        set_uuid: [7u8; 16],
+        device_uuids: (0..4).map(|i| [i as u8 + 1; 16]).collect(),
+        ctime_seconds: 1_700_000_000,
+        members_zeroed: true,
+        consistency: raidkit_engine::ConsistencyPolicy::Auto,
+        config: EngineConfig::default(),
+    };
+    let array = Array::create(boxed(&disks), opts).unwrap();
+    array.stop().unwrap();
+    drop(array);
+    for d in &disks {
+        let found = raidkit_engine::read_superblock(d).unwrap();
+        let mut sb = found.sb;
+        sb.feature_map.remove(FeatureMap::PPL);
+        sb.feature_map.insert(FeatureMap::MULTIPLE_PPLS);
+        raidkit_engine::write_superblock(d, &sb, found.version).unwrap();
+        d.flush().unwrap();
+    }
+    let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+    assert_eq!(array.consistency_policy(), ConsistencyPolicy::Ppl);
+    // A write logs on stripe 0's parity member; dropped without a stop, the next assembly
+    // replays it.
+    array.write_at(&[0x5au8; 4096], 0, false).unwrap();
+    drop(array);
+    let (array, report) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("partial parity log replayed: 1 entries recovered")),
+        "{:?}",
+        report.notes
+    );
+    let mut back = vec![0u8; 4096];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back.iter().all(|&b| b == 0x5a));
+    array.stop().unwrap();
+}

@@ -42,10 +42,10 @@
 //!   is stopped without its members hearing of it (a crash); the other side must replay the
 //!   journal and read every write.
 //!
-//! md's partial parity log (RAID 5, raidkit rows, not with the other options):
-//! - `ppl`: raidkit creates the array with the log (`--consistency-policy=ppl`), writes it and
-//!   stops it cleanly; md must run it with the log (mdadm --detail: Consistency Policy ppl);
-//! - `ppl=crash`: after the writes, one more write inside one data chunk is made and the array
+//! md's partial parity log (RAID 5, not with the other options):
+//! - `ppl`: the writer creates the array with the log (`--consistency-policy=ppl`), writes it
+//!   and stops it cleanly; the other side must run it with the log and read the same data;
+//! - `ppl=crash` (raidkit rows): after the writes, one more write inside one data chunk is made and the array
 //!   is dropped without a stop; then that stripe's parity is put back as it was before the
 //!   write, as a power failure leaves it when the log entry and the data landed but the parity
 //!   did not. md must replay raidkit's log at assembly (no resync, and its check finds the
@@ -240,9 +240,9 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut ppl = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
-            if by == Writer::Md && !journal_opt {
+            if by == Writer::Md && !journal_opt && *opt != "ppl" {
                 return Err(err(format!(
-                    "option {opt}: md rows take only journal options"
+                    "option {opt}: md rows take only journal options and ppl"
                 )));
             }
             match opt.split_once('=') {
@@ -414,12 +414,14 @@ mod tests {
             "fast raidkit a 5 ls 64K 4x4M ppl
              fast raidkit b 5 ra 32K 5x4M ppl=crash
              fast raidkit c 5 ls 64K 4x4M
+             fast md d 5 ls 64K 4x4M ppl
 ",
         )
         .unwrap();
         assert_eq!(rows[0].ppl, Some(PplMode::Clean));
         assert_eq!(rows[1].ppl, Some(PplMode::Crash));
         assert_eq!(rows[2].ppl, None);
+        assert_eq!(rows[3].ppl, Some(PplMode::Clean));
     }
 
     #[test]
@@ -451,7 +453,7 @@ mod tests {
             "fast raidkit r5 5 ls 64K 4x8M journal bitmap",
             "fast raidkit r5 5 ls 64K 4x8M journal fail=1",
             "fast md r5 5 ls 64K 4x8M journal meta=1.0",
-            "fast md r5 5 ls 64K 4x8M ppl",
+            "fast md r5 5 ls 64K 4x8M ppl=crash",
             "fast raidkit r6 6 ls 64K 5x8M ppl",
             "fast raidkit r4 4 - 64K 4x8M ppl=crash",
             "fast raidkit r5 5 ls 64K 4x8M ppl journal",

@@ -148,6 +148,9 @@ impl PlannedArray {
         if self.rebuild_percent.is_some() {
             f.push("rebuild");
         }
+        if self.ppl.is_some() && self.kind == Scenario::Create {
+            f.push("ppl");
+        }
         match self.journal {
             // The VM makes the crash of arrays md creates; raidkit made its own.
             Some(JournalMode::Crash) if self.kind == Scenario::Create => {

@@ -20,7 +20,9 @@
 #            also record mdadm --detail before the stop;
 #   crash    (with journal, md rows) md runs on device-mapper maps of its devices, so that
 #            oracle_crash_arm can make the members drop every write: the writes after it
-#            reach only the journal, and oracle_report's stop is a crash (see there).
+#            reach only the journal, and oracle_report's stop is a crash (see there);
+#   ppl      (md rows) the array is created with md's partial parity log
+#            (--consistency-policy=ppl).
 
 # last_sha NAME: the sha256 recorded for NAME so far.
 last_sha() { sed -n "s/^$1 sha256 //p" "$RESULTS" | tail -n 1; }
@@ -126,6 +128,7 @@ oracle_create() {
     [ "$layout" != - ] && set -- "$@" --layout="$layout"
     [ "$chunk" != - ] && set -- "$@" --chunk="$chunk"
     [ -n "$journal" ] && set -- "$@" --write-journal="$journal" --bitmap=none
+    has_flag "$flags" ppl && set -- "$@" --consistency-policy=ppl
     # shellcheck disable=SC2086 # devs is a list of /dev paths without spaces
     if ! mdadm "$@" $devs > /tmp/mdadm.log 2>&1; then
         emit "$name error mdadm --create failed: $(tr '\n' ' ' < /tmp/mdadm.log)"

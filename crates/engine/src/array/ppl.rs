@@ -25,7 +25,7 @@ use crate::pool::{run_phase, Batch, Job, JobKind};
 use crate::ppl::{newest_header, plan_entry, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
 use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
-use raidkit_metadata::{FeatureMap, Superblock};
+use raidkit_metadata::Superblock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -60,9 +60,9 @@ impl Ppl {
     /// The log state of an array whose superblocks are `sbs`, if it has one.
     pub(super) fn from_superblocks(sbs: &[Superblock], raid_disks: usize) -> Option<Ppl> {
         let first = sbs.first()?;
-        if !first.feature_map.contains(FeatureMap::PPL) {
-            return None;
-        }
+        // MD_FEATURE_PPL as mdadm creates it, or MD_FEATURE_MULTIPLE_PPLS as the kernel
+        // records a log area with room for more than one log write once it ran the array.
+        first.ppl()?;
         let area_bytes = sbs.iter().filter_map(area_of).map(|(_, len)| len).min()?;
         Some(Ppl {
             signature: ppl_signature(&first.set_uuid.0),
