@@ -15,6 +15,7 @@
 //! 6. degraded: the whole array rebuilt without each single member (levels with redundancy)
 //!    and, for raid6, without each pair, equals the written data.
 
+use crate::matrix::PplMode;
 use crate::pattern::{expected_contents, PatternWrite};
 use crate::plan::{PlannedArray, Scenario};
 use crate::records::ArrayReport;
@@ -211,6 +212,27 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
     } else {
         out.passed.push("sha256".into());
     }
+    let ppl_crash = full_plan.ppl == Some(PplMode::Crash);
+    if ppl_crash {
+        // md's last write reached its data member and md's log but not its parity: the
+        // members hold every write's data, and that stripe's parity is stale until a replay.
+        let all = expected_contents(size, &report.writes);
+        check_map(&geo, &members, &all, &mut out);
+        check_unmap(&geo, &members, &all, &mut out);
+        let mut stale = CheckOutcome::default();
+        check_parity(&geo, &members, &mut stale);
+        if stale.failures.is_empty() {
+            out.failures.push(
+                "parity: every stripe is consistent on the members after the crash: md's last write reached its parity, so the replay shows nothing"
+                    .into(),
+            );
+        } else {
+            out.passed
+                .push("parity(stale under md's last, logged write, as the crash left it)".into());
+        }
+        check_md_ppl(full_plan, &sha256_hex(&all), true, &mut out);
+        return out;
+    }
     check_map(&geo, &members, &expected, &mut out);
     check_unmap(&geo, &members, &expected, &mut out);
     if matches!(geo, Geometry::Parity(_)) {
@@ -221,17 +243,19 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
         crate::journal::check_md_journal(full_plan, report, size, &mut out);
     }
     if full_plan.ppl.is_some() {
-        check_md_ppl(full_plan, &host_sha, &mut out);
+        check_md_ppl(full_plan, &host_sha, false, &mut out);
     }
     out
 }
 
 /// md rows with the partial parity log: raidkit assembles copies of md's members read-write
 /// (so it reads md's log areas and, as md does at every start, writes them empty), runs with
-/// the log, and reads the data md wrote.
-fn check_md_ppl(plan: &PlannedArray, want_sha: &str, out: &mut CheckOutcome) {
+/// the log, and reads the data md wrote. After md's crash (`crash`) raidkit must replay md's
+/// log (entries recovered, none mismatched), start without a resync, and its check must find
+/// parity consistent again.
+fn check_md_ppl(plan: &PlannedArray, want_sha: &str, crash: bool, out: &mut CheckOutcome) {
     use crate::prepare::{copy_images, open_members, read_all};
-    use raidkit_engine::{Array, AssembleOptions, ConsistencyPolicy};
+    use raidkit_engine::{Array, AssembleOptions, ConsistencyPolicy, TaskKind, TaskOutcome};
     let mut failures = Vec::new();
     let mut note = String::new();
     match copy_images(&plan.members) {
@@ -269,6 +293,48 @@ fn check_md_ppl(plan: &PlannedArray, want_sha: &str, out: &mut CheckOutcome) {
                     } else {
                         "clean".into()
                     };
+                    if crash {
+                        let replayed = asm
+                            .notes
+                            .iter()
+                            .find(|n| n.contains("partial parity log replayed"))
+                            .cloned()
+                            .unwrap_or_default();
+                        let recovered = replayed
+                            .split("replayed: ")
+                            .nth(1)
+                            .and_then(|r| r.split_whitespace().next())
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .unwrap_or(0);
+                        if !asm.was_dirty || recovered == 0 || !replayed.contains(" 0 mismatched") {
+                            failures.push(format!(
+                                "raidkit's assembly after md's crash says {:?} (want dirty, entries recovered, 0 mismatched)",
+                                asm.notes
+                            ));
+                        }
+                        if asm
+                            .notes
+                            .iter()
+                            .any(|n| n.starts_with("a resync is needed"))
+                        {
+                            failures.push(format!(
+                                "raidkit wants a resync after replaying md's log: {:?}",
+                                asm.notes
+                            ));
+                        }
+                        let stop = std::sync::atomic::AtomicBool::new(false);
+                        match array.run_task(TaskKind::Check, &mut |_| {}, &stop) {
+                            Ok(r)
+                                if r.outcome == TaskOutcome::Completed
+                                    && r.progress.mismatch_sectors == 0 => {}
+                            Ok(r) => failures.push(format!(
+                                "raidkit's check after the replay: {:?}, {} mismatched sectors",
+                                r.outcome, r.progress.mismatch_sectors
+                            )),
+                            Err(e) => failures.push(format!("raidkit's check: {e}")),
+                        }
+                        note = format!("{note}, {replayed}, check 0 mismatched");
+                    }
                 }
             }
             for c in &copies {

@@ -45,11 +45,13 @@
 //! md's partial parity log (RAID 5, not with the other options):
 //! - `ppl`: the writer creates the array with the log (`--consistency-policy=ppl`), writes it
 //!   and stops it cleanly; the other side must run it with the log and read the same data;
-//! - `ppl=crash` (raidkit rows): after the writes, one more write inside one data chunk is made and the array
-//!   is dropped without a stop; then that stripe's parity is put back as it was before the
-//!   write, as a power failure leaves it when the log entry and the data landed but the parity
-//!   did not. md must replay raidkit's log at assembly (no resync, and its check finds the
-//!   stripe consistent).
+//! - `ppl=crash`: after the writes, one more write inside one data chunk lands on its data
+//!   member and in the log but not in its parity, as a power failure leaves it, and the array
+//!   stops without a stop. raidkit rows: the array is dropped dirty and the stripe's parity is
+//!   put back as it was; md must replay raidkit's log at assembly (no resync, and its check
+//!   finds the stripe consistent). md rows: the parity member drops writes to its data area
+//!   (dm-flakey) for the write, then every member drops every write and md stops; raidkit must
+//!   replay md's log (and reads every write, with parity consistent).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -240,7 +242,8 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut ppl = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
-            if by == Writer::Md && !journal_opt && *opt != "ppl" {
+            let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
+            if by == Writer::Md && !journal_opt && !ppl_opt {
                 return Err(err(format!(
                     "option {opt}: md rows take only journal options and ppl"
                 )));
@@ -415,6 +418,7 @@ mod tests {
              fast raidkit b 5 ra 32K 5x4M ppl=crash
              fast raidkit c 5 ls 64K 4x4M
              fast md d 5 ls 64K 4x4M ppl
+             fast md e 5 ls 64K 4x4M ppl=crash
 ",
         )
         .unwrap();
@@ -422,6 +426,7 @@ mod tests {
         assert_eq!(rows[1].ppl, Some(PplMode::Crash));
         assert_eq!(rows[2].ppl, None);
         assert_eq!(rows[3].ppl, Some(PplMode::Clean));
+        assert_eq!(rows[4].ppl, Some(PplMode::Crash));
     }
 
     #[test]
@@ -453,7 +458,6 @@ mod tests {
             "fast raidkit r5 5 ls 64K 4x8M journal bitmap",
             "fast raidkit r5 5 ls 64K 4x8M journal fail=1",
             "fast md r5 5 ls 64K 4x8M journal meta=1.0",
-            "fast md r5 5 ls 64K 4x8M ppl=crash",
             "fast raidkit r6 6 ls 64K 5x8M ppl",
             "fast raidkit r4 4 - 64K 4x8M ppl=crash",
             "fast raidkit r5 5 ls 64K 4x8M ppl journal",

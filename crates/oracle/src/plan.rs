@@ -148,8 +148,12 @@ impl PlannedArray {
         if self.rebuild_percent.is_some() {
             f.push("rebuild");
         }
-        if self.ppl.is_some() && self.kind == Scenario::Create {
-            f.push("ppl");
+        if self.kind == Scenario::Create {
+            match self.ppl {
+                Some(PplMode::Clean) => f.push("ppl"),
+                Some(PplMode::Crash) => f.extend(["ppl", "crash"]),
+                None => {}
+            }
         }
         match self.journal {
             // The VM makes the crash of arrays md creates; raidkit made its own.
@@ -257,6 +261,41 @@ fn crash_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
     .collect()
 }
 
+/// The write md makes as it crashes (`ppl=crash` md rows): inside the first data chunk of
+/// stripe 1, a quarter of a chunk in, half a chunk long (one data member: one log entry with
+/// partial parity). Only its data member and md's log get it; its parity member drops it.
+fn ppl_crash_write(row: &MatrixRow) -> PlannedWrite {
+    let chunk = row.chunk_kib.unwrap_or(512) * 1024;
+    PlannedWrite {
+        seed: 61,
+        offset_bytes: stripe_bytes(row) + chunk / 4,
+        len_bytes: Some(chunk / 2),
+        journal_only: true,
+    }
+}
+
+/// The serial of the member holding the parity of the stripe `w` writes (md rows with
+/// `ppl=crash`; md gives slots in the order of the members).
+pub fn ppl_parity_serial(a: &PlannedArray, w: &PlannedWrite) -> Option<String> {
+    let layout = crate::prepare::layout_number(a.level, a.layout.as_deref())
+        .ok()?
+        .unwrap_or(2);
+    let n = a.raid_devices();
+    let chunk_sectors = (a.chunk_kib.unwrap_or(512) * 2) as u32;
+    let geo = raidkit_layout::Geometry::from_md(&raidkit_layout::MdParams {
+        level: a.level as i32,
+        layout,
+        raid_disks: n as u32,
+        chunk_sectors,
+        member_data_sectors: vec![u64::from(chunk_sectors) * 64; n],
+    })
+    .ok()?;
+    let data = (n - 1) as u64;
+    let stripe = w.offset_bytes / 512 / u64::from(chunk_sectors) / data;
+    let p = geo.stripe_map(stripe).ok()?.p_member as usize;
+    a.members.get(p).map(|m| m.serial.clone())
+}
+
 /// The writes raidkit makes (assemble scenario): those of [`create_writes`] plus one that is
 /// not sector aligned (raidkit reads, patches and writes back the edge sectors), in stripe 3.
 fn raidkit_writes(row: &MatrixRow) -> Vec<PlannedWrite> {
@@ -336,6 +375,9 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
             if row.journal == Some(JournalMode::Crash) {
                 writes.extend(crash_writes(row));
             }
+            if row.ppl == Some(PplMode::Crash) && row.by == Writer::Md {
+                writes.push(ppl_crash_write(row));
+            }
             PlannedArray {
                 name: row.name.clone(),
                 kind,
@@ -387,10 +429,22 @@ pub fn job_lines(a: &PlannedArray) -> String {
                 a.vm_flags(),
                 serials
             );
+            let ppl_crash = a.ppl == Some(PplMode::Crash);
             for (i, w) in a.writes.iter().enumerate() {
                 if w.journal_only && (i == 0 || !a.writes[i - 1].journal_only) {
-                    // From here on the members drop every write (dm-flakey under md).
-                    let _ = writeln!(s, "oracle_crash_arm {} {} {}", a.name, a.md_device, serials);
+                    if ppl_crash {
+                        // The parity member drops writes to its data area (dm-flakey).
+                        let p = ppl_parity_serial(a, w).unwrap_or_else(|| "-".into());
+                        let _ = writeln!(
+                            s,
+                            "oracle_ppl_crash_arm {} {} {p} {}",
+                            a.name, a.md_device, serials
+                        );
+                    } else {
+                        // From here on the members drop every write (dm-flakey under md).
+                        let _ =
+                            writeln!(s, "oracle_crash_arm {} {} {}", a.name, a.md_device, serials);
+                    }
                 }
                 let len = w.len_bytes.map_or("rest".to_string(), |l| l.to_string());
                 let _ = writeln!(
@@ -398,6 +452,10 @@ pub fn job_lines(a: &PlannedArray) -> String {
                     "oracle_write {} {} {} {} {}",
                     a.name, a.md_device, w.seed, w.offset_bytes, len
                 );
+            }
+            if ppl_crash {
+                // Then every member drops every write: md's stop is a crash.
+                let _ = writeln!(s, "dm_drop_writes {} - 0 {}", a.name, serials);
             }
         }
         Scenario::Assemble => {

@@ -22,7 +22,8 @@
 #            oracle_crash_arm can make the members drop every write: the writes after it
 #            reach only the journal, and oracle_report's stop is a crash (see there);
 #   ppl      (md rows) the array is created with md's partial parity log
-#            (--consistency-policy=ppl).
+#            (--consistency-policy=ppl); with crash, md runs on device-mapper maps, and
+#            oracle_ppl_crash_arm makes the next write miss its parity (see there).
 
 # last_sha NAME: the sha256 recorded for NAME so far.
 last_sha() { sed -n "s/^$1 sha256 //p" "$RESULTS" | tail -n 1; }
@@ -157,7 +158,8 @@ dm_linear() {
 # members (every SERIAL but the journal) for dm-flakey maps that drop every write and report
 # it done (reads still reach the disk), and the first JOURNAL_DATA_OFFSET sectors of the
 # journal (its superblock) likewise; only the journal's log area still takes writes. md's
-# superblock updates are then lost on every device alike, as in a crash.
+# superblock updates are then lost on every device alike, as in a crash. JOURNAL_SERIAL "-":
+# every SERIAL drops every write.
 dm_drop_writes() {
     name=$1 jserial=$2 joff=$3
     shift 3
@@ -417,6 +419,37 @@ oracle_crash_arm() {
     fi
     emit "$name crash journal_data_offset $joff"
     dm_drop_writes "$name" "$jserial" "$joff" "$@"
+    stamp "$name" armed
+}
+
+# oracle_ppl_crash_arm NAME MD PARITY_SERIAL SERIAL...: (md rows with ppl,crash; md runs on
+# dm maps) measure the array as oracle_report does, keep md from marking it clean by itself
+# (safe_mode_delay), and make the member holding the parity of the next write drop what md
+# writes to its data area; its superblock and its log area (before the data) still take
+# writes. The write that follows then reaches its data member and md's log, not its parity;
+# after it, dm_drop_writes makes every member drop every write and the stop is a crash.
+oracle_ppl_crash_arm() {
+    name=$1 md=$2 pserial=$3
+    shift 3
+    sys=/sys/block/$md/md
+    md_measure "$name" "$md" -
+    sync
+    echo 3600 > "$sys/safe_mode_delay" 2> /dev/null || emit "$name error cannot set safe_mode_delay"
+    off=""
+    for d in "$sys"/dev-*; do
+        off=$(cat "$d/offset")
+        break
+    done
+    dev=$(dev_of "$pserial") || { emit "$name error parity member $pserial not found"; return 1; }
+    sz=$(blockdev --getsz "$dev")
+    emit "$name crash parity_member $pserial data_offset $off"
+    printf '0 %s linear %s 0\n%s %s flakey %s %s 0 1 1 drop_writes\n' \
+        "$off" "$dev" "$off" $((sz - off)) "$dev" "$off" \
+        | dmsetup load --noudevsync "rk-$pserial" > /tmp/dm.log 2>&1 \
+        || emit "$name error dmsetup load rk-$pserial failed: $(tr '\n' ' ' < /tmp/dm.log)"
+    dmsetup suspend --noudevsync "rk-$pserial"
+    dmsetup resume --noudevsync "rk-$pserial"
+    dmsetup table | emit_lines "$name" dm_table
     stamp "$name" armed
 }
 
