@@ -77,8 +77,12 @@ fn journal_regression_seeds() {
 /// partial-stripe writes in 76374 and 184532, full-stripe writes in 97074 and 108636. Then,
 /// with crash-then-degrade kept in for such arrays: 60 (a latent error on a modified member
 /// during the replay), at 60 operations 1182 (a member left out at a degraded start came back
-/// as in sync), and 12098, 55961, 57407 (a resync owed on an array that then lost a member
-/// never ran, so the array never came back clean; md skips it).
+/// as in sync), 12098, 55961, 57407 (a resync owed on an array that then lost a member
+/// never ran, so the array never came back clean; md skips it), 132188 and 184776 (the
+/// resync failed the member its replay could not read instead of rewriting the unreadable
+/// sectors from parity) and 186920 (a stripe whose parity member was being rebuilt, below its
+/// recovery offset, was written unlogged and its parity left stale by the crash; md logs and
+/// replays such stripes).
 #[test]
 fn ppl_regression_seeds() {
     let opts = SimOptions::default();
@@ -96,6 +100,9 @@ fn ppl_regression_seeds() {
         (12098, &opts),
         (55961, &opts),
         (57407, &opts),
+        (132188, &opts),
+        (184776, &opts),
+        (186920, &opts),
     ] {
         let r = run_seed(seed, opts);
         assert!(

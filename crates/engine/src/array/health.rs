@@ -1666,14 +1666,57 @@ impl Array {
             b.resize(len, 0);
         }
         let keys = self.keys_for_parity_range(ms, n);
-        self.locks.acquire(&keys);
-        let r = (|| loop {
+        // A member that cannot read part of the range has those sectors rebuilt from the
+        // others and rewritten, as md does during check, repair and resync, and the step is
+        // read again; one that still fails is failed. (After a crash with the partial parity
+        // log, the only stripes whose parity may be stale are those the replay could not
+        // read a modified member of: rebuilding that member's sectors from parity gives what
+        // the crash left there, old or new.)
+        let mut narrowed = false;
+        loop {
+            self.locks.acquire(&keys);
+            let r = self.scrub_parity_locked(ms, n, fix, bufs, scratch, len, !narrowed);
+            self.locks.release(&keys);
+            match r {
+                Err(ScrubError::Unreadable(slots)) => {
+                    narrowed = true;
+                    for slot in slots {
+                        if let Err(e) = self.patrol_narrow(slot, ms, n, None) {
+                            self.member_failed(
+                                slot,
+                                &format!("repairing a read error failed: {e}"),
+                            );
+                        }
+                    }
+                }
+                Err(ScrubError::Engine(e)) => return Err(e),
+                Ok(m) => return Ok(m),
+            }
+        }
+    }
+
+    /// [`Self::scrub_parity_step`] with the range's stripe locks held. With `narrow`, read
+    /// errors are handed back (to be narrowed and repaired without the locks) instead of
+    /// failing their members.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_parity_locked(
+        &self,
+        ms: u64,
+        n: u64,
+        fix: bool,
+        bufs: &mut [Vec<u8>],
+        scratch: &mut (Vec<u8>, Vec<u8>),
+        len: usize,
+        narrow: bool,
+    ) -> std::result::Result<u64, ScrubError> {
+        loop {
             let (states, members) = self.snapshot();
             self.check_failed()?;
             if !states.iter().all(|s| s.usable()) {
                 return Err(EngineError::Invalid(
                     "a member failed: parity can no longer be compared with data".into(),
-                ));
+                )
+                .into());
             }
             let mut ios: Vec<RangeIo<'_>> = bufs
                 .iter_mut()
@@ -1692,6 +1735,9 @@ impl Array {
             if !errors.is_empty() {
                 let slots: Vec<usize> = errors.iter().map(|(k, _)| ios[*k].slot).collect();
                 drop(ios);
+                if narrow {
+                    return Err(ScrubError::Unreadable(slots));
+                }
                 for ((_, e), slot) in errors.into_iter().zip(slots) {
                     self.member_failed(slot, &e.to_string());
                 }
@@ -1700,7 +1746,7 @@ impl Array {
             drop(ios);
             let bad = self.bad_slots_in(ms, n);
             if !bad.is_empty() {
-                return self.scrub_blocks_around_bad(ms, n, fix, bufs, scratch, &members, &bad);
+                return Ok(self.scrub_blocks_around_bad(ms, n, fix, bufs, scratch, &members, &bad)?);
             }
             let out = recon::parity_check(&self.geo, ms, n, bufs, fix, scratch)
                 .map_err(|e| EngineError::Invalid(e.to_string()))?;
@@ -1736,9 +1782,7 @@ impl Array {
                 }
             }
             return Ok(out.mismatch_sectors);
-        })();
-        self.locks.release(&keys);
-        r
+        }
     }
 
     /// [`Self::scrub_parity_step`] where members list bad blocks in the range: 4 KiB at a
@@ -2211,5 +2255,18 @@ fn service(weak: Weak<Array>) {
         drop(array);
         // A failed task is retried only after something changes (the next wake-up or tick).
         failures = failures.saturating_sub(1);
+    }
+}
+
+/// Why a locked parity scrub step gave up.
+enum ScrubError {
+    /// These slots could not read part of the range (repaired without the locks).
+    Unreadable(Vec<usize>),
+    Engine(EngineError),
+}
+
+impl From<EngineError> for ScrubError {
+    fn from(e: EngineError) -> ScrubError {
+        ScrubError::Engine(e)
     }
 }

@@ -136,6 +136,21 @@ impl Array {
         }
     }
 
+    /// Per slot, the member sectors a member being rebuilt holds current data below (its
+    /// recovery offset as the superblocks record it; a crash resumes the rebuild there, so
+    /// stripes above it are rebuilt again); 0 for other slots.
+    fn recovered_sectors(&self) -> Vec<u64> {
+        let st = lock(&self.state);
+        (0..self.geo.raid_disks)
+            .map(|slot| {
+                st.slot_member[slot]
+                    .filter(|_| st.slot_state[slot] == MemberState::Rebuilding)
+                    .and_then(|i| st.sbs[i].recovery_offset())
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
     /// The consistency policy the array runs with.
     pub fn consistency_policy(&self) -> ConsistencyPolicy {
         if self.journal.is_some() {
@@ -166,14 +181,21 @@ impl Array {
             return Ok(None);
         };
         let n = self.geo.raid_disks;
+        let recovered = self.recovered_sectors();
         let mut builders: Vec<LogBuilder> = (0..n).map(|_| LogBuilder::new()).collect();
         let mut written = Vec::new();
         for (op, _) in ops.iter().zip(writing).filter(|(_, &w)| w) {
             let Some(bw) = op.band_write() else {
                 continue;
             };
-            // md logs only stripes whose parity member is in sync (`ppl_write_stripe`).
-            if states.get(bw.p_member) != Some(&MemberState::InSync) {
+            // md logs only stripes whose parity member is in sync there (`ppl_write_stripe`:
+            // R5_Insync, which a member being rebuilt has below its recovery offset).
+            if !in_sync_below(
+                states,
+                &recovered,
+                bw.p_member,
+                bw.member_sector + bw.sectors,
+            ) {
                 continue;
             }
             if builders[bw.p_member].add(&self.geo, &bw, user) {
@@ -299,9 +321,12 @@ impl Array {
                 "read-only: the partial parity log was not replayed; degraded reads of stripes written at the crash may be wrong".into(),
             );
         } else if dirty {
+            // md replays the log of every member it has, one being rebuilt too, and reads a
+            // modified member where it is in sync (below its recovery offset when rebuilt).
+            let rebuilt_to = self.recovered_sectors();
             for slot in 0..self.geo.raid_disks {
                 let (Some(m), Some((at, len)), true) =
-                    (&members[slot], areas[slot], states[slot].usable())
+                    (&members[slot], areas[slot], states[slot].writable())
                 else {
                     continue;
                 };
@@ -349,7 +374,9 @@ impl Array {
                     for &(dm, rows) in &plan.data {
                         let buf = members[dm]
                             .as_ref()
-                            .filter(|_| states[dm].usable())
+                            .filter(|_| {
+                                in_sync_below(&states, &rebuilt_to, dm, plan.member_sector + rows)
+                            })
                             .and_then(|dmm| {
                                 let mut b = vec![0u8; rows as usize * SECTOR];
                                 match dmm.disk.read_at(
@@ -424,6 +451,16 @@ impl Array {
         // member is logged here, so an empty log without mismatches means none was in flight.
         let _ = recovered;
         Ok(dirty && !self.read_only && mismatched == 0 && resync_offset == 0)
+    }
+}
+
+/// Whether `slot` holds current data over member sectors below `end`: in sync, or being
+/// rebuilt and recovered that far (md's R5_Insync).
+fn in_sync_below(states: &[MemberState], recovered: &[u64], slot: usize, end: u64) -> bool {
+    match states.get(slot) {
+        Some(MemberState::InSync) => true,
+        Some(MemberState::Rebuilding) => recovered.get(slot).is_some_and(|&r| end <= r),
+        _ => false,
     }
 }
 
