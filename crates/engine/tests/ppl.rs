@@ -331,6 +331,25 @@ fn the_same_crashes_lose_data_without_the_log() {
     );
 }
 
+/// RAID 5 over 4 members with the default consistency policy (the partial parity log).
+fn default_raid5(name: &str, set_uuid: [u8; 16]) -> CreateOptions {
+    CreateOptions {
+        level: 5,
+        layout: None,
+        chunk_sectors: CHUNK as u32,
+        raid_devices: 4,
+        metadata: SuperblockVersion::V1_2,
+        size_sectors: None,
+        name: name.into(),
+        set_uuid,
+        device_uuids: (0..4).map(|i| [i as u8 + 1; 16]).collect(),
+        ctime_seconds: 1_700_000_000,
+        members_zeroed: true,
+        consistency: raidkit_engine::ConsistencyPolicy::Auto,
+        config: EngineConfig::default(),
+    }
+}
+
 #[test]
 fn log_is_md_shaped_on_the_members() {
     use raidkit_metadata::ppl::{ppl_signature, PplHeader};
@@ -338,21 +357,7 @@ fn log_is_md_shaped_on_the_members() {
         .map(|i| CrashDisk::new(&format!("c{i}"), MEMBER_BYTES))
         .collect();
     let uuid = [9u8; 16];
-    let opts = CreateOptions {
-        level: 5,
-        layout: None,
-        chunk_sectors: CHUNK as u32,
-        raid_devices: 4,
-        metadata: SuperblockVersion::V1_2,
-        size_sectors: None,
-        name: "shape".into(),
-        set_uuid: uuid,
-        device_uuids: (0..4).map(|i| [i as u8 + 1; 16]).collect(),
-        ctime_seconds: 1_700_000_000,
-        members_zeroed: true,
-        consistency: raidkit_engine::ConsistencyPolicy::Auto,
-        config: EngineConfig::default(),
-    };
+    let opts = default_raid5("shape", uuid);
     // RAID 5 gets the log by default.
     let array = Array::create(boxed(&disks), opts.clone()).unwrap();
     assert_eq!(array.consistency_policy(), ConsistencyPolicy::Ppl);
@@ -407,22 +412,7 @@ fn an_array_md_switched_to_multiple_ppls_keeps_its_log() {
     let disks: Vec<CrashDisk> = (0..4)
         .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
         .collect();
-    let opts = CreateOptions {
-        level: 5,
-        layout: None,
-        chunk_sectors: CHUNK as u32,
-        raid_devices: 4,
-        metadata: SuperblockVersion::V1_2,
-        size_sectors: None,
-        name: "multi".into(),
-        set_uuid: [7u8; 16],
-        device_uuids: (0..4).map(|i| [i as u8 + 1; 16]).collect(),
-        ctime_seconds: 1_700_000_000,
-        members_zeroed: true,
-        consistency: raidkit_engine::ConsistencyPolicy::Auto,
-        config: EngineConfig::default(),
-    };
-    let array = Array::create(boxed(&disks), opts).unwrap();
+    let array = Array::create(boxed(&disks), default_raid5("multi", [7u8; 16])).unwrap();
     array.stop().unwrap();
     drop(array);
     for d in &disks {

@@ -1223,19 +1223,8 @@ fn check_ppl(
     let crash = plan.ppl == Some(crate::matrix::PplMode::Crash);
     let mut detail = String::from("md: Consistency Policy ppl");
     if crash {
-        let replayed = p
-            .notes
-            .iter()
-            .find(|n| n.contains("replayed"))
-            .cloned()
-            .unwrap_or_default();
-        let recovered = replayed
-            .split("replayed: ")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        if recovered == 0 || !replayed.contains(" 0 mismatched") {
+        let (replayed, recovered, none_mismatched) = crate::prepare::ppl_replay(&p.notes);
+        if recovered == 0 || !none_mismatched {
             f.push(format!(
                 "raidkit's own replay of the crashed array: {replayed:?} (want entries recovered, 0 mismatched)"
             ));

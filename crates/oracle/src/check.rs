@@ -254,101 +254,67 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
 /// log (entries recovered, none mismatched), start without a resync, and its check must find
 /// parity consistent again.
 fn check_md_ppl(plan: &PlannedArray, want_sha: &str, crash: bool, out: &mut CheckOutcome) {
-    use crate::prepare::{copy_images, open_members, read_all};
-    use raidkit_engine::{Array, AssembleOptions, ConsistencyPolicy, TaskKind, TaskOutcome};
+    use crate::prepare::{ppl_replay, read_all, with_assembled_copies};
+    use raidkit_engine::{ConsistencyPolicy, TaskKind, TaskOutcome};
     let mut failures = Vec::new();
-    let mut note = String::new();
-    match copy_images(&plan.members) {
-        Err(e) => failures.push(format!("host: {e}")),
-        Ok(copies) => {
-            let result = open_members(&copies, false)
-                .map_err(|e| e.to_string())
-                .and_then(|disks| {
-                    Array::assemble(disks, AssembleOptions::default()).map_err(|e| e.to_string())
-                });
-            match result {
-                Err(e) => failures.push(format!(
-                    "raidkit cannot assemble md's array with its partial parity log: {e}"
-                )),
-                Ok((array, asm)) => {
-                    let policy = array.consistency_policy();
-                    if policy != ConsistencyPolicy::Ppl {
-                        failures.push(format!(
-                            "raidkit's consistency policy {}, want ppl",
-                            policy.name()
-                        ));
-                    }
-                    match read_all(&array) {
-                        Ok(sha) if sha == want_sha => {}
-                        Ok(sha) => failures.push(format!(
-                            "raidkit reads sha256 {sha}, md's data has {want_sha}"
-                        )),
-                        Err(e) => failures.push(format!("raidkit read: {e}")),
-                    }
-                    if let Err(e) = array.stop() {
-                        failures.push(format!("raidkit stop: {e}"));
-                    }
-                    note = if asm.was_dirty {
-                        "dirty".into()
-                    } else {
-                        "clean".into()
-                    };
-                    if crash {
-                        let replayed = asm
-                            .notes
-                            .iter()
-                            .find(|n| n.contains("partial parity log replayed"))
-                            .cloned()
-                            .unwrap_or_default();
-                        let recovered = replayed
-                            .split("replayed: ")
-                            .nth(1)
-                            .and_then(|r| r.split_whitespace().next())
-                            .and_then(|n| n.parse::<u64>().ok())
-                            .unwrap_or(0);
-                        if !asm.was_dirty || recovered == 0 || !replayed.contains(" 0 mismatched") {
-                            failures.push(format!(
-                                "raidkit's assembly after md's crash says {:?} (want dirty, entries recovered, 0 mismatched)",
-                                asm.notes
-                            ));
-                        }
-                        if asm
-                            .notes
-                            .iter()
-                            .any(|n| n.starts_with("a resync is needed"))
-                        {
-                            failures.push(format!(
-                                "raidkit wants a resync after replaying md's log: {:?}",
-                                asm.notes
-                            ));
-                        }
-                        let stop = std::sync::atomic::AtomicBool::new(false);
-                        match array.run_task(TaskKind::Check, &mut |_| {}, &stop) {
-                            Ok(r)
-                                if r.outcome == TaskOutcome::Completed
-                                    && r.progress.mismatch_sectors == 0 => {}
-                            Ok(r) => failures.push(format!(
-                                "raidkit's check after the replay: {:?}, {} mismatched sectors",
-                                r.outcome, r.progress.mismatch_sectors
-                            )),
-                            Err(e) => failures.push(format!("raidkit's check: {e}")),
-                        }
-                        note = format!("{note}, {replayed}, check 0 mismatched");
-                    }
-                }
-            }
-            for c in &copies {
-                let _ = fs::remove_file(&c.image);
-            }
+    let result = with_assembled_copies(&plan.members, |array, asm| {
+        let policy = array.consistency_policy();
+        if policy != ConsistencyPolicy::Ppl {
+            failures.push(format!(
+                "raidkit's consistency policy {}, want ppl",
+                policy.name()
+            ));
         }
-    }
-    if failures.is_empty() {
-        out.passed.push(format!(
+        match read_all(array) {
+            Ok(sha) if sha == want_sha => {}
+            Ok(sha) => failures.push(format!(
+                "raidkit reads sha256 {sha}, md's data has {want_sha}"
+            )),
+            Err(e) => failures.push(format!("raidkit read: {e}")),
+        }
+        let mut note = if asm.was_dirty { "dirty" } else { "clean" }.to_string();
+        if crash {
+            let (replayed, recovered, none_mismatched) = ppl_replay(&asm.notes);
+            if !asm.was_dirty || recovered == 0 || !none_mismatched {
+                failures.push(format!(
+                    "raidkit's assembly after md's crash says {:?} (want dirty, entries recovered, 0 mismatched)",
+                    asm.notes
+                ));
+            }
+            if asm
+                .notes
+                .iter()
+                .any(|n| n.starts_with("a resync is needed"))
+            {
+                failures.push(format!(
+                    "raidkit wants a resync after replaying md's log: {:?}",
+                    asm.notes
+                ));
+            }
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            match array.run_task(TaskKind::Check, &mut |_| {}, &stop) {
+                Ok(r)
+                    if r.outcome == TaskOutcome::Completed && r.progress.mismatch_sectors == 0 => {}
+                Ok(r) => failures.push(format!(
+                    "raidkit's check after the replay: {:?}, {} mismatched sectors",
+                    r.outcome, r.progress.mismatch_sectors
+                )),
+                Err(e) => failures.push(format!("raidkit's check: {e}")),
+            }
+            note = format!("{note}, {replayed}, check 0 mismatched");
+        }
+        note
+    });
+    match result {
+        Ok(note) if failures.is_empty() => out.passed.push(format!(
             "ppl(raidkit runs md's log, {note}, reads md's data)"
-        ));
-    } else {
-        out.failures
-            .extend(failures.into_iter().map(|f| format!("ppl: {f}")));
+        )),
+        Ok(_) => out
+            .failures
+            .extend(failures.into_iter().map(|f| format!("ppl: {f}"))),
+        Err(e) => out.failures.push(format!(
+            "ppl: raidkit cannot assemble md's array with its partial parity log: {e}"
+        )),
     }
 }
 

@@ -33,10 +33,12 @@ use crate::check::{CheckOutcome, Failures};
 use crate::matrix::JournalMode;
 use crate::pattern::expected_contents;
 use crate::plan::PlannedArray;
-use crate::prepare::{copy_images, examine_pairs, open_members, read_all, RaidkitExpectation};
+use crate::prepare::{
+    examine_pairs, open_members, read_all, with_assembled_copies, RaidkitExpectation,
+};
 use crate::records::ArrayReport;
 use crate::superblock::read_v12;
-use raidkit_engine::{Array, AssembleOptions, ConsistencyPolicy};
+use raidkit_engine::ConsistencyPolicy;
 use raidkit_metadata::ExamineReport;
 use sha2::{Digest, Sha256};
 
@@ -269,80 +271,63 @@ pub fn check_md_journal(
         );
     }
     let mut note = String::new();
-    match copy_images(&plan.members) {
-        Err(e) => f.push(format!("host: {e}")),
-        Ok(copies) => {
-            let result = open_members(&copies, false)
-                .map_err(|e| e.to_string())
-                .and_then(|disks| {
-                    Array::assemble(disks, AssembleOptions::default()).map_err(|e| e.to_string())
-                });
-            match result {
-                Err(e) => f.push(format!(
-                    "raidkit cannot assemble md's array with its journal: {e}"
-                )),
-                Ok((array, asm)) => {
-                    let status = array.status();
-                    if status.consistency_policy != ConsistencyPolicy::Journal {
-                        f.push(format!(
-                            "raidkit's consistency policy {}, want journal",
-                            status.consistency_policy.name()
-                        ));
-                    }
-                    let role = status.members.iter().find(|m| m.index == n);
-                    if role.map(|m| m.role.as_str()) != Some("journal") {
-                        f.push(format!(
-                            "raidkit's role of the journal device {:?}, want journal",
-                            role.map(|m| &m.role)
-                        ));
-                    }
-                    // raidkit must take up exactly md's chain: the log writes from
-                    // journal_tail on (after md's clean stop, the last one md wrote: md
-                    // replays it at its next start too), or call the journal clean when
-                    // they hold nothing.
-                    let notes: Vec<&String> =
-                        asm.notes.iter().filter(|l| l.contains("journal")).collect();
-                    let held = notes.iter().find_map(|l| held_log_writes(l));
-                    let replayed = notes.iter().find_map(|l| replayed_rows(l));
-                    let clean = notes.iter().any(|l| l.ends_with("write journal clean"));
-                    let want_held = chain.map(|c| c.1);
-                    let ok = match want_held {
-                        Some(0) => clean && !crash,
-                        Some(w) => held == Some(w) && replayed.is_some_and(|r| r > 0),
-                        None => false,
-                    };
-                    if !ok {
-                        f.push(format!(
-                            "raidkit's assembly says {notes:?}; md's chain from journal_tail {tail:?} holds {} log writes with payloads (meta blocks, with payloads, pages: {chain:?}){}",
-                            want_held.map_or("?".into(), |w| w.to_string()),
-                            if crash { "; after the crash md's log holds the writes the members lack" } else { "" }
-                        ));
-                    }
-                    if let Some(l) = notes.last() {
-                        note = l.rsplit(": ").next().unwrap_or(l.as_str()).to_string();
-                    }
-                    match read_all(&array) {
-                        Ok(sha) if sha == want => {}
-                        Ok(sha) => f.push(format!(
-                            "raidkit reads sha256 {sha}, the data of all {} writes has {want}{}",
-                            report.writes.len(),
-                            if sha == before {
-                                " (it read the members as they were before the journal-only writes: nothing replayed)"
-                            } else {
-                                ""
-                            }
-                        )),
-                        Err(e) => f.push(format!("raidkit read: {e}")),
-                    }
-                    if let Err(e) = array.stop() {
-                        f.push(format!("raidkit stop: {e}"));
-                    }
-                }
-            }
-            for c in &copies {
-                let _ = std::fs::remove_file(&c.image);
-            }
+    let assembled = with_assembled_copies(&plan.members, |array, asm| {
+        let status = array.status();
+        if status.consistency_policy != ConsistencyPolicy::Journal {
+            f.push(format!(
+                "raidkit's consistency policy {}, want journal",
+                status.consistency_policy.name()
+            ));
         }
+        let role = status.members.iter().find(|m| m.index == n);
+        if role.map(|m| m.role.as_str()) != Some("journal") {
+            f.push(format!(
+                "raidkit's role of the journal device {:?}, want journal",
+                role.map(|m| &m.role)
+            ));
+        }
+        // raidkit must take up exactly md's chain: the log writes from
+        // journal_tail on (after md's clean stop, the last one md wrote: md
+        // replays it at its next start too), or call the journal clean when
+        // they hold nothing.
+        let notes: Vec<&String> = asm.notes.iter().filter(|l| l.contains("journal")).collect();
+        let held = notes.iter().find_map(|l| held_log_writes(l));
+        let replayed = notes.iter().find_map(|l| replayed_rows(l));
+        let clean = notes.iter().any(|l| l.ends_with("write journal clean"));
+        let want_held = chain.map(|c| c.1);
+        let ok = match want_held {
+            Some(0) => clean && !crash,
+            Some(w) => held == Some(w) && replayed.is_some_and(|r| r > 0),
+            None => false,
+        };
+        if !ok {
+            f.push(format!(
+                "raidkit's assembly says {notes:?}; md's chain from journal_tail {tail:?} holds {} log writes with payloads (meta blocks, with payloads, pages: {chain:?}){}",
+                want_held.map_or("?".into(), |w| w.to_string()),
+                if crash { "; after the crash md's log holds the writes the members lack" } else { "" }
+            ));
+        }
+        if let Some(l) = notes.last() {
+            note = l.rsplit(": ").next().unwrap_or(l.as_str()).to_string();
+        }
+        match read_all(array) {
+            Ok(sha) if sha == want => {}
+            Ok(sha) => f.push(format!(
+                "raidkit reads sha256 {sha}, the data of all {} writes has {want}{}",
+                report.writes.len(),
+                if sha == before {
+                    " (it read the members as they were before the journal-only writes: nothing replayed)"
+                } else {
+                    ""
+                }
+            )),
+            Err(e) => f.push(format!("raidkit read: {e}")),
+        }
+    });
+    if let Err(e) = assembled {
+        f.push(format!(
+            "raidkit cannot assemble md's array with its journal: {e}"
+        ));
     }
     if f.finish() {
         let (blocks, _, pages) = chain.unwrap_or_default();

@@ -101,6 +101,24 @@ pub struct PplExpectation {
     pub stale_parity: Option<(u64, u64, usize)>,
 }
 
+/// raidkit's partial parity log replay as its assembly notes report it: the note, the entries
+/// it recovered and whether none mismatched (an empty note, 0 and false when there is none).
+pub fn ppl_replay(notes: &[String]) -> (String, u64, bool) {
+    let note = notes
+        .iter()
+        .find(|n| n.contains("partial parity log replayed"))
+        .cloned()
+        .unwrap_or_default();
+    let recovered = note
+        .split("replayed: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    let clean = note.contains(" 0 mismatched");
+    (note, recovered, clean)
+}
+
 /// What raidkit says about its own write journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalExpectation {
@@ -715,16 +733,28 @@ pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<String>),
         .map_err(|e| err("read-only assemble")(e.to_string()))?;
         return Ok((read_all(&array)?, report.notes));
     }
-    let copies = copy_images(&a.members)?;
+    with_assembled_copies(&a.members, |array, report| {
+        Ok((read_all(array)?, report.notes.clone()))
+    })
+    .map_err(|e| err("assemble copies")(e))?
+}
+
+/// Assembles copies of `members` read-write, so that a replay of the array's log runs while
+/// the images stay as they are, hands the array and its assembly report to `f`, stops the
+/// array and removes the copies. `Err` says why the copies could not be made, assembled or
+/// stopped.
+pub fn with_assembled_copies<T>(
+    members: &[PlannedMember],
+    f: impl FnOnce(&Array, &raidkit_engine::AssembleReport) -> T,
+) -> Result<T, String> {
+    let copies = copy_images(members).map_err(|e| e.to_string())?;
     let result = (|| {
+        let disks = open_members(&copies, false).map_err(|e| e.to_string())?;
         let (array, report) =
-            Array::assemble(open_members(&copies, false)?, AssembleOptions::default())
-                .map_err(|e| err("assemble copies")(e.to_string()))?;
-        let sha = read_all(&array)?;
-        array
-            .stop()
-            .map_err(|e| err("stop copies")(e.to_string()))?;
-        Ok((sha, report.notes))
+            Array::assemble(disks, AssembleOptions::default()).map_err(|e| e.to_string())?;
+        let out = f(&array, &report);
+        array.stop().map_err(|e| format!("stop: {e}"))?;
+        Ok(out)
     })();
     for c in &copies {
         let _ = std::fs::remove_file(&c.image);
