@@ -74,6 +74,22 @@ fn with_members<'a>(args: &[&'a str], members: &'a [PathBuf]) -> Vec<&'a str> {
 }
 
 /// Runs raidkit and fails the test unless it exits 0; returns stdout.
+/// `raidkit create` of image files of `image_size` at `level` with `chunk`; must succeed.
+fn create(members: &[PathBuf], level: &str, chunk: &str, image_size: &str) -> String {
+    ok(&with_members(
+        &[
+            "create",
+            "--level",
+            level,
+            "--chunk",
+            chunk,
+            "--image-size",
+            image_size,
+        ],
+        members,
+    ))
+}
+
 fn ok(args: &[&str]) -> String {
     let out = raidkit(args);
     assert!(
@@ -373,18 +389,7 @@ fn size_is_the_per_member_used_size_like_mdadm() {
 fn fail_refuses_to_go_past_redundancy() {
     let dir = TempDir::new("fail");
     let m = dir.members("m", 3);
-    ok(&with_members(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--chunk",
-            "64K",
-            "--image-size",
-            "8M",
-        ],
-        &m,
-    ));
+    create(&m, "5", "64K", "8M");
     ok(&with_members(&["fail", "--member", s(&m[0])], &m));
     let before = digests(&m);
     let (code, err) = fails(&with_members(&["fail", "--member", s(&m[1])], &m));
@@ -434,18 +439,7 @@ fn fail_refuses_to_go_past_redundancy() {
 fn examine_prints_a_damaged_superblock_like_mdadm() {
     let dir = TempDir::new("examine");
     let m = dir.members("m", 3);
-    ok(&with_members(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--chunk",
-            "64K",
-            "--image-size",
-            "8M",
-        ],
-        &m,
-    ));
+    create(&m, "5", "64K", "8M");
     // A copy of member 0 with one byte of the superblock's update time changed (1.2: the
     // superblock is at 4 KiB; utime at byte 192 of it): the checksum no longer matches.
     let bad = dir.path("bad.img");
@@ -575,18 +569,7 @@ fn write_on_a_parity_array_reads_back_from_an_unaligned_offset() {
     // anything.
     let dir = TempDir::new("stripes");
     let m = dir.members("m", 4);
-    ok(&with_members(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--chunk",
-            "64K",
-            "--image-size",
-            "24M",
-        ],
-        &m,
-    ));
+    create(&m, "5", "64K", "24M");
     let total: u64 = (40 << 20) + 3 * 512;
     let (code, err, _) = write_from_pipe(&m, "70000", total);
     assert_eq!(code, 0, "{err}");
@@ -625,18 +608,7 @@ fn write_on_a_parity_array_reads_back_from_an_unaligned_offset() {
 fn write_streams_a_pipe_in_bounded_memory() {
     let dir = TempDir::new("stream");
     let m = dir.members("m", 2);
-    ok(&with_members(
-        &[
-            "create",
-            "--level",
-            "0",
-            "--chunk",
-            "64K",
-            "--image-size",
-            "200M",
-        ],
-        &m,
-    ));
+    create(&m, "0", "64K", "200M");
     let total: u64 = 320 << 20;
     let (code, err, peak_kib) = write_from_pipe(&m, "4096", total);
     assert_eq!(code, 0, "{err}");

@@ -149,6 +149,23 @@ fn uri(socket: &Path) -> String {
     format!("nbd+unix:///?socket={}", socket.display())
 }
 
+/// `nbdkit` serving `plugin_args` (the plugin and its parameters) on unix socket `socket`;
+/// `what` names it in errors.
+fn spawn_nbdkit(
+    what: &'static str,
+    socket: &Path,
+    plugin_args: &[String],
+) -> Result<Proc, CliError> {
+    let child = Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "--unix"])
+        .arg(socket)
+        .args(plugin_args)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| CliError::failure(format!("cannot start {what}: {e}")))?;
+    Ok(Proc { child, what })
+}
+
 /// A server process, killed when dropped.
 struct Proc {
     child: Child,
@@ -501,32 +518,20 @@ fn bench_level(
     };
     wait_for_socket(&ours, &mut raidkit).map_err(with_log)?;
     let theirs = level_dir.join("nbdkit.sock");
-    let mut nbdkit = Proc {
-        child: Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(&theirs)
-            .arg("memory")
-            .arg(format!("size={size_bytes}"))
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| CliError::failure(format!("cannot start nbdkit: {e}")))?,
-        what: "nbdkit",
-    };
+    let mut nbdkit = spawn_nbdkit(
+        "nbdkit",
+        &theirs,
+        &["memory".into(), format!("size={size_bytes}")],
+    )?;
     wait_for_socket(&theirs, &mut nbdkit)?;
     let peer_file = level_dir.join("nbdkit-file.img");
     std::fs::File::create(&peer_file)?.set_len(size_bytes)?;
     let file_socket = level_dir.join("nbdkit-file.sock");
-    let mut nbdkit_file = Proc {
-        child: Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(&file_socket)
-            .arg("file")
-            .arg(&peer_file)
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| CliError::failure(format!("cannot start nbdkit file: {e}")))?,
-        what: "nbdkit file",
-    };
+    let mut nbdkit_file = spawn_nbdkit(
+        "nbdkit file",
+        &file_socket,
+        &["file".into(), peer_file.display().to_string()],
+    )?;
     wait_for_socket(&file_socket, &mut nbdkit_file)?;
 
     if !args.json {
