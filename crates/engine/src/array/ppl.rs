@@ -15,9 +15,11 @@
 //! Every write of a stripe with an in-sync parity member is logged, full-stripe writes too
 //! (md logs them with no partial parity; here they arrive split into one band per data
 //! member, see `core::one_data_member_per_band`): otherwise an older entry could be replayed
-//! over a stripe that a later, unlogged write changed. At assembly of a dirty array the newest log of
-//! every in-sync member is replayed (`ppl_recover`) and then, as md does at every start, each
-//! area is zeroed and given an empty header.
+//! over a stripe that a later, unlogged write changed. A stripe whose parity member is being
+//! rebuilt is logged where that member is already recovered (md's R5_Insync). At assembly of a
+//! dirty array the newest log of every member in sync or being rebuilt is replayed
+//! (`ppl_recover`) and then, as md does at every start, each area is zeroed and given an empty
+//! header.
 
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
 use crate::core::{MemberState, PieceKind, PieceOp, SECTOR};
@@ -181,7 +183,12 @@ impl Array {
             return Ok(None);
         };
         let n = self.geo.raid_disks;
-        let recovered = self.recovered_sectors();
+        // Only a member being rebuilt needs its recovery offset looked up.
+        let recovered = if states.contains(&MemberState::Rebuilding) {
+            self.recovered_sectors()
+        } else {
+            Vec::new()
+        };
         let mut builders: Vec<LogBuilder> = (0..n).map(|_| LogBuilder::new()).collect();
         let mut written = Vec::new();
         for (op, _) in ops.iter().zip(writing).filter(|(_, &w)| w) {
