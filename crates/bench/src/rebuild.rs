@@ -37,6 +37,8 @@ pub struct RebuildRun {
     pub member_read_mb_s: f64,
     pub rebuild_mb_s: f64,
     pub ratio: f64,
+    /// CPUs the process kept busy while the rebuild ran (CPU seconds / wall seconds).
+    pub rebuild_cpus: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -180,6 +182,23 @@ fn replace_with_itself(array: &Array, paths: &[PathBuf], victim: usize) -> Resul
     Ok(())
 }
 
+/// User + system CPU seconds of this process so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage through a valid pointer; zeroed is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Rebuilds at full speed; returns MB/s and the CPUs kept busy meanwhile.
+fn timed_rebuild(array: &Array) -> Result<(f64, f64), String> {
+    let (cpu0, t) = (cpu_seconds(), Instant::now());
+    let mb_s = rebuild(array)?;
+    let cpus = (cpu_seconds() - cpu0) / t.elapsed().as_secs_f64().max(1e-9);
+    Ok((mb_s, cpus))
+}
+
 fn rebuild(array: &Array) -> Result<f64, String> {
     let r = array
         .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
@@ -279,11 +298,11 @@ pub fn run_rebuild_bench(
             let victim = run % n;
             let read_path = &paths[(victim + 1) % n];
             replace_with_itself(&array, &paths, victim)?;
-            let (read, rebuilt) = if run % 2 == 0 {
+            let (read, (rebuilt, cpus)) = if run % 2 == 0 {
                 let r = read_file_mb_s(read_path)?;
-                (r, rebuild(&array)?)
+                (r, timed_rebuild(&array)?)
             } else {
-                let b = rebuild(&array)?;
+                let b = timed_rebuild(&array)?;
                 (read_file_mb_s(read_path)?, b)
             };
             if run == 0 {
@@ -293,6 +312,7 @@ pub fn run_rebuild_bench(
                 member_read_mb_s: read,
                 rebuild_mb_s: rebuilt,
                 ratio: rebuilt / read,
+                rebuild_cpus: cpus,
             };
             on_run(&row);
             runs.push(row);

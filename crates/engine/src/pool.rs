@@ -337,6 +337,11 @@ impl Worker {
         self.stats.run(self.disk.as_ref(), job)
     }
 
+    /// True once any read or write of this member has been measured.
+    pub fn measured(&self) -> bool {
+        self.stats.jobs.load(Ordering::Relaxed) > 0
+    }
+
     /// True when this member's recent I/O did not wait (page cache, tmpfs).
     pub fn cpu_bound(&self) -> bool {
         self.stats.cpu_bound()

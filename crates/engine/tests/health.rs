@@ -42,12 +42,22 @@ fn boxed(disks: &[MemDisk]) -> Vec<Box<dyn Disk>> {
 const MEMBER_BYTES: u64 = 3 << 20;
 
 fn config() -> EngineConfig {
+    config_with(None)
+}
+
+/// `rebuild_threads`: see [`EngineConfig::rebuild_threads`]; the rebuild tests run with one
+/// thread and with several (a burst: steps side by side, each thread doing its own I/O).
+fn config_with(rebuild_threads: Option<usize>) -> EngineConfig {
     EngineConfig {
         // Small enough that a rebuild takes many steps.
         stripe_cache_bytes: 1 << 20,
         max_inflight: 4,
+        rebuild_threads,
     }
 }
+
+/// The rebuild thread settings the rebuild tests run with.
+const REBUILD_THREADS: [Option<usize>; 2] = [Some(1), Some(3)];
 
 fn create(level: i32, layout: u32, n: usize, spares: usize, seed: u8) -> (Vec<MemDisk>, Array) {
     create_with(level, layout, n, spares, seed, None)
@@ -61,6 +71,18 @@ fn create_with(
     spares: usize,
     seed: u8,
     policy: Option<ConsistencyPolicy>,
+) -> (Vec<MemDisk>, Array) {
+    create_threads(level, layout, n, spares, seed, policy, None)
+}
+
+fn create_threads(
+    level: i32,
+    layout: u32,
+    n: usize,
+    spares: usize,
+    seed: u8,
+    policy: Option<ConsistencyPolicy>,
+    rebuild_threads: Option<usize>,
 ) -> (Vec<MemDisk>, Array) {
     let disks: Vec<MemDisk> = (0..n + spares)
         .map(|i| MemDisk::new(&format!("m{i}"), MEMBER_BYTES))
@@ -78,7 +100,7 @@ fn create_with(
         ctime_seconds: 1_700_000_000,
         members_zeroed: true,
         consistency: raidkit_engine::ConsistencyPolicy::Resync,
-        config: config(),
+        config: config_with(rebuild_threads),
     };
     let array = match policy {
         Some(p) => Array::create_with_policy(boxed(&disks), opts, p),
@@ -101,11 +123,15 @@ fn full_speed() -> TaskRates {
 }
 
 fn assemble(disks: &[MemDisk], force: bool) -> Array {
+    assemble_threads(disks, force, None)
+}
+
+fn assemble_threads(disks: &[MemDisk], force: bool, rebuild_threads: Option<usize>) -> Array {
     let (a, report) = Array::assemble(
         boxed(disks),
         AssembleOptions {
             force,
-            config: config(),
+            config: config_with(rebuild_threads),
             ..AssembleOptions::default()
         },
     )
@@ -155,9 +181,16 @@ fn check_clean(array: &Array, ctx: &str) {
 
 /// Every level and layout family, the members the level can lose failed, spares rebuilt
 /// while a writer thread keeps writing; then every byte, md's check, and reads that must come
-/// from the rebuilt members.
+/// from the rebuilt members. With one rebuild thread, and with three running steps side by
+/// side.
 #[test]
 fn rebuild_under_foreground_writes_loses_nothing() {
+    for threads in REBUILD_THREADS {
+        rebuild_under_foreground_writes(threads);
+    }
+}
+
+fn rebuild_under_foreground_writes(threads: Option<usize>) {
     let cases: Vec<(i32, u32, usize, Vec<usize>)> = vec![
         (1, 0, 3, vec![0, 2]),
         (4, 0, 4, vec![3]),
@@ -180,8 +213,9 @@ fn rebuild_under_foreground_writes_loses_nothing() {
         (10, 0x103, 6, vec![1, 2]),
     ];
     for (level, layout, n, lose) in cases {
-        let ctx = format!("RAID {level} layout {layout:#x} n {n} losing {lose:?}");
-        let (disks, array) = create(level, layout, n, 0, 5);
+        let ctx =
+            format!("RAID {level} layout {layout:#x} n {n} losing {lose:?}, {threads:?} threads");
+        let (disks, array) = create_threads(level, layout, n, 0, 5, None, threads);
         let size = array.size_bytes() as usize;
         let mut rng = Rng(level as u64 * 131 + layout as u64 + n as u64);
         let mut model = vec![0u8; size];
@@ -249,7 +283,7 @@ fn rebuild_under_foreground_writes_loses_nothing() {
             .map(|i| disks[i].clone())
             .collect();
         set.extend(spares.iter().cloned());
-        let array = assemble(&set, false);
+        let array = assemble_threads(&set, false, threads);
         assert!(!array.status().degraded, "{ctx}: reassembled degraded");
         // Fail survivors so that reads must come from the rebuilt members.
         let survivors: Vec<usize> = array
@@ -271,6 +305,12 @@ fn rebuild_under_foreground_writes_loses_nothing() {
 /// resync makes parity agree again).
 #[test]
 fn rebuild_resumes_after_a_crash_from_recovery_offset() {
+    for threads in REBUILD_THREADS {
+        rebuild_resumes_after_a_crash(threads);
+    }
+}
+
+fn rebuild_resumes_after_a_crash(threads: Option<usize>) {
     for (level, layout, n, writes_during) in [
         (5, 2, 5, false),
         (6, 2, 6, false),
@@ -279,9 +319,12 @@ fn rebuild_resumes_after_a_crash_from_recovery_offset() {
         (5, 2, 5, true),
         (10, 0x201, 5, true),
     ] {
-        let ctx = format!("RAID {level} n {n} writes during rebuild {writes_during}");
+        let ctx = format!(
+            "RAID {level} n {n} writes during rebuild {writes_during}, {threads:?} threads"
+        );
         // md's rules without a write-hole guard (resync, force); the log is tested in ppl.rs.
-        let (disks, array) = create_with(level, layout, n, 0, 7, Some(ConsistencyPolicy::Resync));
+        let policy = Some(ConsistencyPolicy::Resync);
+        let (disks, array) = create_threads(level, layout, n, 0, 7, policy, threads);
         array.set_checkpoint_interval(Duration::ZERO);
         let mut rng = Rng(7 + level as u64);
         let mut model = vec![0u8; array.size_bytes() as usize];
@@ -296,8 +339,9 @@ fn rebuild_resumes_after_a_crash_from_recovery_offset() {
         let r = array
             .run_task(
                 TaskKind::Rebuild,
+                // Early: a burst of three threads may finish a few steps after the stop.
                 &mut |p| {
-                    if p.percent >= 40.0 {
+                    if p.percent >= 10.0 {
                         stop.store(true, Ordering::Relaxed);
                     }
                 },
@@ -325,7 +369,7 @@ fn rebuild_resumes_after_a_crash_from_recovery_offset() {
                 "{ctx}: a dirty array with a member being rebuilt must need force"
             );
         }
-        let array = assemble(&set, writes_during && parity);
+        let array = assemble_threads(&set, writes_during && parity, threads);
         let st = array.status();
         assert!(
             st.pending.contains(&TaskKind::Rebuild),

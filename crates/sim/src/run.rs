@@ -355,6 +355,8 @@ impl Run<'_> {
         EngineConfig {
             stripe_cache_bytes: self.stripe_cache_bytes,
             max_inflight: 2,
+            // One rebuild thread: a seed replays the same member I/O in the same order.
+            rebuild_threads: Some(1),
         }
     }
 

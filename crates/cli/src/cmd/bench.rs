@@ -123,8 +123,8 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
         )?;
         writeln!(
             out,
-            "{:>5} {:>16} {:>12} {:>7}",
-            "run", "member read MB/s", "rebuild MB/s", "ratio"
+            "{:>5} {:>16} {:>12} {:>7} {:>13}",
+            "run", "member read MB/s", "rebuild MB/s", "ratio", "rebuild CPUs"
         )?;
     }
     let mut k = 0;
@@ -133,10 +133,11 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
         if !args.json {
             let _ = writeln!(
                 std::io::stdout(),
-                "{k:>5} {:>16.0} {:>12.0} {:>6.2}x",
+                "{k:>5} {:>16.0} {:>12.0} {:>6.2}x {:>13.2}",
                 r.member_read_mb_s,
                 r.rebuild_mb_s,
-                r.ratio
+                r.ratio,
+                r.rebuild_cpus
             );
         }
     })

@@ -292,11 +292,85 @@ struct RangeIo<'a> {
     buf: &'a mut [u8],
 }
 
+thread_local! {
+    /// Set while a thread runs rebuild steps of a burst: its steps do every member I/O on the
+    /// thread itself instead of handing it to the member workers.
+    static IO_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as a burst thread while it lives.
+struct IoHere(());
+
+impl IoHere {
+    fn enter() -> IoHere {
+        IO_HERE.with(|h| h.set(true));
+        IoHere(())
+    }
+}
+
+impl Drop for IoHere {
+    fn drop(&mut self) {
+        IO_HERE.with(|h| h.set(false));
+    }
+}
+
+/// What the threads of a rebuild burst share: the next step to claim, and which claimed steps
+/// are done, so the cursor only ever moves over rebuilt sectors.
+struct Burst {
+    quit: AtomicBool,
+    done: Mutex<Frontier>,
+    /// Signalled when the frontier moves or the burst quits.
+    moved: Condvar,
+    /// A step found every target failed.
+    dead: AtomicBool,
+    error: Mutex<Option<EngineError>>,
+}
+
+impl Burst {
+    fn quit(&self) {
+        self.quit.store(true, Ordering::Relaxed);
+        let _g = lock(&self.done);
+        self.moved.notify_all();
+    }
+}
+
+/// Steps claimed and done: everything below `at` is done, `ahead` lists the steps done beyond
+/// it (start -> sectors), and `next` is the next step to claim.
+struct Frontier {
+    at: u64,
+    next: u64,
+    ahead: std::collections::BTreeMap<u64, u64>,
+}
+
+impl Frontier {
+    fn complete(&mut self, ms: u64, n: u64) {
+        if ms != self.at {
+            self.ahead.insert(ms, n);
+            return;
+        }
+        self.at += n;
+        while let Some(n) = self.ahead.remove(&self.at) {
+            self.at += n;
+        }
+    }
+}
+
+/// The range and step of a rebuild burst.
+struct BurstSteps<'a> {
+    end: u64,
+    step: u64,
+    /// How far beyond the frontier steps may be claimed.
+    window_sectors: u64,
+    layout: Option<&'a raidkit_layout::Geometry>,
+    /// Only what the write-intent bitmap marks is rebuilt.
+    bitmap_only: bool,
+}
+
 /// The moving part of a task: cursor, counters, timing, the observer.
 struct Walk<'o> {
     progress: TaskProgress,
     started: Instant,
-    observe: &'o mut dyn FnMut(&TaskProgress),
+    observe: &'o mut (dyn FnMut(&TaskProgress) + Send),
 }
 
 impl Walk<'_> {
@@ -365,7 +439,7 @@ impl Array {
     /// returns their reports. Stops early when `stop` is set.
     pub fn run_pending(
         &self,
-        observe: &mut dyn FnMut(&TaskProgress),
+        observe: &mut (dyn FnMut(&TaskProgress) + Send),
         stop: &AtomicBool,
     ) -> Result<Vec<TaskReport>> {
         let mut reports = Vec::new();
@@ -392,7 +466,7 @@ impl Array {
     pub fn run_task(
         &self,
         kind: TaskKind,
-        observe: &mut dyn FnMut(&TaskProgress),
+        observe: &mut (dyn FnMut(&TaskProgress) + Send),
         stop: &AtomicBool,
     ) -> Result<TaskReport> {
         let writes = !matches!(kind, TaskKind::Check | TaskKind::Patrol);
@@ -605,12 +679,20 @@ impl Array {
                 )
             })
             .collect();
+        if IO_HERE.with(|h| h.get()) {
+            for (m, job) in jobs {
+                m.worker.execute_here(job);
+            }
+            return batch.wait();
+        }
         let inline = jobs.pop();
         for (m, job) in jobs {
             m.worker.submit(job, m.disk.name());
         }
         if let Some((m, job)) = inline {
-            crate::pool::execute(m.disk.as_ref(), job);
+            // Through the worker's sampling, so a member only ever written here (a rebuild's
+            // target) still learns whether its I/O waits.
+            m.worker.execute_here(job);
         }
         // The buffers stay borrowed (through `ios`) until every job has completed.
         batch.wait()
@@ -774,6 +856,29 @@ impl Array {
                 walk.advance(cursor);
                 continue;
             }
+            let threads = self.burst_threads();
+            if threads > 1 {
+                if let Some(p) = ahead.p.take() {
+                    p.abandon(self);
+                }
+                let steps = BurstSteps {
+                    end,
+                    step,
+                    // One step in flight per thread, and one more done ahead of the frontier.
+                    window_sectors: step * (threads as u64 + 1),
+                    layout: layout.as_ref(),
+                    bitmap_only,
+                };
+                let (reached, dead) =
+                    self.rebuild_burst(walk, stop, cursor, threads, &steps, &mut last_checkpoint)?;
+                if dead {
+                    return Ok(TaskOutcome::Failed {
+                        error: "every member being rebuilt failed".into(),
+                    });
+                }
+                cursor = reached;
+                continue;
+            }
             let pipelined = parity
                 && !bitmap_only
                 && (self.task_rates().share(TaskKind::Rebuild) == 100
@@ -836,6 +941,185 @@ impl Array {
         }
         self.checkpoint_recovery(end, true)?;
         Ok(TaskOutcome::Completed)
+    }
+
+    /// How many threads rebuild steps may run on side by side right now, each thread doing
+    /// its own member I/O (1: the plain loop). More than one only while the rebuild runs at
+    /// full rate and, unless [`EngineConfig::rebuild_threads`] says otherwise, every member
+    /// involved does memory copies (tmpfs, page cache): there, handing a step's reads to the
+    /// member workers costs a wake-up per member and step (tens of microseconds on a loaded
+    /// machine, a third of a 1 MiB step's time) and a lone rebuild thread keeps one CPU busy.
+    /// Members that wait (disks) keep the prefetching loop, whose parallelism is across
+    /// members.
+    fn burst_threads(&self) -> usize {
+        let threads = match self.config.rebuild_threads {
+            Some(k) => k,
+            None => pool::cpus(),
+        };
+        if threads < 2 {
+            return 1;
+        }
+        let rates = self.task_rates();
+        if rates.max_bytes_per_s.is_some_and(|m| m > 0)
+            || (rates.share(TaskKind::Rebuild) < 100
+                && self.bg.foreground_within(FOREGROUND_WINDOW))
+        {
+            return 1;
+        }
+        if self.config.rebuild_threads.is_some() {
+            return threads;
+        }
+        // A member not measured yet has had no I/O (a mirror's copies other than the one
+        // read from): it does not count; if a step turns to it and it waits, that step's
+        // samples end the burst.
+        let (states, members) = self.snapshot();
+        let mut any = false;
+        for (state, m) in states.iter().zip(&members) {
+            if let (true, Some(m)) = (state.usable() || *state == MemberState::Rebuilding, m) {
+                if m.worker.cpu_bound() {
+                    any = true;
+                } else if m.worker.measured() {
+                    return 1;
+                }
+            }
+        }
+        if any {
+            threads
+        } else {
+            1
+        }
+    }
+
+    /// Runs rebuild steps from `cursor` on `threads` threads until the range ends, the task is
+    /// stopped, or [`Self::burst_threads`] says 1. The calling thread takes part and
+    /// keeps `walk` and the checkpoints up to date. Returns the new cursor (every sector below
+    /// it is rebuilt) and whether a step found every target failed.
+    fn rebuild_burst(
+        &self,
+        walk: &mut Walk<'_>,
+        stop: &AtomicBool,
+        cursor: u64,
+        threads: usize,
+        steps: &BurstSteps<'_>,
+        last_checkpoint: &mut Instant,
+    ) -> Result<(u64, bool)> {
+        let b = Burst {
+            quit: AtomicBool::new(false),
+            done: Mutex::new(Frontier {
+                at: cursor,
+                next: cursor,
+                ahead: Default::default(),
+            }),
+            moved: Condvar::new(),
+            dead: AtomicBool::new(false),
+            error: Mutex::new(None),
+        };
+        walk.progress.throttled = false;
+        // Whichever thread finishes a step publishes the progress (so the observer still
+        // sees every step) and takes the checkpoint when one is due.
+        let shared = Mutex::new((walk, last_checkpoint));
+        let after_step = || -> Result<()> {
+            let mut g = lock(&shared);
+            let (walk, last_checkpoint) = &mut *g;
+            let at = lock(&b.done).at;
+            walk.advance(at);
+            self.publish(walk);
+            let every = lock(&self.bg.state)
+                .checkpoint_every
+                .unwrap_or(CHECKPOINT_EVERY);
+            if last_checkpoint.elapsed() >= every && at < steps.end {
+                self.checkpoint_recovery(at, false)?;
+                **last_checkpoint = Instant::now();
+            }
+            Ok(())
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads {
+                scope.spawn(|| self.burst_steps(&b, stop, steps, &after_step));
+            }
+            self.burst_steps(&b, stop, steps, &after_step);
+        });
+        let (walk, _) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+        let reached = lock(&b.done).at;
+        walk.advance(reached);
+        self.publish(walk);
+        if let Some(e) = lock(&b.error).take() {
+            return Err(e);
+        }
+        Ok((reached, b.dead.load(Ordering::Relaxed)))
+    }
+
+    /// One thread of a burst: claims and runs steps until told to quit. `after_step` runs
+    /// after each of this thread's steps; an error from it ends the burst.
+    fn burst_steps(
+        &self,
+        b: &Burst,
+        stop: &AtomicBool,
+        steps: &BurstSteps<'_>,
+        after_step: &(dyn Fn() -> Result<()> + Sync),
+    ) {
+        let _here = IoHere::enter();
+        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let fail = |e: EngineError| {
+            lock(&b.error).get_or_insert(e);
+            b.quit();
+        };
+        while let Some(ms) = self.claim_step(b, stop, steps) {
+            let n = steps.step.min(steps.end - ms);
+            let live = match steps.bitmap_only {
+                true => match self.member_range_marked(ms, n, steps.layout) {
+                    Ok(true) => None,
+                    Ok(false) => Some(Ok(1)),
+                    Err(e) => Some(Err(e)),
+                },
+                false => None,
+            };
+            let live = live.unwrap_or_else(|| match self.geo.scheme() {
+                Scheme::Parity { .. } => self.rebuild_parity_step(ms, n, &mut bufs),
+                Scheme::Copies => self.rebuild_copies_step(ms, n, &mut bufs, steps.layout),
+            });
+            match live {
+                Ok(0) => {
+                    b.dead.store(true, Ordering::Relaxed);
+                    return b.quit();
+                }
+                Ok(_) => {
+                    let mut f = lock(&b.done);
+                    f.complete(ms, n);
+                    b.moved.notify_all();
+                }
+                Err(e) => return fail(e),
+            }
+            if let Err(e) = after_step() {
+                return fail(e);
+            }
+        }
+        // A thread that leaves stops the others from claiming further, so the steps claimed
+        // stay contiguous from the cursor.
+        b.quit();
+    }
+
+    /// The next step for a burst thread, or `None` when the burst is over. Steps are claimed
+    /// at most a window ahead of the frontier, so the cursor (what a checkpoint records, what
+    /// progress shows) trails the work by a few steps at most and a stop takes effect within
+    /// a few steps.
+    fn claim_step(&self, b: &Burst, stop: &AtomicBool, steps: &BurstSteps<'_>) -> Option<u64> {
+        let mut f = lock(&b.done);
+        loop {
+            if b.quit.load(Ordering::Relaxed)
+                || self.cancelled(stop)
+                || f.next >= steps.end
+                || self.burst_threads() < 2
+            {
+                return None;
+            }
+            if f.next < f.at + steps.window_sectors {
+                let ms = f.next;
+                f.next += steps.step;
+                return Some(ms);
+            }
+            f = b.moved.wait(f).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// Takes the stripe locks of member range `[ms, ms + n)` and starts reading it from every
