@@ -39,6 +39,9 @@ pub struct RebuildRun {
     pub ratio: f64,
     /// CPUs the process kept busy while the rebuild ran (CPU seconds / wall seconds).
     pub rebuild_cpus: f64,
+    /// One member's worth written into an allocated file of the same folder by one thread per
+    /// CPU, nothing read: what any rebuild must at least do.
+    pub member_write_mb_s: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -55,11 +58,20 @@ pub struct RebuildBenchReport {
     pub rebuild_mb_s: f64,
     /// Median of the per-run ratios rebuild / member read.
     pub ratio: f64,
+    /// Median of the per-run ratios member write (all CPUs) / member read: the most any
+    /// rebuild here can reach, since it must write the member.
+    pub write_ceiling_ratio: f64,
     /// Foreground sequential reads (1 MiB, 4 threads) with no background work.
     pub foreground_alone_mb_s: f64,
+    /// The same with one member missing and no rebuild running (reads of the missing member
+    /// are computed from the others).
+    pub foreground_degraded_mb_s: f64,
     /// The same while a rebuild runs at the default rates (adaptive: 30 % while busy).
     pub foreground_during_rebuild_mb_s: f64,
+    /// During the rebuild / healthy alone.
     pub foreground_fraction: f64,
+    /// During the rebuild / degraded alone: what the rebuild itself costs the reads.
+    pub foreground_fraction_of_degraded: f64,
     /// The rebuild's own rate while the foreground load runs.
     pub rebuild_under_load_mb_s: f64,
     pub peak_rss_mib: f64,
@@ -121,6 +133,41 @@ fn read_file_mb_s(path: &Path) -> Result<f64, String> {
     Ok(total as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9))
 }
 
+/// Overwrites all of `path` (allocated) in 1 MiB writes from one thread per CPU; MB/s.
+fn write_file_mb_s(path: &Path) -> Result<f64, String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(err)?;
+    let size = f.metadata().map_err(err)?.len();
+    let req = 1u64 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let t = Instant::now();
+    std::thread::scope(|s| -> Result<(), String> {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                let f = &f;
+                s.spawn(move || -> Result<(), String> {
+                    let buf = vec![0x6bu8; req as usize];
+                    let mut off = k * req;
+                    while off < size {
+                        let n = (size - off).min(req) as usize;
+                        f.write_all_at(&buf[..n], off).map_err(err)?;
+                        off += threads * req;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().map_err(|_| "writer panicked".to_string())??;
+        }
+        Ok(())
+    })?;
+    Ok(size as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -160,6 +207,12 @@ fn peak_rss_mib() -> f64 {
 /// Fails slot `victim`'s member, detaches it and adds its file back as a fresh spare; the
 /// rebuild is then pending.
 fn replace_with_itself(array: &Array, paths: &[PathBuf], victim: usize) -> Result<(), String> {
+    let path = fail_and_remove(array, paths, victim)?;
+    add_back(array, &path, victim)
+}
+
+/// Fails slot `victim`'s member and detaches it (the array runs degraded); returns its file.
+fn fail_and_remove(array: &Array, paths: &[PathBuf], victim: usize) -> Result<PathBuf, String> {
     let st = array.status();
     let m = st
         .members
@@ -170,10 +223,15 @@ fn replace_with_itself(array: &Array, paths: &[PathBuf], victim: usize) -> Resul
     let name = m.name.clone();
     array.fail_member(index).map_err(err)?;
     array.remove_member(index).map_err(err)?;
-    let path = paths
+    paths
         .iter()
         .find(|p| p.display().to_string() == name)
-        .ok_or_else(|| format!("{name}: not one of the benchmark's files"))?;
+        .cloned()
+        .ok_or_else(|| format!("{name}: not one of the benchmark's files"))
+}
+
+/// Adds `path` back as a fresh spare for slot `victim`; the rebuild is then pending.
+fn add_back(array: &Array, path: &Path, victim: usize) -> Result<(), String> {
     let disk = FileDisk::open(path, OpenOptions::default()).map_err(err)?;
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&(victim as u64 + 1).to_le_bytes());
@@ -259,6 +317,16 @@ pub fn run_rebuild_bench(
             off += len as u64;
         }
     }
+    let scratch = cfg.dir.join("rebuild-bench-scratch.img");
+    {
+        let d = FileDisk::create(&scratch, cfg.member_bytes).map_err(err)?;
+        let mut off = 0;
+        while off < cfg.member_bytes {
+            let len = (cfg.member_bytes - off).min(zeros.len() as u64) as usize;
+            d.write_at(&zeros[..len], off).map_err(err)?;
+            off += len as u64;
+        }
+    }
     let result = (|| {
         let array = Array::create(
             open_all(&paths)?,
@@ -305,6 +373,7 @@ pub fn run_rebuild_bench(
                 let b = timed_rebuild(&array)?;
                 (read_file_mb_s(read_path)?, b)
             };
+            let write = write_file_mb_s(&scratch)?;
             if run == 0 {
                 continue; // warm-up
             }
@@ -313,6 +382,7 @@ pub fn run_rebuild_bench(
                 rebuild_mb_s: rebuilt,
                 ratio: rebuilt / read,
                 rebuild_cpus: cpus,
+                member_write_mb_s: write,
             };
             on_run(&row);
             runs.push(row);
@@ -327,7 +397,11 @@ pub fn run_rebuild_bench(
         let alone_for = Duration::from_secs(2);
         let t = Instant::now();
         let alone = foreground_reads(&array, 4, &|| t.elapsed() >= alone_for);
-        replace_with_itself(&array, &paths, 0)?;
+        // Degraded, no rebuild yet: what the missing member alone costs the reads.
+        let victim = fail_and_remove(&array, &paths, 0)?;
+        let t = Instant::now();
+        let degraded = foreground_reads(&array, 4, &|| t.elapsed() >= alone_for);
+        add_back(&array, &victim, 0)?;
         let done = AtomicBool::new(false);
         let mut under_load = 0.0;
         let during = std::thread::scope(|s| -> Result<f64, String> {
@@ -354,15 +428,22 @@ pub fn run_rebuild_bench(
             member_read_mb_s: median(runs.iter().map(|r| r.member_read_mb_s).collect()),
             rebuild_mb_s: median(runs.iter().map(|r| r.rebuild_mb_s).collect()),
             ratio: median(runs.iter().map(|r| r.ratio).collect()),
+            write_ceiling_ratio: median(
+                runs.iter()
+                    .map(|r| r.member_write_mb_s / r.member_read_mb_s)
+                    .collect(),
+            ),
             runs,
             foreground_alone_mb_s: alone,
+            foreground_degraded_mb_s: degraded,
             foreground_during_rebuild_mb_s: during,
             foreground_fraction: during / alone.max(1e-9),
+            foreground_fraction_of_degraded: during / degraded.max(1e-9),
             rebuild_under_load_mb_s: under_load,
             peak_rss_mib: peak_rss_mib(),
         })
     })();
-    for p in &paths {
+    for p in paths.iter().chain([&scratch]) {
         let _ = std::fs::remove_file(p);
     }
     result

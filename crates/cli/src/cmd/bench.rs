@@ -123,8 +123,8 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
         )?;
         writeln!(
             out,
-            "{:>5} {:>16} {:>12} {:>7} {:>13}",
-            "run", "member read MB/s", "rebuild MB/s", "ratio", "rebuild CPUs"
+            "{:>5} {:>16} {:>12} {:>7} {:>13} {:>21}",
+            "run", "member read MB/s", "rebuild MB/s", "ratio", "rebuild CPUs", "member write MB/s"
         )?;
     }
     let mut k = 0;
@@ -133,11 +133,12 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
         if !args.json {
             let _ = writeln!(
                 std::io::stdout(),
-                "{k:>5} {:>16.0} {:>12.0} {:>6.2}x {:>13.2}",
+                "{k:>5} {:>16.0} {:>12.0} {:>6.2}x {:>13.2} {:>21.0}",
                 r.member_read_mb_s,
                 r.rebuild_mb_s,
                 r.ratio,
-                r.rebuild_cpus
+                r.rebuild_cpus,
+                r.member_write_mb_s
             );
         }
     })
@@ -155,10 +156,17 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
     )?;
     writeln!(
         out,
-        "foreground sequential reads: {:.0} MB/s alone, {:.0} MB/s during a rebuild at default rates ({:.0} %), while the rebuild ran at {:.0} MB/s",
+        "ceiling: writing one member's worth on every CPU, reading nothing, runs at {:.2}x of the member read (median); no rebuild here can beat it",
+        report.write_ceiling_ratio
+    )?;
+    writeln!(
+        out,
+        "foreground sequential reads: {:.0} MB/s healthy, {:.0} MB/s degraded, {:.0} MB/s during a rebuild at default rates ({:.0} % of healthy, {:.0} % of degraded), while the rebuild ran at {:.0} MB/s",
         report.foreground_alone_mb_s,
+        report.foreground_degraded_mb_s,
         report.foreground_during_rebuild_mb_s,
         report.foreground_fraction * 100.0,
+        report.foreground_fraction_of_degraded * 100.0,
         report.rebuild_under_load_mb_s
     )?;
     writeln!(out, "peak RSS {:.0} MiB", report.peak_rss_mib)?;
