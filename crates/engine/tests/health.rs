@@ -1153,3 +1153,157 @@ fn a_spare_joining_mid_rebuild_gets_its_own_pass() {
     verify(&array, &model, "spare joining mid-rebuild");
     check_clean(&array, "spare joining mid-rebuild");
 }
+
+/// A MemDisk whose reads and writes fail once `reads_left` reads have been served, counted
+/// from when `armed` is set.
+#[derive(Debug, Clone)]
+struct BreaksAfter {
+    inner: MemDisk,
+    armed: Arc<AtomicBool>,
+    reads_left: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl BreaksAfter {
+    fn new(inner: MemDisk) -> BreaksAfter {
+        BreaksAfter {
+            inner,
+            armed: Arc::new(AtomicBool::new(false)),
+            reads_left: Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX)),
+        }
+    }
+
+    /// Breaks after `reads` more reads.
+    fn arm(&self, reads: i64) {
+        self.reads_left.store(reads, Ordering::SeqCst);
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    fn broken(&self) -> bool {
+        self.armed.load(Ordering::SeqCst) && self.reads_left.load(Ordering::SeqCst) <= 0
+    }
+
+    fn fail(&self, op: &'static str, off: u64) -> raidkit_disk::DiskError {
+        raidkit_disk::DiskError::new(
+            self.inner.name(),
+            op,
+            off,
+            raidkit_disk::DiskErrorKind::Io(std::io::Error::other("injected medium error")),
+        )
+    }
+}
+
+impl Disk for BreaksAfter {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<(), raidkit_disk::DiskError> {
+        if self.armed.load(Ordering::SeqCst) && self.reads_left.fetch_sub(1, Ordering::SeqCst) <= 0
+        {
+            return Err(self.fail("read", off));
+        }
+        self.inner.read_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> Result<(), raidkit_disk::DiskError> {
+        if self.broken() {
+            return Err(self.fail("write", off));
+        }
+        self.inner.write_at(buf, off)
+    }
+    fn flush(&self) -> Result<(), raidkit_disk::DiskError> {
+        if self.broken() {
+            return Err(self.fail("flush", 0));
+        }
+        Ok(())
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<(), raidkit_disk::DiskError> {
+        self.inner.discard(off, len)
+    }
+    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), raidkit_disk::DiskError> {
+        self.inner.write_zeroes(off, len)
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn logical_block_size(&self) -> u32 {
+        512
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn is_read_only(&self) -> bool {
+        false
+    }
+}
+
+/// A source member dies in the middle of a rebuild, with one thread and with a burst of three
+/// (whose other threads are mid-step when it happens): RAID 6 loses it too and finishes the
+/// rebuild from what is left; RAID 5 and RAID 1 (two members) have nothing left to rebuild
+/// from, and the rebuild ends with the array failed. Either way every read that succeeds
+/// returns the model's bytes, and nothing is written after the array failed.
+#[test]
+fn a_source_member_dying_mid_rebuild() {
+    for threads in REBUILD_THREADS {
+        for (level, layout, n) in [(6, 2, 6), (5, 2, 4), (1, 0, 2), (10, 0x102, 4)] {
+            let ctx = format!("RAID {level} n {n}, {threads:?} threads");
+            let disks: Vec<BreaksAfter> = (0..n)
+                .map(|i| BreaksAfter::new(MemDisk::new(&format!("m{i}"), MEMBER_BYTES)))
+                .collect();
+            let opts = CreateOptions {
+                level,
+                layout: Some(layout),
+                chunk_sectors: 32,
+                raid_devices: n,
+                metadata: SuperblockVersion::V1_2,
+                size_sectors: None,
+                name: "dying".into(),
+                set_uuid: [9; 16],
+                device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+                ctime_seconds: 1_700_000_000,
+                members_zeroed: true,
+                consistency: ConsistencyPolicy::Resync,
+                config: config_with(threads),
+            };
+            let members: Vec<Box<dyn Disk>> = disks
+                .iter()
+                .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+                .collect();
+            let array = Array::create_with_policy(members, opts, ConsistencyPolicy::Resync)
+                .unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
+            array.set_task_rates(full_speed());
+            let mut rng = Rng(31 + level as u64);
+            let mut model = vec![0u8; array.size_bytes() as usize];
+            write_random(&array, &mut model, &mut rng, 40);
+            array.fail_member(0).unwrap();
+            array
+                .add_spare(Box::new(MemDisk::new("spare", MEMBER_BYTES)), [0xdd; 16])
+                .unwrap();
+            // The member every step reads from (RAID 10 near 2: slot 1 mirrors slot 0).
+            let victim = 1;
+            disks[victim].arm(6);
+            let r = array.run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false));
+            let st = array.status();
+            let victim_state = &st.members.iter().find(|m| m.index == victim).unwrap().role;
+            assert_eq!(victim_state, "faulty", "{ctx}: {st:?}");
+            if level == 6 {
+                let r = r.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                assert_eq!(r.outcome, TaskOutcome::Completed, "{ctx}: {r:?}");
+                assert!(!st.failed, "{ctx}");
+                assert_eq!(st.missing_slots, vec![victim], "{ctx}");
+                verify(&array, &model, &ctx);
+            } else {
+                let failed = match &r {
+                    Err(EngineError::ArrayFailed { .. }) => true,
+                    Ok(r) => matches!(r.outcome, TaskOutcome::Failed { .. }),
+                    Err(_) => false,
+                };
+                assert!(failed, "{ctx}: {r:?}");
+                assert!(st.failed, "{ctx}: the array should have failed");
+                assert!(array.write_at(&[1u8; 512], 0, false).is_err(), "{ctx}");
+                // Reads that still succeed (sectors whose copies live) return the model's bytes.
+                for off in (0..model.len()).step_by(64 << 10) {
+                    let mut buf = vec![0u8; 4096];
+                    if array.read_at(&mut buf, off as u64).is_ok() {
+                        assert_eq!(buf, model[off..off + 4096], "{ctx}: offset {off}");
+                    }
+                }
+            }
+        }
+    }
+}
