@@ -61,6 +61,10 @@ pub struct RebuildBenchReport {
     /// Median of the per-run ratios member write (all CPUs) / member read: the most any
     /// rebuild here can reach, since it must write the member.
     pub write_ceiling_ratio: f64,
+    /// A check (md's "check") at full rate over the healthy array, MB/s per member, and the
+    /// CPUs it kept busy.
+    pub check_mb_s: f64,
+    pub check_cpus: f64,
     /// Foreground sequential reads (1 MiB, 4 threads) with no background work.
     pub foreground_alone_mb_s: f64,
     /// The same with one member missing and no rebuild running (reads of the missing member
@@ -387,6 +391,20 @@ pub fn run_rebuild_bench(
             on_run(&row);
             runs.push(row);
         }
+        // A check at full rate over the healthy array (reads every member, compares parity
+        // or copies).
+        let (cpu0, t) = (cpu_seconds(), Instant::now());
+        let r = array
+            .run_task(TaskKind::Check, &mut |_| {}, &AtomicBool::new(false))
+            .map_err(err)?;
+        let check_cpus = (cpu_seconds() - cpu0) / t.elapsed().as_secs_f64().max(1e-9);
+        if r.outcome != TaskOutcome::Completed || r.progress.mismatch_sectors != 0 {
+            return Err(format!(
+                "check: {:?}, {} mismatched sectors",
+                r.outcome, r.progress.mismatch_sectors
+            ));
+        }
+        let check_mb_s = r.progress.bytes_per_s / 1e6;
         // Foreground reads alone, then during a rebuild at the default (adaptive) rates, under
         // the normal scheduler: run under real-time round robin (`chrt -r`, for steadier
         // figures above), a rebuild thread that paces itself by sleeping waits behind every
@@ -434,6 +452,8 @@ pub fn run_rebuild_bench(
                     .collect(),
             ),
             runs,
+            check_mb_s,
+            check_cpus,
             foreground_alone_mb_s: alone,
             foreground_degraded_mb_s: degraded,
             foreground_during_rebuild_mb_s: during,

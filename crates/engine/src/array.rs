@@ -54,12 +54,13 @@ pub struct EngineConfig {
     pub stripe_cache_bytes: usize,
     /// Requests processed at the same time; further callers wait.
     pub max_inflight: usize,
-    /// Threads a full-rate rebuild runs its steps on. `None`: one per CPU while every member
-    /// involved does memory copies (tmpfs, page cache), one otherwise (members that wait get
-    /// their parallelism from the member workers instead). `Some(1)`: always one (the
-    /// simulator's choice, so that a seed replays the same member I/O in the same order);
-    /// `Some(k)`: k whenever the rebuild runs at full rate, whatever the members.
-    pub rebuild_threads: Option<usize>,
+    /// Threads a full-rate rebuild, check, repair or resync runs its steps on. `None`: one
+    /// per CPU while every member involved does memory copies (tmpfs, page cache), one
+    /// otherwise (members that wait get their parallelism from the member workers instead).
+    /// `Some(1)`: always one (the simulator's choice, so that a seed replays the same member
+    /// I/O in the same order); `Some(k)`: k whenever the task runs at full rate, whatever the
+    /// members.
+    pub task_threads: Option<usize>,
 }
 
 impl Default for EngineConfig {
@@ -67,7 +68,7 @@ impl Default for EngineConfig {
         EngineConfig {
             stripe_cache_bytes: 64 << 20,
             max_inflight: 16,
-            rebuild_threads: None,
+            task_threads: None,
         }
     }
 }
@@ -714,7 +715,7 @@ impl Array {
         let config = EngineConfig {
             stripe_cache_bytes: config.stripe_cache_bytes.max(1 << 20),
             max_inflight: config.max_inflight.max(1),
-            rebuild_threads: config.rebuild_threads.map(|k| k.max(1)),
+            task_threads: config.task_threads.map(|k| k.max(1)),
         };
         let batch_budget_bytes = config.stripe_cache_bytes / config.max_inflight;
         let per_block = batch_budget_bytes / (geo.raid_disks + 2);

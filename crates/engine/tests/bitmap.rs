@@ -27,7 +27,7 @@ fn config() -> EngineConfig {
     EngineConfig {
         stripe_cache_bytes: 1 << 20,
         max_inflight: 4,
-        rebuild_threads: None,
+        task_threads: None,
     }
 }
 

@@ -45,19 +45,19 @@ fn config() -> EngineConfig {
     config_with(None)
 }
 
-/// `rebuild_threads`: see [`EngineConfig::rebuild_threads`]; the rebuild tests run with one
+/// `task_threads`: see [`EngineConfig::task_threads`]; the rebuild tests run with one
 /// thread and with several (a burst: steps side by side, each thread doing its own I/O).
-fn config_with(rebuild_threads: Option<usize>) -> EngineConfig {
+fn config_with(task_threads: Option<usize>) -> EngineConfig {
     EngineConfig {
         // Small enough that a rebuild takes many steps.
         stripe_cache_bytes: 1 << 20,
         max_inflight: 4,
-        rebuild_threads,
+        task_threads,
     }
 }
 
 /// The rebuild thread settings the rebuild tests run with.
-const REBUILD_THREADS: [Option<usize>; 2] = [Some(1), Some(3)];
+const TASK_THREADS: [Option<usize>; 2] = [Some(1), Some(3)];
 
 fn create(level: i32, layout: u32, n: usize, spares: usize, seed: u8) -> (Vec<MemDisk>, Array) {
     create_with(level, layout, n, spares, seed, None)
@@ -82,7 +82,7 @@ fn create_threads(
     spares: usize,
     seed: u8,
     policy: Option<ConsistencyPolicy>,
-    rebuild_threads: Option<usize>,
+    task_threads: Option<usize>,
 ) -> (Vec<MemDisk>, Array) {
     let disks: Vec<MemDisk> = (0..n + spares)
         .map(|i| MemDisk::new(&format!("m{i}"), MEMBER_BYTES))
@@ -100,7 +100,7 @@ fn create_threads(
         ctime_seconds: 1_700_000_000,
         members_zeroed: true,
         consistency: raidkit_engine::ConsistencyPolicy::Resync,
-        config: config_with(rebuild_threads),
+        config: config_with(task_threads),
     };
     let array = match policy {
         Some(p) => Array::create_with_policy(boxed(&disks), opts, p),
@@ -126,12 +126,12 @@ fn assemble(disks: &[MemDisk], force: bool) -> Array {
     assemble_threads(disks, force, None)
 }
 
-fn assemble_threads(disks: &[MemDisk], force: bool, rebuild_threads: Option<usize>) -> Array {
+fn assemble_threads(disks: &[MemDisk], force: bool, task_threads: Option<usize>) -> Array {
     let (a, report) = Array::assemble(
         boxed(disks),
         AssembleOptions {
             force,
-            config: config_with(rebuild_threads),
+            config: config_with(task_threads),
             ..AssembleOptions::default()
         },
     )
@@ -185,7 +185,7 @@ fn check_clean(array: &Array, ctx: &str) {
 /// side.
 #[test]
 fn rebuild_under_foreground_writes_loses_nothing() {
-    for threads in REBUILD_THREADS {
+    for threads in TASK_THREADS {
         rebuild_under_foreground_writes(threads);
     }
 }
@@ -305,7 +305,7 @@ fn rebuild_under_foreground_writes(threads: Option<usize>) {
 /// resync makes parity agree again).
 #[test]
 fn rebuild_resumes_after_a_crash_from_recovery_offset() {
-    for threads in REBUILD_THREADS {
+    for threads in TASK_THREADS {
         rebuild_resumes_after_a_crash(threads);
     }
 }
@@ -422,6 +422,12 @@ fn corrupt(disks: &[MemDisk], array: &Array, index: usize, ms: u64) {
 /// repair rewrites parity or the other copies; a second check finds nothing.
 #[test]
 fn check_counts_and_repair_fixes() {
+    for threads in TASK_THREADS {
+        check_counts_and_repair(threads);
+    }
+}
+
+fn check_counts_and_repair(threads: Option<usize>) {
     for (level, layout, n) in [
         (5, 2, 4),
         (6, 5, 6),
@@ -430,8 +436,8 @@ fn check_counts_and_repair_fixes() {
         (10, 0x102, 4),
         (10, 0x201, 5),
     ] {
-        let ctx = format!("RAID {level} layout {layout:#x} n {n}");
-        let (disks, array) = create(level, layout, n, 0, 9);
+        let ctx = format!("RAID {level} layout {layout:#x} n {n}, {threads:?} threads");
+        let (disks, array) = create_threads(level, layout, n, 0, 9, None, threads);
         let mut rng = Rng(3);
         let mut model = vec![0u8; array.size_bytes() as usize];
         write_random(&array, &mut model, &mut rng, 30);
@@ -470,15 +476,22 @@ fn check_counts_and_repair_fixes() {
 /// resync_offset at a clean stop and continues from there.
 #[test]
 fn resync_after_unclean_stop_and_resume() {
+    for threads in TASK_THREADS {
+        resync_after_unclean_stop(threads);
+    }
+}
+
+fn resync_after_unclean_stop(threads: Option<usize>) {
     for (level, layout, n) in [(5, 2, 5), (6, 2, 6), (1, 0, 2), (10, 0x102, 5)] {
-        let ctx = format!("RAID {level} n {n}");
-        let (disks, array) = create_with(level, layout, n, 0, 11, Some(ConsistencyPolicy::Resync));
+        let ctx = format!("RAID {level} n {n}, {threads:?} threads");
+        let policy = Some(ConsistencyPolicy::Resync);
+        let (disks, array) = create_threads(level, layout, n, 0, 11, policy, threads);
         let mut rng = Rng(5);
         let mut model = vec![0u8; array.size_bytes() as usize];
         write_random(&array, &mut model, &mut rng, 30);
         drop(array); // crash
         let geo = {
-            let a = assemble(&disks, false);
+            let a = assemble_threads(&disks, false, threads);
             let g = a.geometry().clone();
             let st = a.status();
             assert_eq!(st.resync_from_sectors, Some(0), "{ctx}");
@@ -488,8 +501,9 @@ fn resync_after_unclean_stop_and_resume() {
             let r = a
                 .run_task(
                     TaskKind::Resync,
+                    // Early: a burst of three threads may finish a few steps after the stop.
                     &mut |p| {
-                        if p.percent >= 30.0 {
+                        if p.percent >= 10.0 {
                             stop.store(true, Ordering::Relaxed);
                         }
                     },
@@ -511,7 +525,7 @@ fn resync_after_unclean_stop_and_resume() {
             }
         };
         {
-            let a = assemble(&disks, false);
+            let a = assemble_threads(&disks, false, threads);
             let st = a.status();
             let from = st.resync_from_sectors.expect("resync still pending");
             assert!(
@@ -527,7 +541,7 @@ fn resync_after_unclean_stop_and_resume() {
             verify(&a, &model, &ctx);
             a.stop().unwrap();
         }
-        let a = assemble(&disks, false);
+        let a = assemble_threads(&disks, false, threads);
         let st = a.status();
         assert!(
             st.resync_from_sectors.is_none() && st.pending.is_empty(),
@@ -1239,7 +1253,7 @@ impl Disk for BreaksAfter {
 /// returns the model's bytes, and nothing is written after the array failed.
 #[test]
 fn a_source_member_dying_mid_rebuild() {
-    for threads in REBUILD_THREADS {
+    for threads in TASK_THREADS {
         for (level, layout, n) in [(6, 2, 6), (5, 2, 4), (1, 0, 2), (10, 0x102, 4)] {
             let ctx = format!("RAID {level} n {n}, {threads:?} threads");
             let disks: Vec<BreaksAfter> = (0..n)

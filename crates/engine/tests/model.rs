@@ -63,7 +63,7 @@ fn create(
             config: EngineConfig {
                 stripe_cache_bytes: 1 << 20,
                 max_inflight: 4,
-                rebuild_threads: None,
+                task_threads: None,
             },
         },
     )
@@ -128,7 +128,7 @@ fn reassemble(disks: &[MemDisk], ctx: &str) -> Array {
             config: EngineConfig {
                 stripe_cache_bytes: 1 << 20,
                 max_inflight: 4,
-                rebuild_threads: None,
+                task_threads: None,
             },
             ..Default::default()
         },

@@ -194,7 +194,7 @@ fn crash_then_lose(
         config: EngineConfig {
             stripe_cache_bytes: 1 << 20,
             max_inflight: 2,
-            rebuild_threads: None,
+            task_threads: None,
         },
     };
     let array = Array::create_with_policy(boxed(&disks), opts, policy).unwrap();

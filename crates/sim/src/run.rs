@@ -356,7 +356,7 @@ impl Run<'_> {
             stripe_cache_bytes: self.stripe_cache_bytes,
             max_inflight: 2,
             // One rebuild thread: a seed replays the same member I/O in the same order.
-            rebuild_threads: Some(1),
+            task_threads: Some(1),
         }
     }
 

@@ -156,6 +156,11 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
     )?;
     writeln!(
         out,
+        "check at full rate: {:.0} MB/s per member, {:.2} CPUs busy, 0 mismatches",
+        report.check_mb_s, report.check_cpus
+    )?;
+    writeln!(
+        out,
         "ceiling: writing one member's worth on every CPU, reading nothing, runs at {:.2}x of the member read (median); no rebuild here can beat it",
         report.write_ceiling_ratio
     )?;

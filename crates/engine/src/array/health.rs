@@ -355,15 +355,38 @@ impl Frontier {
     }
 }
 
-/// The range and step of a rebuild burst.
-struct BurstSteps<'a> {
+/// The range and step of a burst.
+struct BurstSteps {
     end: u64,
     step: u64,
     /// How far beyond the frontier steps may be claimed.
     window_sectors: u64,
-    layout: Option<&'a raidkit_layout::Geometry>,
-    /// Only what the write-intent bitmap marks is rebuilt.
-    bitmap_only: bool,
+}
+
+impl BurstSteps {
+    fn new(end: u64, step: u64, threads: usize) -> BurstSteps {
+        BurstSteps {
+            end,
+            step,
+            // One step in flight per thread, and one more done ahead of the frontier.
+            window_sectors: step * (threads as u64 + 1),
+        }
+    }
+}
+
+/// What one step of a burst did.
+enum StepResult {
+    /// Done; what it found (mismatched sectors for check and repair).
+    Done(u64),
+    /// Every member the task writes to has failed.
+    Dead,
+}
+
+/// A burst thread's buffers, kept from step to step.
+#[derive(Default)]
+struct StepScratch {
+    bufs: Vec<Vec<u8>>,
+    parity: (Vec<u8>, Vec<u8>),
 }
 
 /// The moving part of a task: cursor, counters, timing, the observer.
@@ -856,21 +879,52 @@ impl Array {
                 walk.advance(cursor);
                 continue;
             }
-            let threads = self.burst_threads();
+            let threads = self.burst_threads(TaskKind::Rebuild);
             if threads > 1 {
                 if let Some(p) = ahead.p.take() {
                     p.abandon(self);
                 }
-                let steps = BurstSteps {
-                    end,
-                    step,
-                    // One step in flight per thread, and one more done ahead of the frontier.
-                    window_sectors: step * (threads as u64 + 1),
-                    layout: layout.as_ref(),
-                    bitmap_only,
+                let layout = layout.as_ref();
+                let run = |ms: u64, n: u64, sc: &mut StepScratch| -> Result<StepResult> {
+                    if bitmap_only && !self.member_range_marked(ms, n, layout)? {
+                        return Ok(StepResult::Done(0));
+                    }
+                    let live = match self.geo.scheme() {
+                        Scheme::Parity { .. } => self.rebuild_parity_step(ms, n, &mut sc.bufs)?,
+                        Scheme::Copies => self.rebuild_copies_step(ms, n, &mut sc.bufs, layout)?,
+                    };
+                    Ok(if live == 0 {
+                        StepResult::Dead
+                    } else {
+                        StepResult::Done(0)
+                    })
                 };
-                let (reached, dead) =
-                    self.rebuild_burst(walk, stop, cursor, threads, &steps, &mut last_checkpoint)?;
+                let checkpointed = Mutex::new(last_checkpoint);
+                let at_frontier = |_: &mut Walk<'_>, at: u64, _: u64| -> Result<()> {
+                    let every = lock(&self.bg.state)
+                        .checkpoint_every
+                        .unwrap_or(CHECKPOINT_EVERY);
+                    let mut last = lock(&checkpointed);
+                    if last.elapsed() >= every && at < end {
+                        self.checkpoint_recovery(at, false)?;
+                        *last = Instant::now();
+                    }
+                    Ok(())
+                };
+                let steps = BurstSteps::new(end, step, threads);
+                let kind = TaskKind::Rebuild;
+                let r = self.burst(
+                    walk,
+                    stop,
+                    kind,
+                    cursor,
+                    threads,
+                    &steps,
+                    &run,
+                    &at_frontier,
+                );
+                last_checkpoint = checkpointed.into_inner().unwrap_or_else(|p| p.into_inner());
+                let (reached, dead) = r?;
                 if dead {
                     return Ok(TaskOutcome::Failed {
                         error: "every member being rebuilt failed".into(),
@@ -943,16 +997,15 @@ impl Array {
         Ok(TaskOutcome::Completed)
     }
 
-    /// How many threads rebuild steps may run on side by side right now, each thread doing
-    /// its own member I/O (1: the plain loop). More than one only while the rebuild runs at
-    /// full rate and, unless [`EngineConfig::rebuild_threads`] says otherwise, every member
+    /// How many threads steps of task `kind` may run on side by side right now, each thread
+    /// doing its own member I/O (1: the plain loop). More than one only while the task runs
+    /// at full rate and, unless [`EngineConfig::task_threads`] says otherwise, every member
     /// involved does memory copies (tmpfs, page cache): there, handing a step's reads to the
     /// member workers costs a wake-up per member and step (tens of microseconds on a loaded
-    /// machine, a third of a 1 MiB step's time) and a lone rebuild thread keeps one CPU busy.
-    /// Members that wait (disks) keep the prefetching loop, whose parallelism is across
-    /// members.
-    fn burst_threads(&self) -> usize {
-        let threads = match self.config.rebuild_threads {
+    /// machine, a third of a 1 MiB step's time) and a lone task thread keeps one CPU busy.
+    /// Members that wait (disks) keep the plain loop, whose parallelism is across members.
+    fn burst_threads(&self, kind: TaskKind) -> usize {
+        let threads = match self.config.task_threads {
             Some(k) => k,
             None => pool::cpus(),
         };
@@ -961,12 +1014,11 @@ impl Array {
         }
         let rates = self.task_rates();
         if rates.max_bytes_per_s.is_some_and(|m| m > 0)
-            || (rates.share(TaskKind::Rebuild) < 100
-                && self.bg.foreground_within(FOREGROUND_WINDOW))
+            || (rates.share(kind) < 100 && self.bg.foreground_within(FOREGROUND_WINDOW))
         {
             return 1;
         }
-        if self.config.rebuild_threads.is_some() {
+        if self.config.task_threads.is_some() {
             return threads;
         }
         // A member not measured yet has had no I/O (a mirror's copies other than the one
@@ -990,18 +1042,23 @@ impl Array {
         }
     }
 
-    /// Runs rebuild steps from `cursor` on `threads` threads until the range ends, the task is
-    /// stopped, or [`Self::burst_threads`] says 1. The calling thread takes part and
-    /// keeps `walk` and the checkpoints up to date. Returns the new cursor (every sector below
-    /// it is rebuilt) and whether a step found every target failed.
-    fn rebuild_burst(
+    /// Runs steps of task `kind` from `cursor` on `threads` threads until the range ends, the
+    /// task is stopped, or [`Self::burst_threads`] says 1. The calling thread takes part.
+    /// `run` does one step; `at_frontier` runs after every step (under a lock, so one at a
+    /// time) with the frontier (every sector below it is done) and what the step found, to
+    /// keep `walk`, counters and checkpoints up to date; an error from either ends the burst.
+    /// Returns the frontier and whether a step reported [`StepResult::Dead`].
+    #[allow(clippy::too_many_arguments)]
+    fn burst(
         &self,
         walk: &mut Walk<'_>,
         stop: &AtomicBool,
+        kind: TaskKind,
         cursor: u64,
         threads: usize,
-        steps: &BurstSteps<'_>,
-        last_checkpoint: &mut Instant,
+        steps: &BurstSteps,
+        run: &(dyn Fn(u64, u64, &mut StepScratch) -> Result<StepResult> + Sync),
+        at_frontier: &(dyn Fn(&mut Walk<'_>, u64, u64) -> Result<()> + Sync),
     ) -> Result<(u64, bool)> {
         let b = Burst {
             quit: AtomicBool::new(false),
@@ -1015,31 +1072,25 @@ impl Array {
             error: Mutex::new(None),
         };
         walk.progress.throttled = false;
-        // Whichever thread finishes a step publishes the progress (so the observer still
-        // sees every step) and takes the checkpoint when one is due.
-        let shared = Mutex::new((walk, last_checkpoint));
-        let after_step = || -> Result<()> {
-            let mut g = lock(&shared);
-            let (walk, last_checkpoint) = &mut *g;
+        // Whichever thread finishes a step publishes the progress, so the observer still
+        // sees every step.
+        let shared = Mutex::new(walk);
+        let after_step = |found: u64| -> Result<()> {
+            let mut walk = lock(&shared);
             let at = lock(&b.done).at;
+            at_frontier(&mut walk, at, found)?;
             walk.advance(at);
-            self.publish(walk);
-            let every = lock(&self.bg.state)
-                .checkpoint_every
-                .unwrap_or(CHECKPOINT_EVERY);
-            if last_checkpoint.elapsed() >= every && at < steps.end {
-                self.checkpoint_recovery(at, false)?;
-                **last_checkpoint = Instant::now();
-            }
+            self.publish(&mut walk);
             Ok(())
         };
+        let thread = || self.burst_steps(&b, stop, kind, steps, run, &after_step);
         std::thread::scope(|scope| {
             for _ in 1..threads {
-                scope.spawn(|| self.burst_steps(&b, stop, steps, &after_step));
+                scope.spawn(thread);
             }
-            self.burst_steps(&b, stop, steps, &after_step);
+            thread();
         });
-        let (walk, _) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+        let walk = shared.into_inner().unwrap_or_else(|p| p.into_inner());
         let reached = lock(&b.done).at;
         walk.advance(reached);
         self.publish(walk);
@@ -1049,48 +1100,38 @@ impl Array {
         Ok((reached, b.dead.load(Ordering::Relaxed)))
     }
 
-    /// One thread of a burst: claims and runs steps until told to quit. `after_step` runs
-    /// after each of this thread's steps; an error from it ends the burst.
+    /// One thread of a burst: claims and runs steps until told to quit.
     fn burst_steps(
         &self,
         b: &Burst,
         stop: &AtomicBool,
-        steps: &BurstSteps<'_>,
-        after_step: &(dyn Fn() -> Result<()> + Sync),
+        kind: TaskKind,
+        steps: &BurstSteps,
+        run: &(dyn Fn(u64, u64, &mut StepScratch) -> Result<StepResult> + Sync),
+        after_step: &(dyn Fn(u64) -> Result<()> + Sync),
     ) {
         let _here = IoHere::enter();
-        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let mut scratch = StepScratch::default();
         let fail = |e: EngineError| {
             lock(&b.error).get_or_insert(e);
             b.quit();
         };
-        while let Some(ms) = self.claim_step(b, stop, steps) {
+        while let Some(ms) = self.claim_step(b, stop, kind, steps) {
             let n = steps.step.min(steps.end - ms);
-            let live = match steps.bitmap_only {
-                true => match self.member_range_marked(ms, n, steps.layout) {
-                    Ok(true) => None,
-                    Ok(false) => Some(Ok(1)),
-                    Err(e) => Some(Err(e)),
-                },
-                false => None,
-            };
-            let live = live.unwrap_or_else(|| match self.geo.scheme() {
-                Scheme::Parity { .. } => self.rebuild_parity_step(ms, n, &mut bufs),
-                Scheme::Copies => self.rebuild_copies_step(ms, n, &mut bufs, steps.layout),
-            });
-            match live {
-                Ok(0) => {
+            let found = match run(ms, n, &mut scratch) {
+                Ok(StepResult::Dead) => {
                     b.dead.store(true, Ordering::Relaxed);
                     return b.quit();
                 }
-                Ok(_) => {
+                Ok(StepResult::Done(found)) => {
                     let mut f = lock(&b.done);
                     f.complete(ms, n);
                     b.moved.notify_all();
+                    found
                 }
                 Err(e) => return fail(e),
-            }
-            if let Err(e) = after_step() {
+            };
+            if let Err(e) = after_step(found) {
                 return fail(e);
             }
         }
@@ -1103,13 +1144,19 @@ impl Array {
     /// at most a window ahead of the frontier, so the cursor (what a checkpoint records, what
     /// progress shows) trails the work by a few steps at most and a stop takes effect within
     /// a few steps.
-    fn claim_step(&self, b: &Burst, stop: &AtomicBool, steps: &BurstSteps<'_>) -> Option<u64> {
+    fn claim_step(
+        &self,
+        b: &Burst,
+        stop: &AtomicBool,
+        kind: TaskKind,
+        steps: &BurstSteps,
+    ) -> Option<u64> {
         let mut f = lock(&b.done);
         loop {
             if b.quit.load(Ordering::Relaxed)
                 || self.cancelled(stop)
                 || f.next >= steps.end
-                || self.burst_threads() < 2
+                || self.burst_threads(kind) < 2
             {
                 return None;
             }
@@ -1896,6 +1943,40 @@ impl Array {
                     lock(&self.state).resync_from = Some(cursor);
                 }
                 return Ok(TaskOutcome::Stopped);
+            }
+            let threads = self.burst_threads(kind);
+            if threads > 1 {
+                let run = |s: u64, n: u64, sc: &mut StepScratch| -> Result<StepResult> {
+                    if kind == TaskKind::Resync && !self.intent_covers(s, n) {
+                        return Ok(StepResult::Done(0));
+                    }
+                    Ok(StepResult::Done(match self.geo.scheme() {
+                        Scheme::Parity { .. } => {
+                            self.scrub_parity_step(s, n, fix, &mut sc.bufs, &mut sc.parity)?
+                        }
+                        Scheme::Copies => self.scrub_copies_step(s, n, fix, &mut sc.bufs)?,
+                    }))
+                };
+                let at_frontier = |walk: &mut Walk<'_>, at: u64, found: u64| -> Result<()> {
+                    walk.progress.mismatch_sectors += found;
+                    if kind == TaskKind::Resync {
+                        lock(&self.state).resync_from = Some(at);
+                    }
+                    Ok(())
+                };
+                let steps = BurstSteps::new(end, step, threads);
+                let (reached, _) = self.burst(
+                    walk,
+                    stop,
+                    kind,
+                    cursor,
+                    threads,
+                    &steps,
+                    &run,
+                    &at_frontier,
+                )?;
+                cursor = reached;
+                continue;
             }
             let step_started = Instant::now();
             let n = step.min(end - cursor);
