@@ -44,6 +44,11 @@ pub struct SimOptions {
     /// operator who never pulled the old disk). Off by default, and then each seed draws it:
     /// half the seeds keep them, half detach them as when the disk is swapped.
     pub keep_removed: bool,
+    /// Threads rebuild, check, repair and resync run their steps on
+    /// ([`EngineConfig::task_threads`]). 1, the default, keeps a seed exactly reproducible;
+    /// more runs those tasks' steps side by side (a burst), whose member I/O order then
+    /// varies from run to run, so a failure found that way may not replay.
+    pub task_threads: usize,
 }
 
 impl Default for SimOptions {
@@ -53,6 +58,7 @@ impl Default for SimOptions {
             ops: 120,
             trace: false,
             keep_removed: false,
+            task_threads: 1,
         }
     }
 }
@@ -355,8 +361,9 @@ impl Run<'_> {
         EngineConfig {
             stripe_cache_bytes: self.stripe_cache_bytes,
             max_inflight: 2,
-            // One rebuild thread: a seed replays the same member I/O in the same order.
-            task_threads: Some(1),
+            // One task thread (the default): a seed replays the same member I/O in the same
+            // order.
+            task_threads: Some(self.opts.task_threads.max(1)),
         }
     }
 

@@ -37,6 +37,11 @@ pub struct SimArgs {
     /// drawn per seed).
     #[arg(long)]
     keep_removed: bool,
+    /// Threads rebuild, check, repair and resync run their steps on. 1 keeps every seed
+    /// exactly reproducible; more tests those tasks' bursts (steps side by side), whose member
+    /// I/O order varies from run to run, so a failure found that way may not replay.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    task_threads: u32,
 }
 
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -109,6 +114,7 @@ pub fn run(args: SimArgs) -> Result<(), CliError> {
         ops: args.ops,
         trace: args.seed.is_some(),
         keep_removed: args.keep_removed,
+        task_threads: args.task_threads as usize,
     };
     let began = Instant::now();
     if let Some(seed) = args.seed {
