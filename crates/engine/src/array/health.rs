@@ -386,6 +386,7 @@ enum StepResult {
 #[derive(Default)]
 struct StepScratch {
     bufs: Vec<Vec<u8>>,
+    buf: Vec<u8>,
     parity: (Vec<u8>, Vec<u8>),
 }
 
@@ -1024,15 +1025,24 @@ impl Array {
         // A member not measured yet has had no I/O (a mirror's copies other than the one
         // read from): it does not count; if a step turns to it and it waits, that step's
         // samples end the burst.
-        let (states, members) = self.snapshot();
+        let involved: Vec<Arc<Member>> = {
+            let st = lock(&self.state);
+            let slots = (0..self.geo.raid_disks)
+                .filter(|&s| {
+                    st.slot_state[s].usable() || st.slot_state[s] == MemberState::Rebuilding
+                })
+                .filter_map(|s| st.slot_member[s]);
+            slots
+                .chain(st.replacement.iter().flatten().copied())
+                .filter_map(|i| st.members[i].clone())
+                .collect()
+        };
         let mut any = false;
-        for (state, m) in states.iter().zip(&members) {
-            if let (true, Some(m)) = (state.usable() || *state == MemberState::Rebuilding, m) {
-                if m.worker.cpu_bound() {
-                    any = true;
-                } else if m.worker.measured() {
-                    return 1;
-                }
+        for m in &involved {
+            if m.worker.cpu_bound() {
+                any = true;
+            } else if m.worker.measured() {
+                return 1;
             }
         }
         if any {
@@ -1643,12 +1653,15 @@ impl Array {
         walk.progress.slots = self.replace_view().iter().map(|r| r.0).collect();
         let end = walk.progress.end_sectors;
         let step = self.step_sectors();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let mut scratch = StepScratch::default();
         let layout = if self.geo.level == 10 {
             Some(self.layout_geometry()?)
         } else {
             None
+        };
+        let layout = layout.as_ref();
+        let no_replacement_left = || TaskOutcome::Failed {
+            error: "no replacement left to copy to (failed, or continued as a rebuild)".into(),
         };
         let mut cursor = walk.progress.start_sectors;
         let mut last_checkpoint = Instant::now();
@@ -1658,80 +1671,46 @@ impl Array {
                 self.checkpoint_replacements(cursor, false)?;
                 return Ok(TaskOutcome::Stopped);
             }
-            let step_started = Instant::now();
-            let n = step.min(end - cursor);
-            let view = self.replace_view();
-            if view.is_empty() {
-                // Every replacement failed, or took over its slot as a rebuild.
-                return Ok(TaskOutcome::Failed {
-                    error: "no replacement left to copy to (failed, or continued as a rebuild)"
-                        .into(),
-                });
-            }
-            for (slot, r_index, r_member, old) in view {
-                let done_to = lock(&self.state).sbs[r_index]
-                    .recovery_offset()
-                    .unwrap_or(0);
-                if done_to >= cursor + n {
-                    continue;
-                }
-                let len = n as usize * SECTOR;
-                buf.resize(len, 0);
-                let keys = match self.geo.scheme() {
-                    Scheme::Parity { .. } => self.keys_for_parity_range(cursor, n),
-                    Scheme::Copies => {
-                        let mut k: Vec<u64> = self
-                            .mirror_pieces(layout.as_ref(), slot, cursor, n)?
-                            .iter()
-                            .filter_map(|(_, len, a)| a.map(|a| self.keys_for_array_range(a, *len)))
-                            .flatten()
-                            .collect();
-                        k.sort_unstable();
-                        k.dedup();
-                        k
-                    }
-                };
-                self.locks.acquire(&keys);
-                let r = (|| -> Result<()> {
-                    let mut got = false;
-                    if let Some(old) = old {
-                        let mut io = [RangeIo {
-                            slot,
-                            member: old,
-                            write: false,
-                            member_sector: cursor,
-                            buf: &mut buf[..len],
-                        }];
-                        got = self.range_io(&mut io).is_empty();
-                    }
-                    if !got {
-                        // The old member cannot give this range: rebuild it from the others.
-                        match self.geo.scheme() {
-                            Scheme::Parity { .. } => {
-                                self.reconstruct_parity_range(slot, cursor, n, &mut bufs)?;
-                                buf[..len].copy_from_slice(&bufs[slot][..len]);
-                            }
-                            Scheme::Copies => {
-                                let pieces =
-                                    self.mirror_pieces(layout.as_ref(), slot, cursor, n)?;
-                                self.fill_from_other_copies(slot, &pieces, &mut buf[..len])?;
-                            }
-                        }
-                    }
-                    let mut w = [RangeIo {
-                        slot,
-                        member: r_member,
-                        write: true,
-                        member_sector: cursor,
-                        buf: &mut buf[..len],
-                    }];
-                    if let Some((_, e)) = self.range_io(&mut w).into_iter().next() {
-                        self.replacement_failed(slot, &format!("replacement write: {e}"));
+            let threads = self.burst_threads(TaskKind::Replace);
+            if threads > 1 {
+                let run =
+                    |ms: u64, n: u64, sc: &mut StepScratch| self.replace_step(ms, n, sc, layout);
+                let checkpointed = Mutex::new(last_checkpoint);
+                let at_frontier = |_: &mut Walk<'_>, at: u64, _: u64| -> Result<()> {
+                    let every = lock(&self.bg.state)
+                        .checkpoint_every
+                        .unwrap_or(CHECKPOINT_EVERY);
+                    let mut last = lock(&checkpointed);
+                    if last.elapsed() >= every && at < end {
+                        self.checkpoint_replacements(at, false)?;
+                        *last = Instant::now();
                     }
                     Ok(())
-                })();
-                self.locks.release(&keys);
-                r?;
+                };
+                let steps = BurstSteps::new(end, step, threads);
+                let kind = TaskKind::Replace;
+                let r = self.burst(
+                    walk,
+                    stop,
+                    kind,
+                    cursor,
+                    threads,
+                    &steps,
+                    &run,
+                    &at_frontier,
+                );
+                last_checkpoint = checkpointed.into_inner().unwrap_or_else(|p| p.into_inner());
+                let (reached, dead) = r?;
+                if dead {
+                    return Ok(no_replacement_left());
+                }
+                cursor = reached;
+                continue;
+            }
+            let step_started = Instant::now();
+            let n = step.min(end - cursor);
+            if let StepResult::Dead = self.replace_step(cursor, n, &mut scratch, layout)? {
+                return Ok(no_replacement_left());
             }
             cursor += n;
             walk.advance(cursor);
@@ -1753,6 +1732,88 @@ impl Array {
         }
         self.checkpoint_replacements(end, true)?;
         Ok(TaskOutcome::Completed)
+    }
+
+    /// One replace step: copies `[cursor, cursor + n)` of every replaced member onto its
+    /// replacement (rebuilding what the old member cannot read). `Dead` when no replacement
+    /// is left (every one failed, or took over its slot as a rebuild).
+    fn replace_step(
+        &self,
+        cursor: u64,
+        n: u64,
+        sc: &mut StepScratch,
+        layout: Option<&raidkit_layout::Geometry>,
+    ) -> Result<StepResult> {
+        let view = self.replace_view();
+        if view.is_empty() {
+            return Ok(StepResult::Dead);
+        }
+        let StepScratch { bufs, buf, .. } = sc;
+        for (slot, r_index, r_member, old) in view {
+            let done_to = lock(&self.state).sbs[r_index]
+                .recovery_offset()
+                .unwrap_or(0);
+            if done_to >= cursor + n {
+                continue;
+            }
+            let len = n as usize * SECTOR;
+            buf.resize(len, 0);
+            let keys = match self.geo.scheme() {
+                Scheme::Parity { .. } => self.keys_for_parity_range(cursor, n),
+                Scheme::Copies => {
+                    let mut k: Vec<u64> = self
+                        .mirror_pieces(layout, slot, cursor, n)?
+                        .iter()
+                        .filter_map(|(_, len, a)| a.map(|a| self.keys_for_array_range(a, *len)))
+                        .flatten()
+                        .collect();
+                    k.sort_unstable();
+                    k.dedup();
+                    k
+                }
+            };
+            self.locks.acquire(&keys);
+            let r = (|| -> Result<()> {
+                let mut got = false;
+                if let Some(old) = old {
+                    let mut io = [RangeIo {
+                        slot,
+                        member: old,
+                        write: false,
+                        member_sector: cursor,
+                        buf: &mut buf[..len],
+                    }];
+                    got = self.range_io(&mut io).is_empty();
+                }
+                if !got {
+                    // The old member cannot give this range: rebuild it from the others.
+                    match self.geo.scheme() {
+                        Scheme::Parity { .. } => {
+                            self.reconstruct_parity_range(slot, cursor, n, bufs)?;
+                            buf[..len].copy_from_slice(&bufs[slot][..len]);
+                        }
+                        Scheme::Copies => {
+                            let pieces = self.mirror_pieces(layout, slot, cursor, n)?;
+                            self.fill_from_other_copies(slot, &pieces, &mut buf[..len])?;
+                        }
+                    }
+                }
+                let mut w = [RangeIo {
+                    slot,
+                    member: r_member,
+                    write: true,
+                    member_sector: cursor,
+                    buf: &mut buf[..len],
+                }];
+                if let Some((_, e)) = self.range_io(&mut w).into_iter().next() {
+                    self.replacement_failed(slot, &format!("replacement write: {e}"));
+                }
+                Ok(())
+            })();
+            self.locks.release(&keys);
+            r?;
+        }
+        Ok(StepResult::Done(0))
     }
 
     /// Reads every other readable member over `[ms, ms + n)` and computes what `slot` holds
