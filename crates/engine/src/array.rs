@@ -54,7 +54,7 @@ pub struct EngineConfig {
     pub stripe_cache_bytes: usize,
     /// Requests processed at the same time; further callers wait.
     pub max_inflight: usize,
-    /// Threads a full-rate rebuild, replace, check, repair or resync runs its steps on. `None`: one
+    /// Threads a full-rate rebuild, replace, check, repair, resync or patrol runs its steps on. `None`: one
     /// per CPU while every member involved does memory copies (tmpfs, page cache), one
     /// otherwise (members that wait get their parallelism from the member workers instead).
     /// `Some(1)`: always one (the simulator's choice, so that a seed replays the same member

@@ -1050,9 +1050,15 @@ fn with_latent(
 /// md's bad-block log, and reads of it come from redundancy, also after reassembly.
 #[test]
 fn patrol_rewrites_latent_errors_and_logs_what_stays_bad() {
+    for threads in TASK_THREADS {
+        patrol_rewrites_latent_errors(threads);
+    }
+}
+
+fn patrol_rewrites_latent_errors(threads: Option<usize>) {
     for (level, layout, n) in [(5, 2, 4), (6, 2, 5), (1, 0, 2), (10, 0x102, 4)] {
         for heals in [true, false] {
-            let ctx = format!("RAID {level} heals {heals}");
+            let ctx = format!("RAID {level} heals {heals}, {threads:?} threads");
             let (disks, array) = create(level, layout, n, 0, 27);
             let mut rng = Rng(27);
             let mut model = vec![0u8; array.size_bytes() as usize];
@@ -1072,7 +1078,7 @@ fn patrol_rewrites_latent_errors_and_logs_what_stays_bad() {
             let (array, _) = Array::assemble(
                 members,
                 AssembleOptions {
-                    config: config(),
+                    config: config_with(threads),
                     ..AssembleOptions::default()
                 },
             )

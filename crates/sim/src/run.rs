@@ -44,7 +44,7 @@ pub struct SimOptions {
     /// operator who never pulled the old disk). Off by default, and then each seed draws it:
     /// half the seeds keep them, half detach them as when the disk is swapped.
     pub keep_removed: bool,
-    /// Threads rebuild, replace, check, repair and resync run their steps on
+    /// Threads rebuild, replace, check, repair, resync and patrol run their steps on
     /// ([`EngineConfig::task_threads`]). 1, the default, keeps a seed exactly reproducible;
     /// more runs those tasks' steps side by side (a burst), whose member I/O order then
     /// varies from run to run, so a failure found that way may not replay.

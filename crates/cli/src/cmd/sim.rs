@@ -37,7 +37,7 @@ pub struct SimArgs {
     /// drawn per seed).
     #[arg(long)]
     keep_removed: bool,
-    /// Threads rebuild, replace, check, repair and resync run their steps on. 1 keeps every seed
+    /// Threads rebuild, replace, check, repair, resync and patrol run their steps on. 1 keeps every seed
     /// exactly reproducible; more tests those tasks' bursts (steps side by side), whose member
     /// I/O order varies from run to run, so a failure found that way may not replay.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]

@@ -376,10 +376,27 @@ impl BurstSteps {
 
 /// What one step of a burst did.
 enum StepResult {
-    /// Done; what it found (mismatched sectors for check and repair).
-    Done(u64),
+    /// Done, with what it found.
+    Done(StepCounts),
     /// Every member the task writes to has failed.
     Dead,
+}
+
+/// What a step found, added to the task's progress.
+#[derive(Clone, Copy, Default)]
+struct StepCounts {
+    mismatch_sectors: u64,
+    corrected_sectors: u64,
+    bad_block_sectors: u64,
+}
+
+impl StepCounts {
+    fn mismatches(mismatch_sectors: u64) -> StepCounts {
+        StepCounts {
+            mismatch_sectors,
+            ..StepCounts::default()
+        }
+    }
 }
 
 /// A burst thread's buffers, kept from step to step.
@@ -888,7 +905,7 @@ impl Array {
                 let layout = layout.as_ref();
                 let run = |ms: u64, n: u64, sc: &mut StepScratch| -> Result<StepResult> {
                     if bitmap_only && !self.member_range_marked(ms, n, layout)? {
-                        return Ok(StepResult::Done(0));
+                        return Ok(StepResult::Done(StepCounts::default()));
                     }
                     let live = match self.geo.scheme() {
                         Scheme::Parity { .. } => self.rebuild_parity_step(ms, n, &mut sc.bufs)?,
@@ -897,11 +914,11 @@ impl Array {
                     Ok(if live == 0 {
                         StepResult::Dead
                     } else {
-                        StepResult::Done(0)
+                        StepResult::Done(StepCounts::default())
                     })
                 };
                 let checkpointed = Mutex::new(last_checkpoint);
-                let at_frontier = |_: &mut Walk<'_>, at: u64, _: u64| -> Result<()> {
+                let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
                     let every = lock(&self.bg.state)
                         .checkpoint_every
                         .unwrap_or(CHECKPOINT_EVERY);
@@ -1054,9 +1071,9 @@ impl Array {
 
     /// Runs steps of task `kind` from `cursor` on `threads` threads until the range ends, the
     /// task is stopped, or [`Self::burst_threads`] says 1. The calling thread takes part.
-    /// `run` does one step; `at_frontier` runs after every step (under a lock, so one at a
-    /// time) with the frontier (every sector below it is done) and what the step found, to
-    /// keep `walk`, counters and checkpoints up to date; an error from either ends the burst.
+    /// `run` does one step; what it found is added to `walk`'s counters, and `at_frontier`
+    /// runs after every step (under a lock, so one at a time) with the frontier (every sector
+    /// below it is done) to keep checkpoints up to date; an error from either ends the burst.
     /// Returns the frontier and whether a step reported [`StepResult::Dead`].
     #[allow(clippy::too_many_arguments)]
     fn burst(
@@ -1068,7 +1085,7 @@ impl Array {
         threads: usize,
         steps: &BurstSteps,
         run: &(dyn Fn(u64, u64, &mut StepScratch) -> Result<StepResult> + Sync),
-        at_frontier: &(dyn Fn(&mut Walk<'_>, u64, u64) -> Result<()> + Sync),
+        at_frontier: &(dyn Fn(&mut Walk<'_>, u64) -> Result<()> + Sync),
     ) -> Result<(u64, bool)> {
         let b = Burst {
             quit: AtomicBool::new(false),
@@ -1085,10 +1102,14 @@ impl Array {
         // Whichever thread finishes a step publishes the progress, so the observer still
         // sees every step.
         let shared = Mutex::new(walk);
-        let after_step = |found: u64| -> Result<()> {
+        let after_step = |found: StepCounts| -> Result<()> {
             let mut walk = lock(&shared);
             let at = lock(&b.done).at;
-            at_frontier(&mut walk, at, found)?;
+            let p = &mut walk.progress;
+            p.mismatch_sectors += found.mismatch_sectors;
+            p.corrected_sectors += found.corrected_sectors;
+            p.bad_block_sectors += found.bad_block_sectors;
+            at_frontier(&mut walk, at)?;
             walk.advance(at);
             self.publish(&mut walk);
             Ok(())
@@ -1118,7 +1139,7 @@ impl Array {
         kind: TaskKind,
         steps: &BurstSteps,
         run: &(dyn Fn(u64, u64, &mut StepScratch) -> Result<StepResult> + Sync),
-        after_step: &(dyn Fn(u64) -> Result<()> + Sync),
+        after_step: &(dyn Fn(StepCounts) -> Result<()> + Sync),
     ) {
         let _here = IoHere::enter();
         let mut scratch = StepScratch::default();
@@ -1676,7 +1697,7 @@ impl Array {
                 let run =
                     |ms: u64, n: u64, sc: &mut StepScratch| self.replace_step(ms, n, sc, layout);
                 let checkpointed = Mutex::new(last_checkpoint);
-                let at_frontier = |_: &mut Walk<'_>, at: u64, _: u64| -> Result<()> {
+                let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
                     let every = lock(&self.bg.state)
                         .checkpoint_every
                         .unwrap_or(CHECKPOINT_EVERY);
@@ -1813,7 +1834,7 @@ impl Array {
             self.locks.release(&keys);
             r?;
         }
-        Ok(StepResult::Done(0))
+        Ok(StepResult::Done(StepCounts::default()))
     }
 
     /// Reads every other readable member over `[ms, ms + n)` and computes what `slot` holds
@@ -2009,17 +2030,18 @@ impl Array {
             if threads > 1 {
                 let run = |s: u64, n: u64, sc: &mut StepScratch| -> Result<StepResult> {
                     if kind == TaskKind::Resync && !self.intent_covers(s, n) {
-                        return Ok(StepResult::Done(0));
+                        return Ok(StepResult::Done(StepCounts::default()));
                     }
-                    Ok(StepResult::Done(match self.geo.scheme() {
-                        Scheme::Parity { .. } => {
-                            self.scrub_parity_step(s, n, fix, &mut sc.bufs, &mut sc.parity)?
-                        }
-                        Scheme::Copies => self.scrub_copies_step(s, n, fix, &mut sc.bufs)?,
-                    }))
+                    Ok(StepResult::Done(StepCounts::mismatches(
+                        match self.geo.scheme() {
+                            Scheme::Parity { .. } => {
+                                self.scrub_parity_step(s, n, fix, &mut sc.bufs, &mut sc.parity)?
+                            }
+                            Scheme::Copies => self.scrub_copies_step(s, n, fix, &mut sc.bufs)?,
+                        },
+                    )))
                 };
-                let at_frontier = |walk: &mut Walk<'_>, at: u64, found: u64| -> Result<()> {
-                    walk.progress.mismatch_sectors += found;
+                let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
                     if kind == TaskKind::Resync {
                         lock(&self.state).resync_from = Some(at);
                     }
@@ -2359,44 +2381,46 @@ impl Array {
     fn patrol_task(&self, walk: &mut Walk<'_>, stop: &AtomicBool) -> Result<TaskOutcome> {
         let end = walk.progress.end_sectors;
         let step = self.step_sectors();
-        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let mut scratch = StepScratch::default();
         let layout = if self.geo.level == 10 {
             Some(self.layout_geometry()?)
         } else {
             None
         };
+        let layout = layout.as_ref();
         let mut cursor = walk.progress.start_sectors;
         self.publish(walk);
         while cursor < end {
             if self.cancelled(stop) {
                 return Ok(TaskOutcome::Stopped);
             }
+            let threads = self.burst_threads(TaskKind::Patrol);
+            if threads > 1 {
+                let run = |ms: u64, n: u64, sc: &mut StepScratch| -> Result<StepResult> {
+                    self.patrol_step(ms, n, &mut sc.bufs, layout)
+                        .map(StepResult::Done)
+                };
+                let at_frontier = |_: &mut Walk<'_>, _: u64| -> Result<()> { Ok(()) };
+                let steps = BurstSteps::new(end, step, threads);
+                let kind = TaskKind::Patrol;
+                let (reached, _) = self.burst(
+                    walk,
+                    stop,
+                    kind,
+                    cursor,
+                    threads,
+                    &steps,
+                    &run,
+                    &at_frontier,
+                )?;
+                cursor = reached;
+                continue;
+            }
             let step_started = Instant::now();
             let n = step.min(end - cursor);
-            let len = n as usize * SECTOR;
-            let (states, members) = self.snapshot();
-            bufs.resize_with(self.geo.raid_disks, Vec::new);
-            let mut ios: Vec<RangeIo<'_>> = Vec::new();
-            for (slot, b) in bufs.iter_mut().enumerate() {
-                if let (true, Some(m)) = (states[slot].usable(), &members[slot]) {
-                    b.resize(len, 0);
-                    ios.push(RangeIo {
-                        slot,
-                        member: m.clone(),
-                        write: false,
-                        member_sector: cursor,
-                        buf: &mut b[..len],
-                    });
-                }
-            }
-            let errors = self.range_io(&mut ios);
-            let suspects: Vec<usize> = errors.iter().map(|(k, _)| ios[*k].slot).collect();
-            drop(ios);
-            for slot in suspects {
-                let (fixed, bad) = self.patrol_narrow(slot, cursor, n, layout.as_ref())?;
-                walk.progress.corrected_sectors += fixed;
-                walk.progress.bad_block_sectors += bad;
-            }
+            let found = self.patrol_step(cursor, n, &mut scratch.bufs, layout)?;
+            walk.progress.corrected_sectors += found.corrected_sectors;
+            walk.progress.bad_block_sectors += found.bad_block_sectors;
             cursor += n;
             walk.advance(cursor);
             walk.progress.throttled = self.pace(
@@ -2409,6 +2433,43 @@ impl Array {
             self.publish(walk);
         }
         Ok(TaskOutcome::Completed)
+    }
+
+    /// One patrol step: reads `[cursor, cursor + n)` of every readable member and repairs
+    /// what a member cannot read.
+    fn patrol_step(
+        &self,
+        cursor: u64,
+        n: u64,
+        bufs: &mut Vec<Vec<u8>>,
+        layout: Option<&raidkit_layout::Geometry>,
+    ) -> Result<StepCounts> {
+        let len = n as usize * SECTOR;
+        let (states, members) = self.snapshot();
+        bufs.resize_with(self.geo.raid_disks, Vec::new);
+        let mut ios: Vec<RangeIo<'_>> = Vec::new();
+        for (slot, b) in bufs.iter_mut().enumerate() {
+            if let (true, Some(m)) = (states[slot].usable(), &members[slot]) {
+                b.resize(len, 0);
+                ios.push(RangeIo {
+                    slot,
+                    member: m.clone(),
+                    write: false,
+                    member_sector: cursor,
+                    buf: &mut b[..len],
+                });
+            }
+        }
+        let errors = self.range_io(&mut ios);
+        let suspects: Vec<usize> = errors.iter().map(|(k, _)| ios[*k].slot).collect();
+        drop(ios);
+        let mut found = StepCounts::default();
+        for slot in suspects {
+            let (fixed, bad) = self.patrol_narrow(slot, cursor, n, layout)?;
+            found.corrected_sectors += fixed;
+            found.bad_block_sectors += bad;
+        }
+        Ok(found)
     }
 
     /// Finds the unreadable 4 KiB blocks of `[ms, ms + n)` on `slot` and repairs each.
