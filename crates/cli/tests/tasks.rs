@@ -1,7 +1,8 @@
 //! Background work from the command line, with the process killed (SIGKILL) in the middle:
 //! a rebuild resumes from the recovery_offset it recorded, a replace from its replacement's,
 //! a resync after an unclean stop runs again to the end; afterwards every byte reads back
-//! and md's check finds nothing.
+//! and md's check finds nothing. A check stopped by a signal says where to go on with
+//! `--from`.
 
 use raidkit_disk::{FileDisk, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -314,4 +315,63 @@ fn killed_write_on_a_ppl_array_is_replayed_at_assembly() {
     let out = ok(&args(&["rebuild", "--json"], &members, &[]));
     assert!(json_tasks(&out).is_empty(), "{out}");
     ok(&args(&["check"], &members, &[]));
+}
+
+/// `raidkit check` stopped by SIGINT says where it stopped and how to go on (md's superblock
+/// keeps no checkpoint for a check); `--from` starts there, rounded down to 4 KiB; a start past
+/// the end is a usage error, and rebuild takes no `--from`.
+#[test]
+fn a_stopped_check_says_where_to_go_on_and_from_starts_there() {
+    let dir = TempDir::new("from");
+    let members = images(&dir, &["a", "b", "c", "d"]);
+    ok(&args(
+        &["create", "--level", "5", "--chunk", "16K"],
+        &members,
+        &[],
+    ));
+    let input = dir.file("input");
+    std::fs::write(&input, data(9, 8 << 20)).unwrap();
+    ok(&args(&["write"], &members, &["--input", &input]));
+    // Slow enough to be caught running: 1 MB/s over ~23 MiB of member range.
+    let child = Command::new(RAIDKIT)
+        .args(args(
+            &["check", "--max-speed", "1", "--quiet"],
+            &members,
+            &[],
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stdout}\n{stderr}");
+    let at: u64 = stdout
+        .split("go on with --from ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no --from in: {stdout}"));
+    assert!(at > 0, "{stdout}");
+    assert!(stderr.contains("--from"), "{stderr}");
+    let from = (at + 3).to_string();
+    let report = ok(&args(&["check", "--json", "--from", &from], &members, &[]));
+    let tasks = json_tasks(&report);
+    assert_eq!(tasks[0]["start_sectors"], (at + 3) / 8 * 8, "{report}");
+    assert_eq!(tasks[0]["outcome"], "completed", "{report}");
+    let past = run(&args(&["check", "--from", "999999999999"], &members, &[]));
+    assert_eq!(past.status.code(), Some(2), "{past:?}");
+    assert!(
+        String::from_utf8_lossy(&past.stderr).contains("past the end"),
+        "{past:?}"
+    );
+    let rebuild = run(&args(&["rebuild", "--from", "0"], &members, &[]));
+    assert_eq!(rebuild.status.code(), Some(2), "{rebuild:?}");
 }

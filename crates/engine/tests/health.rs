@@ -1341,3 +1341,81 @@ fn a_source_member_dying_mid_rebuild() {
         }
     }
 }
+
+/// A stopped check (or repair, or patrol) goes on from where it stopped at its next run on the
+/// same assembly, as md moves `sync_min` for an interrupted check; a run that completes starts
+/// the next one from the beginning again; `set_task_start` sets the start (md's `sync_min`)
+/// and refuses tasks that resume from the superblocks.
+#[test]
+fn a_stopped_check_goes_on_from_where_it_stopped() {
+    for threads in TASK_THREADS {
+        let ctx = format!("{threads:?} threads");
+        let (disks, array) = create_threads(5, 2, 4, 0, 41, None, threads);
+        let mut rng = Rng(41);
+        let mut model = vec![0u8; array.size_bytes() as usize];
+        write_random(&array, &mut model, &mut rng, 30);
+        array.flush().unwrap();
+        let geo = array.geometry().clone();
+        let end = geo.member_data_sectors;
+        let late = end / 32 * 32 - 32 + 5;
+        corrupt(&disks, &array, geo.stripe(0).p_member, 3);
+        corrupt(&disks, &array, geo.stripe(late / 32).p_member, late);
+        let stop = AtomicBool::new(false);
+        let first = array
+            .run_task(
+                TaskKind::Check,
+                &mut |p| {
+                    if p.percent >= 30.0 {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                },
+                &stop,
+            )
+            .unwrap();
+        assert_eq!(first.outcome, TaskOutcome::Stopped, "{ctx}");
+        let at = first.progress.position_sectors;
+        assert!(at > 0 && at <= late, "{ctx}: stopped at {at}");
+        assert_eq!(first.progress.mismatch_sectors, 8, "{ctx}: {first:?}");
+        let second = run(&array, TaskKind::Check);
+        assert_eq!(second.progress.start_sectors, at, "{ctx}: did not go on");
+        assert_eq!(second.progress.mismatch_sectors, 8, "{ctx}: {second:?}");
+        let third = run(&array, TaskKind::Check);
+        assert_eq!(
+            third.progress.start_sectors, 0,
+            "{ctx}: a completed check starts over"
+        );
+        assert_eq!(third.progress.mismatch_sectors, 16, "{ctx}");
+        // md's sync_min, set by hand: rounded down to 4 KiB.
+        array.set_task_start(TaskKind::Check, late - 5).unwrap();
+        let from = run(&array, TaskKind::Check);
+        assert_eq!(from.progress.start_sectors, (late - 5) / 8 * 8, "{ctx}");
+        assert_eq!(from.progress.mismatch_sectors, 8, "{ctx}");
+        assert!(array.set_task_start(TaskKind::Check, end).is_err(), "{ctx}");
+        for kind in [TaskKind::Rebuild, TaskKind::Resync, TaskKind::Replace] {
+            assert!(
+                matches!(array.set_task_start(kind, 0), Err(EngineError::Invalid(_))),
+                "{ctx}: {kind} takes no start"
+            );
+        }
+        // Patrol too.
+        let stop = AtomicBool::new(false);
+        let p = array
+            .run_task(
+                TaskKind::Patrol,
+                &mut |p| {
+                    if p.percent >= 30.0 {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                },
+                &stop,
+            )
+            .unwrap();
+        assert_eq!(p.outcome, TaskOutcome::Stopped, "{ctx}");
+        let again = run(&array, TaskKind::Patrol);
+        assert_eq!(
+            again.progress.start_sectors, p.progress.position_sectors,
+            "{ctx}: patrol did not go on"
+        );
+        verify(&array, &model, &ctx);
+    }
+}

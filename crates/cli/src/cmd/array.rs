@@ -73,14 +73,14 @@ pub enum ArrayCommand {
     Stop(MembersArgs),
     /// Count stripes whose parity or copies disagree with the data (md's check); changes
     /// nothing. Exit code 5 when mismatches are found.
-    Check(tasks::TaskArgs),
+    Check(tasks::ScanArgs),
     /// Like check, and rewrite parity (or copies) that disagree (md's repair).
-    Repair(tasks::TaskArgs),
+    Repair(tasks::ScanArgs),
     /// Finish pending background work: rebuild onto spares, replacements, resync after an
     /// unclean stop; resumes from the checkpoint a stopped run recorded.
     Rebuild(tasks::TaskArgs),
     /// Read every member; unreadable sectors are rewritten from redundancy.
-    Patrol(tasks::TaskArgs),
+    Patrol(tasks::ScanArgs),
     /// Copy a member onto a new one while the array stays whole (mdadm --replace); the old
     /// member is marked faulty when the copy is complete.
     Replace(ReplaceArgs),
@@ -361,10 +361,10 @@ pub fn run(cmd: ArrayCommand) -> Result<(), CliError> {
         ArrayCommand::Remove(args) => remove(args),
         ArrayCommand::Add(args) => add(args),
         ArrayCommand::Stop(args) => stop(args),
-        ArrayCommand::Check(args) => tasks::run_task_command(Some(TaskKind::Check), args),
-        ArrayCommand::Repair(args) => tasks::run_task_command(Some(TaskKind::Repair), args),
+        ArrayCommand::Check(args) => tasks::run_scan_command(TaskKind::Check, args),
+        ArrayCommand::Repair(args) => tasks::run_scan_command(TaskKind::Repair, args),
         ArrayCommand::Rebuild(args) => tasks::run_task_command(None, args),
-        ArrayCommand::Patrol(args) => tasks::run_task_command(Some(TaskKind::Patrol), args),
+        ArrayCommand::Patrol(args) => tasks::run_scan_command(TaskKind::Patrol, args),
         ArrayCommand::Replace(args) => replace(args),
     }
 }

@@ -194,6 +194,10 @@ struct BgState {
     /// Members the running rebuild pass brings in sync (a spare that takes a slot during the
     /// pass is rebuilt by the next pass, from its own start).
     rebuild_pass: Option<Vec<usize>>,
+    /// Where the next check, repair or patrol starts: where the last one was stopped, or what
+    /// [`Array::set_task_start`] set (md's `sync_min`, which md also moves to where an
+    /// interrupted check stopped). Kept in memory only: md's superblock has no field for it.
+    resume_from: std::collections::HashMap<TaskKind, u64>,
 }
 
 impl Bg {
@@ -438,6 +442,29 @@ impl Array {
         lock(&self.bg.state).rates = rates;
     }
 
+    /// Where the next check, repair or patrol starts (md's `sync_min`), in the task's unit
+    /// (member sectors; array sectors for a RAID 10 check or repair), rounded down to 4 KiB.
+    /// A stopped check, repair or patrol sets this itself, so the next run on this assembly
+    /// goes on from there; a run that completes clears it. Rebuild, replace and resync
+    /// resume from the superblocks instead and take no start.
+    pub fn set_task_start(&self, kind: TaskKind, sectors: u64) -> Result<()> {
+        if !matches!(kind, TaskKind::Check | TaskKind::Repair | TaskKind::Patrol) {
+            return Err(EngineError::Invalid(format!(
+                "{kind} resumes from the superblocks (recovery_offset, resync_offset) and takes no start; only check, repair and patrol do"
+            )));
+        }
+        let (unit, _, end) = self.task_range(kind)?;
+        if sectors >= end {
+            return Err(EngineError::Invalid(format!(
+                "{kind} start {sectors} is past the end ({end} {unit})"
+            )));
+        }
+        lock(&self.bg.state)
+            .resume_from
+            .insert(kind, sectors / 8 * 8);
+        Ok(())
+    }
+
     pub fn task_rates(&self) -> TaskRates {
         lock(&self.bg.state).rates
     }
@@ -571,6 +598,18 @@ impl Array {
             if kind == TaskKind::Patrol {
                 bg.last_patrol = Some(Instant::now());
             }
+            if matches!(kind, TaskKind::Check | TaskKind::Repair | TaskKind::Patrol) {
+                match report.outcome {
+                    TaskOutcome::Stopped => {
+                        bg.resume_from
+                            .insert(kind, report.progress.position_sectors);
+                    }
+                    TaskOutcome::Completed => {
+                        bg.resume_from.remove(&kind);
+                    }
+                    _ => {}
+                }
+            }
             bg.history.push_back(report.clone());
             while bg.history.len() > HISTORY {
                 bg.history.pop_front();
@@ -607,6 +646,7 @@ impl Array {
 
     fn task_range(&self, kind: TaskKind) -> Result<(&'static str, u64, u64)> {
         let member_end = self.geo.member_data_sectors;
+        let resume = lock(&self.bg.state).resume_from.get(&kind).copied();
         let st = lock(&self.state);
         Ok(match kind {
             TaskKind::Rebuild => {
@@ -631,7 +671,11 @@ impl Array {
                     .unwrap_or(member_end);
                 ("member sectors", start.min(member_end), member_end)
             }
-            TaskKind::Patrol => ("member sectors", 0, member_end),
+            TaskKind::Patrol => (
+                "member sectors",
+                resume.unwrap_or(0).min(member_end),
+                member_end,
+            ),
             TaskKind::Resync | TaskKind::Check | TaskKind::Repair => {
                 if self.geo.level == 0 {
                     return Err(EngineError::Invalid(format!(
@@ -642,7 +686,7 @@ impl Array {
                 let start = if kind == TaskKind::Resync {
                     st.resync_from.unwrap_or(end).min(end)
                 } else {
-                    0
+                    resume.unwrap_or(0).min(end)
                 };
                 (unit, start, end)
             }

@@ -22,6 +22,18 @@ pub struct TaskArgs {
     pub speed: SpeedArgs,
 }
 
+/// Check, repair and patrol: a task that keeps no checkpoint in the superblocks.
+#[derive(clap::Args, Debug)]
+pub struct ScanArgs {
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// Start at this sector (member sectors; array sectors for a RAID 10 check or repair),
+    /// such as where a stopped run said it stopped: md's sync_min. md's superblock keeps no
+    /// checkpoint for these tasks, so by default a run starts at 0.
+    #[arg(long, value_name = "SECTOR")]
+    pub from: Option<u64>,
+}
+
 /// Rate settings shared by every command that runs background work.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SpeedArgs {
@@ -180,6 +192,10 @@ pub fn describe(r: &TaskReport) -> String {
             }
             s
         }
+        TaskOutcome::Stopped if keeps_no_checkpoint(p.kind) => format!(
+            "{} stopped at {:.1}% ({} {} of {}); go on with --from {} (md's superblock keeps no checkpoint for a {})",
+            p.kind, p.percent, p.position_sectors, p.unit, p.end_sectors, p.position_sectors, p.kind
+        ),
         TaskOutcome::Stopped => format!(
             "{} stopped at {:.1}% ({} {} of {}); run the command again to resume",
             p.kind, p.percent, p.position_sectors, p.unit, p.end_sectors
@@ -235,6 +251,11 @@ pub fn run_with_progress(
     Ok(reports)
 }
 
+/// Check, repair and patrol: md's superblock keeps no checkpoint for them.
+fn keeps_no_checkpoint(kind: TaskKind) -> bool {
+    matches!(kind, TaskKind::Check | TaskKind::Repair | TaskKind::Patrol)
+}
+
 /// Prints the reports (or JSON) and turns their outcome into an exit code.
 pub fn conclude(
     array: &Array,
@@ -259,9 +280,16 @@ pub fn conclude(
         return Err(CliError::failure(error.clone()));
     }
     if stopped {
+        let recorded = reports
+            .iter()
+            .any(|r| r.outcome == TaskOutcome::Stopped && !keeps_no_checkpoint(r.progress.kind));
         return Err(CliError::new(
             ExitCode::Interrupted,
-            "stopped by a signal; the checkpoint is recorded in the superblocks",
+            if recorded {
+                "stopped by a signal; the checkpoint is recorded in the superblocks"
+            } else {
+                "stopped by a signal; --from continues where it stopped"
+            },
         ));
     }
     let mismatches: u64 = reports.iter().map(|r| r.progress.mismatch_sectors).sum();
@@ -275,10 +303,29 @@ pub fn conclude(
 }
 
 /// `raidkit check|repair|patrol|rebuild`.
+/// Check, repair or patrol, from `--from` or the start.
+pub fn run_scan_command(kind: TaskKind, args: ScanArgs) -> Result<(), CliError> {
+    run_task_command_from(Some(kind), args.task, args.from)
+}
+
 pub fn run_task_command(kind: Option<TaskKind>, args: TaskArgs) -> Result<(), CliError> {
+    run_task_command_from(kind, args, None)
+}
+
+fn run_task_command_from(
+    kind: Option<TaskKind>,
+    args: TaskArgs,
+    from: Option<u64>,
+) -> Result<(), CliError> {
     let read_only = kind == Some(TaskKind::Check);
     let (array, report) = assemble(&args.array.members, read_only, args.array.force)?;
     report_notes(&report);
+    if let (Some(k), Some(from)) = (kind, from) {
+        if let Err(e) = array.set_task_start(k, from) {
+            let _ = array.stop();
+            return Err(CliError::usage(format!("--from {from}: {e}")));
+        }
+    }
     if kind.is_none() && array.pending_tasks().is_empty() {
         array.stop().map_err(engine_error)?;
         if args.array.json {
