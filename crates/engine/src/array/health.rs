@@ -338,6 +338,15 @@ impl Burst {
     }
 }
 
+/// Ends a burst when the thread holding it leaves, however it leaves.
+struct QuitOnExit<'a>(&'a Burst);
+
+impl Drop for QuitOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.quit();
+    }
+}
+
 /// Steps claimed and done: everything below `at` is done, `ahead` lists the steps done beyond
 /// it (start -> sectors), and `next` is the next step to claim.
 struct Frontier {
@@ -1186,6 +1195,10 @@ impl Array {
         after_step: &(dyn Fn(StepCounts) -> Result<()> + Sync),
     ) {
         let _here = IoHere::enter();
+        // However this thread leaves (a panic included), the others stop claiming, so the
+        // steps claimed stay contiguous from the cursor, and stop waiting for a frontier this
+        // thread would have moved.
+        let _quit = QuitOnExit(b);
         let mut scratch = StepScratch::default();
         let fail = |e: EngineError| {
             lock(&b.error).get_or_insert(e);
@@ -1210,9 +1223,6 @@ impl Array {
                 return fail(e);
             }
         }
-        // A thread that leaves stops the others from claiming further, so the steps claimed
-        // stay contiguous from the cursor.
-        b.quit();
     }
 
     /// The next step for a burst thread, or `None` when the burst is over. Steps are claimed
