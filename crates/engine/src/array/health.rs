@@ -970,32 +970,17 @@ impl Array {
                         StepResult::Done(StepCounts::default())
                     })
                 };
-                let checkpointed = Mutex::new(last_checkpoint);
-                let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
-                    let every = lock(&self.bg.state)
-                        .checkpoint_every
-                        .unwrap_or(CHECKPOINT_EVERY);
-                    let mut last = lock(&checkpointed);
-                    if last.elapsed() >= every && at < end {
-                        self.checkpoint_recovery(at, false)?;
-                        *last = Instant::now();
-                    }
-                    Ok(())
-                };
-                let steps = BurstSteps::new(end, step, threads);
-                let kind = TaskKind::Rebuild;
-                let r = self.burst(
+                let checkpoint = |at: u64| self.checkpoint_recovery(at, false);
+                let (reached, dead) = self.checkpointed_burst(
                     walk,
                     stop,
-                    kind,
+                    TaskKind::Rebuild,
                     cursor,
-                    threads,
-                    &steps,
+                    (end, step, threads),
                     &run,
-                    &at_frontier,
-                );
-                last_checkpoint = checkpointed.into_inner().unwrap_or_else(|p| p.into_inner());
-                let (reached, dead) = r?;
+                    &mut last_checkpoint,
+                    &checkpoint,
+                )?;
                 if dead {
                     return Ok(TaskOutcome::Failed {
                         error: "every member being rebuilt failed".into(),
@@ -1182,6 +1167,37 @@ impl Array {
             return Err(e);
         }
         Ok((reached, b.dead.load(Ordering::Relaxed)))
+    }
+
+    /// [`Self::burst`] for a task that records its cursor (rebuild, replace): `checkpoint`
+    /// records the frontier whenever the checkpoint interval has passed since
+    /// `last_checkpoint`, which it then moves. The range is (end, step, threads).
+    #[allow(clippy::too_many_arguments)]
+    fn checkpointed_burst(
+        &self,
+        walk: &mut Walk<'_>,
+        stop: &AtomicBool,
+        kind: TaskKind,
+        cursor: u64,
+        (end, step, threads): (u64, u64, usize),
+        run: &(dyn Fn(u64, u64, &mut StepScratch) -> Result<StepResult> + Sync),
+        last_checkpoint: &mut Instant,
+        checkpoint: &(dyn Fn(u64) -> Result<()> + Sync),
+    ) -> Result<(u64, bool)> {
+        let last = Mutex::new(&mut *last_checkpoint);
+        let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
+            let every = lock(&self.bg.state)
+                .checkpoint_every
+                .unwrap_or(CHECKPOINT_EVERY);
+            let mut last = lock(&last);
+            if last.elapsed() >= every && at < end {
+                checkpoint(at)?;
+                **last = Instant::now();
+            }
+            Ok(())
+        };
+        let steps = BurstSteps::new(end, step, threads);
+        self.burst(walk, stop, kind, cursor, threads, &steps, run, &at_frontier)
     }
 
     /// One thread of a burst: claims and runs steps until told to quit.
@@ -1557,6 +1573,18 @@ impl Array {
         Ok(out)
     }
 
+    /// Lock keys of the array sectors that `pieces` (of [`Self::mirror_pieces`]) hold.
+    fn keys_for_mirror_pieces(&self, pieces: &[(u64, u64, Option<u64>)]) -> Vec<u64> {
+        let mut keys: Vec<u64> = pieces
+            .iter()
+            .filter_map(|(_, len, a)| a.map(|a| self.keys_for_array_range(a, *len)))
+            .flatten()
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
     /// One rebuild step of RAID 1/10: copy every rebuilding slot's range from a live copy.
     fn rebuild_copies_step(
         &self,
@@ -1572,13 +1600,7 @@ impl Array {
         let mut alive = 0;
         for (slot, _, _) in targets {
             let pieces = self.mirror_pieces(layout, slot, ms, n)?;
-            let mut keys: Vec<u64> = pieces
-                .iter()
-                .filter_map(|(_, len, a)| a.map(|a| self.keys_for_array_range(a, *len)))
-                .flatten()
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
+            let keys = self.keys_for_mirror_pieces(&pieces);
             self.locks.acquire(&keys);
             let r = self.copy_into_slot(slot, ms, &pieces, &mut bufs[0][..len], true);
             self.locks.release(&keys);
@@ -1750,32 +1772,17 @@ impl Array {
             if threads > 1 {
                 let run =
                     |ms: u64, n: u64, sc: &mut StepScratch| self.replace_step(ms, n, sc, layout);
-                let checkpointed = Mutex::new(last_checkpoint);
-                let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
-                    let every = lock(&self.bg.state)
-                        .checkpoint_every
-                        .unwrap_or(CHECKPOINT_EVERY);
-                    let mut last = lock(&checkpointed);
-                    if last.elapsed() >= every && at < end {
-                        self.checkpoint_replacements(at, false)?;
-                        *last = Instant::now();
-                    }
-                    Ok(())
-                };
-                let steps = BurstSteps::new(end, step, threads);
-                let kind = TaskKind::Replace;
-                let r = self.burst(
+                let checkpoint = |at: u64| self.checkpoint_replacements(at, false);
+                let (reached, dead) = self.checkpointed_burst(
                     walk,
                     stop,
-                    kind,
+                    TaskKind::Replace,
                     cursor,
-                    threads,
-                    &steps,
+                    (end, step, threads),
                     &run,
-                    &at_frontier,
-                );
-                last_checkpoint = checkpointed.into_inner().unwrap_or_else(|p| p.into_inner());
-                let (reached, dead) = r?;
+                    &mut last_checkpoint,
+                    &checkpoint,
+                )?;
                 if dead {
                     return Ok(no_replacement_left());
                 }
@@ -1836,15 +1843,7 @@ impl Array {
             let keys = match self.geo.scheme() {
                 Scheme::Parity { .. } => self.keys_for_parity_range(cursor, n),
                 Scheme::Copies => {
-                    let mut k: Vec<u64> = self
-                        .mirror_pieces(layout, slot, cursor, n)?
-                        .iter()
-                        .filter_map(|(_, len, a)| a.map(|a| self.keys_for_array_range(a, *len)))
-                        .flatten()
-                        .collect();
-                    k.sort_unstable();
-                    k.dedup();
-                    k
+                    self.keys_for_mirror_pieces(&self.mirror_pieces(layout, slot, cursor, n)?)
                 }
             };
             self.locks.acquire(&keys);
@@ -2614,15 +2613,7 @@ impl Array {
             Scheme::Parity { .. } => self.keys_for_parity_range(ms, n),
             Scheme::Copies if self.geo.level == 0 => return Ok(false),
             Scheme::Copies => {
-                let mut k: Vec<u64> = self
-                    .mirror_pieces(layout, slot, ms, n)?
-                    .iter()
-                    .filter_map(|(_, len, a)| a.map(|a| self.keys_for_array_range(a, *len)))
-                    .flatten()
-                    .collect();
-                k.sort_unstable();
-                k.dedup();
-                k
+                self.keys_for_mirror_pieces(&self.mirror_pieces(layout, slot, ms, n)?)
             }
         };
         self.locks.acquire(&keys);
