@@ -1419,3 +1419,47 @@ fn a_stopped_check_goes_on_from_where_it_stopped() {
         verify(&array, &model, &ctx);
     }
 }
+
+/// With the default `task_threads` (automatic), a full-rate rebuild over members whose I/O is
+/// memory copies runs in bursts on every CPU once the member workers have measured that, and
+/// the report says how many threads it used; with `Some(1)` it never does.
+#[test]
+fn the_automatic_choice_runs_bursts_on_memory_members() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (threads, want) in [(None, cpus), (Some(1), 1)] {
+        let ctx = format!("task_threads {threads:?}, {cpus} CPUs");
+        let n = 4;
+        let member_bytes = 24 << 20;
+        let disks: Vec<MemDisk> = (0..n)
+            .map(|i| MemDisk::new(&format!("m{i}"), member_bytes))
+            .collect();
+        let opts = CreateOptions {
+            level: 5,
+            layout: Some(2),
+            chunk_sectors: 128,
+            raid_devices: n,
+            metadata: SuperblockVersion::V1_2,
+            size_sectors: None,
+            name: "auto".into(),
+            set_uuid: [43; 16],
+            device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+            ctime_seconds: 1_700_000_000,
+            members_zeroed: true,
+            consistency: ConsistencyPolicy::Resync,
+            config: config_with(threads),
+        };
+        let array = Array::create(boxed(&disks), opts).unwrap();
+        array.set_task_rates(full_speed());
+        let mut rng = Rng(43);
+        let mut model = vec![0u8; array.size_bytes() as usize];
+        write_random(&array, &mut model, &mut rng, 60);
+        array.fail_member(2).unwrap();
+        array
+            .add_spare(Box::new(MemDisk::new("spare", member_bytes)), [0xaa; 16])
+            .unwrap();
+        let r = run(&array, TaskKind::Rebuild);
+        assert_eq!(r.progress.threads, want, "{ctx}: {r:?}");
+        verify(&array, &model, &ctx);
+        check_clean(&array, &ctx);
+    }
+}

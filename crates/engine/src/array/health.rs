@@ -142,6 +142,8 @@ pub struct TaskProgress {
     pub bad_block_sectors: u64,
     /// The last step yielded to foreground I/O.
     pub throttled: bool,
+    /// The most threads the task has run its steps on so far (more than one in a burst).
+    pub threads: usize,
 }
 
 /// How a task ended.
@@ -566,6 +568,7 @@ impl Array {
             corrected_sectors: 0,
             bad_block_sectors: 0,
             throttled: false,
+            threads: 1,
         };
         {
             let mut bg = lock(&self.bg.state);
@@ -1137,6 +1140,7 @@ impl Array {
             error: Mutex::new(None),
         };
         walk.progress.throttled = false;
+        walk.progress.threads = walk.progress.threads.max(threads);
         // Whichever thread finishes a step publishes the progress, so the observer still
         // sees every step.
         let shared = Mutex::new(walk);

@@ -200,6 +200,9 @@ pub fn describe(r: &TaskReport) -> String {
                     s += &format!(" per member, slots {:?}", p.slots)
                 }
             }
+            if p.threads > 1 {
+                s += &format!(", on {} threads", p.threads);
+            }
             s
         }
         TaskOutcome::Stopped if keeps_no_checkpoint(p.kind) => format!(
