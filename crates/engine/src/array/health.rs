@@ -19,6 +19,14 @@
 //! controller's task rates) while foreground I/O is present and runs at full speed when the
 //! array is idle, so nobody has to hand-tune limits; an optional byte-rate cap applies always.
 //!
+//! Bursts: at full speed over members whose I/O is memory copies, a task runs its steps on
+//! several threads at once, each doing its own steps' member I/O (handing it to the member
+//! workers costs a wake-up per member and step, a third of a step there). Steps are claimed in
+//! order, at most one per thread ahead of the frontier below which every step is done; only
+//! the frontier is checkpointed or reported, so a crash or stop never skips an unfinished
+//! step. A burst ends within a few steps when foreground I/O arrives, a member starts to wait,
+//! or the task is stopped.
+//!
 //! The library never prints: progress is a [`TaskProgress`] value handed to an observer after
 //! every step and kept for [`Array::status`].
 
@@ -299,8 +307,8 @@ struct RangeIo<'a> {
 }
 
 thread_local! {
-    /// Set while a thread runs rebuild steps of a burst: its steps do every member I/O on the
-    /// thread itself instead of handing it to the member workers.
+    /// Set while a thread runs steps of a burst: its steps do every member I/O on the thread
+    /// itself instead of handing it to the member workers.
     static IO_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -320,8 +328,8 @@ impl Drop for IoHere {
     }
 }
 
-/// What the threads of a rebuild burst share: the next step to claim, and which claimed steps
-/// are done, so the cursor only ever moves over rebuilt sectors.
+/// What the threads of a burst share: the next step to claim, and which claimed steps are
+/// done, so the cursor only ever moves over finished steps.
 struct Burst {
     quit: AtomicBool,
     done: Mutex<Frontier>,
