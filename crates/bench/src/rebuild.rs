@@ -10,6 +10,7 @@
 //! Returns figures; prints nothing.
 
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
+use raidkit_engine::bench::cpu_seconds;
 use raidkit_engine::{
     Array, AssembleOptions, CreateOptions, EngineConfig, TaskKind, TaskOutcome, TaskRates,
 };
@@ -185,16 +186,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn full_speed() -> TaskRates {
-    TaskRates {
-        rebuild_percent: 100,
-        resync_percent: 100,
-        check_percent: 100,
-        patrol_percent: 100,
-        max_bytes_per_s: None,
-    }
-}
-
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -242,15 +233,6 @@ fn add_back(array: &Array, path: &Path, victim: usize) -> Result<(), String> {
     uuid[8..].copy_from_slice(&(Instant::now().elapsed().as_nanos() as u64 ^ 0x5a5a).to_le_bytes());
     array.add_spare(Box::new(disk), uuid).map_err(err)?;
     Ok(())
-}
-
-/// User + system CPU seconds of this process so far.
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one rusage through a valid pointer; zeroed is a valid rusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Rebuilds at full speed; returns MB/s and the CPUs kept busy meanwhile.
@@ -310,20 +292,12 @@ pub fn run_rebuild_bench(
     std::fs::create_dir_all(&cfg.dir).map_err(|e| format!("{}: {e}", cfg.dir.display()))?;
     let n = cfg.raid_devices;
     let paths = member_paths(&cfg.dir, n);
-    // Allocate every member's pages up front: a real member is a device that exists.
-    let zeros = vec![0u8; 1 << 20];
-    for p in &paths {
-        let d = FileDisk::create(p, cfg.member_bytes).map_err(err)?;
-        let mut off = 0;
-        while off < cfg.member_bytes {
-            let len = (cfg.member_bytes - off).min(zeros.len() as u64) as usize;
-            d.write_at(&zeros[..len], off).map_err(err)?;
-            off += len as u64;
-        }
-    }
+    // Allocate every member's pages up front (a real member is a device that exists), and
+    // those of the file the write ceiling is measured on.
     let scratch = cfg.dir.join("rebuild-bench-scratch.img");
-    {
-        let d = FileDisk::create(&scratch, cfg.member_bytes).map_err(err)?;
+    let zeros = vec![0u8; 1 << 20];
+    for p in paths.iter().chain([&scratch]) {
+        let d = FileDisk::create(p, cfg.member_bytes).map_err(err)?;
         let mut off = 0;
         while off < cfg.member_bytes {
             let len = (cfg.member_bytes - off).min(zeros.len() as u64) as usize;
@@ -364,7 +338,7 @@ pub fn run_rebuild_bench(
         drop(array);
         let (array, _) =
             Array::assemble(open_all(&paths)?, AssembleOptions::default()).map_err(err)?;
-        array.set_task_rates(full_speed());
+        array.set_task_rates(TaskRates::full());
         let mut runs = Vec::new();
         for run in 0..=cfg.runs {
             let victim = run % n;

@@ -8,7 +8,9 @@
 //! MB per CPU second.
 
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
-use raidkit_engine::bench::{files_for, random_writes_for, sequential_for, Direction, RawPattern};
+use raidkit_engine::bench::{
+    cpu_seconds, files_for, random_writes_for, sequential_for, Direction, RawPattern,
+};
 use raidkit_engine::{Array, CreateOptions, EngineConfig};
 use raidkit_metadata::SuperblockVersion;
 use std::io::Write;
@@ -94,13 +96,4 @@ fn main() {
     );
     drop(array);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// User + system CPU time of this process so far.
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one rusage through a valid pointer.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -33,7 +33,7 @@
 
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
 use raidkit_engine::bench::{
-    files_for, random_writes_for, sequential_for, Direction, RawPattern, Throughput,
+    cpu_seconds, files_for, random_writes_for, sequential_for, Direction, RawPattern, Throughput,
 };
 use raidkit_engine::{Array, CreateOptions, EngineConfig};
 use raidkit_metadata::SuperblockVersion;
@@ -56,16 +56,6 @@ impl Figure {
             mb_per_cpu_s: self.mb_per_cpu_s * k,
         }
     }
-}
-
-/// User + system CPU time of this process so far (all its threads; fio runs as children
-/// and is not counted).
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage writes one rusage through a valid pointer; zeroed is a valid rusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Runs a workload in this process and measures its CPU time.

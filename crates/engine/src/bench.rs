@@ -29,6 +29,16 @@ impl Throughput {
     }
 }
 
+/// User + system CPU seconds of this process so far (all its threads), for figures in MB per
+/// CPU second and CPUs kept busy.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes one rusage through a valid pointer; zeroed is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// Streams the first `total_bytes` of the array (rounded down to whole requests per thread).
 pub fn sequential(
     array: &Array,

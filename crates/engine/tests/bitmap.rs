@@ -31,16 +31,6 @@ fn config() -> EngineConfig {
     }
 }
 
-fn full_speed() -> TaskRates {
-    TaskRates {
-        rebuild_percent: 100,
-        resync_percent: 100,
-        check_percent: 100,
-        patrol_percent: 100,
-        max_bytes_per_s: None,
-    }
-}
-
 fn create(level: i32, layout: u32, n: usize) -> (Vec<MemDisk>, Array) {
     let disks: Vec<MemDisk> = (0..n)
         .map(|i| MemDisk::new(&format!("b{i}"), MEMBER_BYTES))
@@ -66,7 +56,7 @@ fn create(level: i32, layout: u32, n: usize) -> (Vec<MemDisk>, Array) {
         },
     )
     .unwrap_or_else(|e| panic!("create RAID {level}: {e}"));
-    array.set_task_rates(full_speed());
+    array.set_task_rates(TaskRates::full());
     (disks, array)
 }
 
@@ -80,7 +70,7 @@ fn assemble(disks: &[MemDisk], force: bool) -> (Array, raidkit_engine::AssembleR
         },
     )
     .unwrap_or_else(|e| panic!("assemble: {e}"));
-    a.set_task_rates(full_speed());
+    a.set_task_rates(TaskRates::full());
     (a, r)
 }
 

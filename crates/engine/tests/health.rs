@@ -108,18 +108,8 @@ fn create_threads(
     }
     .unwrap_or_else(|e| panic!("create RAID {level} layout {layout:#x} n {n}: {e}"));
     // Full speed: these tests measure nothing and should not sleep.
-    array.set_task_rates(full_speed());
+    array.set_task_rates(TaskRates::full());
     (disks, array)
-}
-
-fn full_speed() -> TaskRates {
-    TaskRates {
-        rebuild_percent: 100,
-        resync_percent: 100,
-        check_percent: 100,
-        patrol_percent: 100,
-        max_bytes_per_s: None,
-    }
 }
 
 fn assemble(disks: &[MemDisk], force: bool) -> Array {
@@ -137,7 +127,7 @@ fn assemble_threads(disks: &[MemDisk], force: bool, task_threads: Option<usize>)
     )
     .unwrap_or_else(|e| panic!("assemble: {e}"));
     let _ = report;
-    a.set_task_rates(full_speed());
+    a.set_task_rates(TaskRates::full());
     a
 }
 
@@ -610,7 +600,7 @@ fn tasks_yield_to_foreground_io_and_refuse_to_run_twice() {
     let array = Arc::new(array);
     array.set_task_rates(TaskRates {
         check_percent: 10,
-        ..full_speed()
+        ..TaskRates::full()
     });
     let busy = AtomicBool::new(true);
     let reads = std::sync::atomic::AtomicU64::new(0);
@@ -889,7 +879,7 @@ fn replace_resumes_around_unreadable_sectors(threads: Option<usize>) {
             },
         )
         .unwrap();
-        array.set_task_rates(full_speed());
+        array.set_task_rates(TaskRates::full());
         assert!(
             report.notes.iter().any(|n| n.contains("copy resumes")),
             "{ctx}: {report:?}"
@@ -1083,7 +1073,7 @@ fn patrol_rewrites_latent_errors(threads: Option<usize>) {
                 },
             )
             .unwrap();
-            array.set_task_rates(full_speed());
+            array.set_task_rates(TaskRates::full());
             let r = run(&array, TaskKind::Patrol);
             let st = array.status();
             assert!(
@@ -1300,7 +1290,7 @@ fn a_source_member_dying_mid_rebuild() {
                 .collect();
             let array = Array::create_with_policy(members, opts, ConsistencyPolicy::Resync)
                 .unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
-            array.set_task_rates(full_speed());
+            array.set_task_rates(TaskRates::full());
             let mut rng = Rng(31 + level as u64);
             let mut model = vec![0u8; array.size_bytes() as usize];
             write_random(&array, &mut model, &mut rng, 40);
@@ -1449,7 +1439,7 @@ fn the_automatic_choice_runs_bursts_on_memory_members() {
             config: config_with(threads),
         };
         let array = Array::create(boxed(&disks), opts).unwrap();
-        array.set_task_rates(full_speed());
+        array.set_task_rates(TaskRates::full());
         let mut rng = Rng(43);
         let mut model = vec![0u8; array.size_bytes() as usize];
         write_random(&array, &mut model, &mut rng, 60);

@@ -405,7 +405,9 @@ impl Run<'_> {
             config: self.engine_config(),
         };
         let array = Array::create(members, opts).map_err(|e| format!("create failed: {e}"))?;
-        array.set_task_rates(full_speed());
+        // Background tasks never yield to the workload in simulation: the workload runs between
+        // tasks, not beside them, and yielding would only add wall-clock sleeps.
+        array.set_task_rates(raidkit_engine::TaskRates::full());
         self.ppl = array.consistency_policy() == raidkit_engine::ConsistencyPolicy::Ppl;
         let engine_sectors = array.size_bytes() / SECTOR as u64;
         if engine_sectors != self.geo.array_sectors() {
@@ -770,7 +772,7 @@ impl Run<'_> {
         };
         match result {
             Ok((a, rep)) => {
-                a.set_task_rates(full_speed());
+                a.set_task_rates(raidkit_engine::TaskRates::full());
                 self.trace(|| format!("  assembled {why}: {rep:?}"));
                 self.array = Some(a);
                 Ok(())
@@ -1037,18 +1039,6 @@ impl Run<'_> {
             }
         }
         self.quiet_check("check after a clean stop and reassembly")
-    }
-}
-
-/// Background tasks never yield to the workload in simulation: the simulator's workload runs
-/// between tasks, not beside them, and yielding would only add wall-clock sleeps.
-fn full_speed() -> raidkit_engine::TaskRates {
-    raidkit_engine::TaskRates {
-        rebuild_percent: 100,
-        resync_percent: 100,
-        check_percent: 100,
-        patrol_percent: 100,
-        max_bytes_per_s: None,
     }
 }
 

@@ -100,6 +100,19 @@ pub struct TaskRates {
     pub max_bytes_per_s: Option<u64>,
 }
 
+impl TaskRates {
+    /// Every task at full speed, busy or not, with no byte-rate cap.
+    pub fn full() -> TaskRates {
+        TaskRates {
+            rebuild_percent: 100,
+            resync_percent: 100,
+            check_percent: 100,
+            patrol_percent: 100,
+            max_bytes_per_s: None,
+        }
+    }
+}
+
 impl Default for TaskRates {
     fn default() -> Self {
         TaskRates {
@@ -492,6 +505,15 @@ impl Array {
     /// record costs a superblock write and a flush on every member. Default 2 s.
     pub fn set_checkpoint_interval(&self, every: Duration) {
         lock(&self.bg.state).checkpoint_every = Some(every);
+    }
+
+    /// Whether a rebuild or replace that last recorded its cursor at `last` should record it
+    /// again.
+    fn checkpoint_due(&self, last: Instant) -> bool {
+        let every = lock(&self.bg.state)
+            .checkpoint_every
+            .unwrap_or(CHECKPOINT_EVERY);
+        last.elapsed() >= every
     }
 
     /// Work the array needs, most urgent first: rebuilds of members being recovered,
@@ -1049,10 +1071,7 @@ impl Array {
                 stop,
             );
             self.publish(walk);
-            let every = lock(&self.bg.state)
-                .checkpoint_every
-                .unwrap_or(CHECKPOINT_EVERY);
-            if last_checkpoint.elapsed() >= every && cursor < end {
+            if self.checkpoint_due(last_checkpoint) && cursor < end {
                 self.checkpoint_recovery(cursor, false)?;
                 last_checkpoint = Instant::now();
             }
@@ -1198,11 +1217,8 @@ impl Array {
     ) -> Result<(u64, bool)> {
         let last = Mutex::new(&mut *last_checkpoint);
         let at_frontier = |_: &mut Walk<'_>, at: u64| -> Result<()> {
-            let every = lock(&self.bg.state)
-                .checkpoint_every
-                .unwrap_or(CHECKPOINT_EVERY);
             let mut last = lock(&last);
-            if last.elapsed() >= every && at < end {
+            if self.checkpoint_due(**last) && at < end {
                 checkpoint(at)?;
                 **last = Instant::now();
             }
@@ -1816,10 +1832,7 @@ impl Array {
                 stop,
             );
             self.publish(walk);
-            let every = lock(&self.bg.state)
-                .checkpoint_every
-                .unwrap_or(CHECKPOINT_EVERY);
-            if last_checkpoint.elapsed() >= every && cursor < end {
+            if self.checkpoint_due(last_checkpoint) && cursor < end {
                 self.checkpoint_replacements(cursor, false)?;
                 last_checkpoint = Instant::now();
             }

@@ -52,13 +52,11 @@ pub struct SpeedArgs {
 
 impl SpeedArgs {
     fn rates(&self) -> Result<TaskRates, CliError> {
-        let mut rates = TaskRates::default();
-        if self.full_rate {
-            rates.rebuild_percent = 100;
-            rates.resync_percent = 100;
-            rates.check_percent = 100;
-            rates.patrol_percent = 100;
-        }
+        let mut rates = if self.full_rate {
+            TaskRates::full()
+        } else {
+            TaskRates::default()
+        };
         if let Some(mbps) = self.max_speed {
             if !(mbps > 0.0 && mbps.is_finite()) {
                 return Err(CliError::usage(format!(
