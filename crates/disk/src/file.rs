@@ -5,7 +5,13 @@
 //! block size (unaligned requests are bounced through an [`AlignedBuf`], read-modify-write for
 //! writes); `O_DIRECT` is only ever an optimisation: where the kernel refuses it (EINVAL, e.g.
 //! tmpfs) the disk is reopened buffered.
+//!
+//! Asked to ([`OpenOptions::map_memory`]), a fully allocated image file on tmpfs is mapped and
+//! its reads and writes become memory copies ([`crate::mapped`]); once a copy meets a page
+//! that vanished, the disk goes back to `pread`/`pwrite` for good. Discard still punches holes
+//! (freeing the memory); touching a punched page through the mapping allocates it again.
 
+use crate::mapped::Mapping;
 use crate::{check_range, AlignedBuf, Disk, DiskError, DiskErrorKind};
 use std::fs::{File, OpenOptions as StdOpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
@@ -30,6 +36,10 @@ pub enum DirectIo {
 pub struct OpenOptions {
     pub read_only: bool,
     pub direct: DirectIo,
+    /// Map a fully allocated image file on tmpfs and copy to and from the mapping instead of
+    /// calling `pread`/`pwrite` (about twice as fast; costs 0.12 s per GiB at open, so meant
+    /// for long-lived users such as a server). Ignored for anything else.
+    pub map_memory: bool,
 }
 
 #[derive(Debug)]
@@ -43,6 +53,8 @@ pub struct FileDisk {
     is_block_device: bool,
     /// Cleared once hole punching is refused, so later discards go straight to zeroes.
     punch_supported: AtomicBool,
+    /// The file's pages mapped into memory ([`OpenOptions::map_memory`]).
+    map: Option<Mapping>,
 }
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -116,6 +128,7 @@ impl FileDisk {
             direct,
             is_block_device,
             punch_supported: AtomicBool::new(true),
+            map: None,
         };
         if direct {
             // O_DIRECT may open fine yet fail on the first I/O (some filesystems): probe once.
@@ -132,6 +145,9 @@ impl FileDisk {
                     }
                 }
             }
+        }
+        if opts.map_memory && !is_block_device && !disk.direct {
+            disk.map = Mapping::of_tmpfs_file(disk.file.as_raw_fd(), disk.size_bytes, !disk.read_only);
         }
         Ok(disk)
     }
@@ -166,6 +182,11 @@ impl FileDisk {
 
     pub fn is_block_device(&self) -> bool {
         self.is_block_device
+    }
+
+    /// True while reads and writes are memory copies ([`OpenOptions::map_memory`]).
+    pub fn is_mapped(&self) -> bool {
+        self.map.as_ref().is_some_and(|m| !m.faulted())
     }
 
     fn direct_align(&self) -> usize {
@@ -237,6 +258,11 @@ impl Disk for FileDisk {
             buf.len() as u64,
             self.size_bytes,
         )?;
+        if let Some(map) = &self.map {
+            if map.read(buf, offset_bytes) {
+                return Ok(());
+            }
+        }
         if self.needs_bounce(buf, offset_bytes) {
             let (start, len) = self.bounce_window(offset_bytes, buf.len());
             let mut bounce = AlignedBuf::new(len, self.direct_align()).ok_or_else(|| {
@@ -263,6 +289,11 @@ impl Disk for FileDisk {
             buf.len() as u64,
             self.size_bytes,
         )?;
+        if let Some(map) = &self.map {
+            if map.write(buf, offset_bytes) {
+                return Ok(());
+            }
+        }
         if self.needs_bounce(buf, offset_bytes) {
             let (start, len) = self.bounce_window(offset_bytes, buf.len());
             let mut bounce = AlignedBuf::new(len, self.direct_align()).ok_or_else(|| {

@@ -10,13 +10,16 @@
 //! - [`FileDisk`]: regular files and block devices through `pread`/`pwrite`. Block devices are
 //!   opened with `O_DIRECT` where the kernel accepts it and fall back to buffered I/O where it is
 //!   refused (tmpfs, some filesystems); with `O_DIRECT`, unaligned requests go through an
-//!   [`AlignedBuf`] bounce buffer so callers never have to care.
+//!   [`AlignedBuf`] bounce buffer so callers never have to care. Long-lived users may ask for
+//!   a fully allocated image file on tmpfs to be mapped into memory, which halves the cost of
+//!   its I/O (see `mapped.rs` for how a page that vanishes under the mapping is survived).
 //! - [`MemDisk`]: memory, a cheap cloneable handle (clones share the bytes), for tests and
 //!   simulation.
 
 mod aligned;
 mod error;
 mod file;
+mod mapped;
 mod mem;
 
 pub use aligned::AlignedBuf;

@@ -71,6 +71,7 @@ fn image_file_create_open_and_io() {
         OpenOptions {
             read_only: true,
             direct: DirectIo::Never,
+            map_memory: false,
         },
     )
     .unwrap();
@@ -102,6 +103,7 @@ fn direct_io_preference_on_tmpfs() {
         OpenOptions {
             read_only: false,
             direct: DirectIo::Prefer,
+            map_memory: false,
         },
     )
     .unwrap();
@@ -123,6 +125,7 @@ fn direct_io_on_a_regular_filesystem() {
         OpenOptions {
             read_only: false,
             direct: DirectIo::Prefer,
+            map_memory: false,
         },
     )
     .unwrap();
@@ -166,4 +169,130 @@ fn loop_device_with_o_direct() {
     if let Err(p) = result {
         std::panic::resume_unwind(p);
     }
+}
+
+/// A file in /dev/shm when it is tmpfs (where mapping applies), else None and a note.
+fn shm_path(tag: &str) -> Option<PathBuf> {
+    let shm = std::path::Path::new("/dev/shm");
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(shm)
+        .output()
+        .ok()?;
+    if String::from_utf8_lossy(&out.stdout).trim() != "tmpfs" {
+        eprintln!("skipped: /dev/shm is not tmpfs here");
+        return None;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Some(shm.join(format!("raidkit-disk-{tag}-{}-{nanos}", std::process::id())))
+}
+
+fn mapped(read_only: bool) -> OpenOptions {
+    OpenOptions {
+        read_only,
+        direct: DirectIo::Auto,
+        map_memory: true,
+    }
+}
+
+fn allocated_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn a_fully_allocated_tmpfs_file_is_mapped_and_reads_and_writes_the_file() {
+    use std::os::unix::fs::FileExt;
+    let Some(path) = shm_path("map") else { return };
+    let size = 4usize << 20;
+    std::fs::write(&path, pattern(size, 9)).unwrap();
+    let disk = FileDisk::open(&path, mapped(false)).unwrap();
+    assert!(disk.is_mapped(), "a fully written tmpfs file is mapped");
+    exercise(&disk);
+    // What the disk writes is in the file, what the file gets is what the disk reads.
+    let other = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    disk.write_at(&pattern(100_000, 4), 1 << 20).unwrap();
+    let mut back = vec![0u8; 100_000];
+    other.read_exact_at(&mut back, 1 << 20).unwrap();
+    assert_eq!(back, pattern(100_000, 4));
+    other.write_all_at(&pattern(5000, 5), 3 << 20).unwrap();
+    let mut seen = vec![0u8; 5000];
+    disk.read_at(&mut seen, 3 << 20).unwrap();
+    assert_eq!(seen, pattern(5000, 5));
+    // Discard freed the pages (punched a hole) and the mapping stays in use.
+    let before = allocated_bytes(&path);
+    disk.discard(2 << 20, 1 << 20).unwrap();
+    assert!(allocated_bytes(&path) <= before - (1 << 20));
+    let mut z = vec![1u8; 1 << 20];
+    disk.read_at(&mut z, 2 << 20).unwrap();
+    assert!(z.iter().all(|&x| x == 0));
+    assert!(disk.is_mapped());
+    // Read-only: mapped too, and still refuses writes.
+    let ro = FileDisk::open(&path, mapped(true)).unwrap();
+    assert!(ro.is_mapped());
+    let mut first = vec![0u8; 4096];
+    ro.read_at(&mut first, 1 << 20).unwrap();
+    assert_eq!(first, pattern(100_000, 4)[..4096]);
+    assert!(matches!(
+        ro.write_at(&first, 0).unwrap_err().kind,
+        DiskErrorKind::ReadOnly
+    ));
+    drop((disk, ro));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn sparse_files_and_files_not_asked_for_are_not_mapped() {
+    let Some(path) = shm_path("sparse") else { return };
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(4 << 20).unwrap();
+    drop(f);
+    let disk = FileDisk::open(&path, mapped(false)).unwrap();
+    assert!(!disk.is_mapped(), "a sparse file keeps pread/pwrite");
+    let mut b = vec![1u8; 1 << 20];
+    disk.read_at(&mut b, 0).unwrap();
+    assert!(b.iter().all(|&x| x == 0));
+    assert_eq!(allocated_bytes(&path), 0, "reading a hole allocated nothing");
+    drop(disk);
+    std::fs::write(&path, pattern(1 << 20, 1)).unwrap();
+    let plain = FileDisk::open(&path, OpenOptions::default()).unwrap();
+    assert!(!plain.is_mapped(), "mapping is only done when asked for");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_file_truncated_under_its_mapping_gives_errors_and_right_bytes_not_a_crash() {
+    let Some(path) = shm_path("trunc") else { return };
+    let size = 4usize << 20;
+    std::fs::write(&path, pattern(size, 3)).unwrap();
+    let disk = FileDisk::open(&path, mapped(false)).unwrap();
+    assert!(disk.is_mapped());
+    // Someone else cuts the file in half: the mapping's upper pages are gone (SIGBUS).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(size as u64 / 2)
+        .unwrap();
+    let mut b = vec![0u8; 8192];
+    let err = disk.read_at(&mut b, 3 << 20).unwrap_err();
+    assert!(matches!(err.kind, DiskErrorKind::Io(_)), "{err}");
+    assert!(!disk.is_mapped(), "a faulted mapping is not used again");
+    // What is still there reads right, through the system calls now.
+    let mut low = vec![0u8; 8192];
+    disk.read_at(&mut low, 4096).unwrap();
+    assert_eq!(low, pattern(size, 3)[4096..4096 + 8192]);
+    disk.write_at(&pattern(4096, 8), 0).unwrap();
+    let mut w = vec![0u8; 4096];
+    disk.read_at(&mut w, 0).unwrap();
+    assert_eq!(w, pattern(4096, 8));
+    drop(disk);
+    std::fs::remove_file(&path).unwrap();
 }

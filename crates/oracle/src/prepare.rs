@@ -255,6 +255,7 @@ pub(crate) fn open_members(
                 OpenOptions {
                     read_only,
                     direct: DirectIo::Never,
+                    map_memory: false,
                 },
             )
             .map(|d| Box::new(d) as Box<dyn Disk>)

@@ -79,6 +79,7 @@ fn md_replays(a: &PlannedArray) {
                     raidkit_disk::OpenOptions {
                         read_only: false,
                         direct: raidkit_disk::DirectIo::Never,
+                        map_memory: false,
                     },
                 )
                 .unwrap(),

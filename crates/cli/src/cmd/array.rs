@@ -393,8 +393,13 @@ fn disk_error(err: raidkit_disk::DiskError) -> CliError {
     CliError::failure(err.to_string())
 }
 
-/// Opens members; read-only ones never get a write.
-pub fn open_members(paths: &[PathBuf], read_only: bool) -> Result<Vec<Box<dyn Disk>>, CliError> {
+/// Opens members; read-only ones never get a write. `map_memory`: long-lived users (the
+/// server) map fully allocated tmpfs members ([`OpenOptions::map_memory`]).
+pub fn open_members(
+    paths: &[PathBuf],
+    read_only: bool,
+    map_memory: bool,
+) -> Result<Vec<Box<dyn Disk>>, CliError> {
     let mut seen = Vec::new();
     let mut out: Vec<Box<dyn Disk>> = Vec::new();
     for p in paths {
@@ -415,9 +420,16 @@ pub fn open_members(paths: &[PathBuf], read_only: bool) -> Result<Vec<Box<dyn Di
             OpenOptions {
                 read_only,
                 direct: DirectIo::Auto,
+                map_memory,
             },
         )
         .map_err(disk_error)?;
+        if d.is_mapped() {
+            eprintln!(
+                "raidkit: {}: on tmpfs, fully allocated: mapped into memory",
+                p.display()
+            );
+        }
         out.push(Box::new(d));
     }
     Ok(out)
@@ -428,7 +440,7 @@ fn assemble(
     read_only: bool,
     force: bool,
 ) -> Result<(Array, AssembleReport), CliError> {
-    let disks = open_members(paths, read_only)?;
+    let disks = open_members(paths, read_only, false)?;
     Array::assemble(
         disks,
         AssembleOptions {
@@ -739,6 +751,7 @@ pub fn create_array_checked(
             OpenOptions {
                 read_only: true,
                 direct: DirectIo::Auto,
+                map_memory: false,
             },
         )
         .map_err(disk_error)?;
@@ -875,7 +888,7 @@ fn create(args: CreateArgs) -> Result<(), CliError> {
 }
 
 fn examine(args: ExamineArgs) -> Result<(), CliError> {
-    let disks = open_members(&args.members, true)?;
+    let disks = open_members(&args.members, true, false)?;
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for d in &disks {

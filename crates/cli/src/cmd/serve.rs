@@ -359,7 +359,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
 
     let mut arrays = Vec::new();
     for (name, members) in &specs {
-        let mut disks = open_members(members, args.read_only)?;
+        let mut disks = open_members(members, args.read_only, true)?;
         for (disk, path) in disks.iter_mut().zip(members) {
             let target = canon(path);
             if let Some((_, text, spec)) = injections.iter().find(|(t, _, _)| *t == target) {

@@ -10,6 +10,9 @@
 //!   read (export to `null:`), `--no-extents` so both servers move every byte;
 //! - fio ioengine=nbd, 4 KiB random read and random write at iodepth 32 (one job).
 //!
+//! Member images are allocated in full before `raidkit serve` starts, so it maps them into
+//! memory (tmpfs), as a long-lived server does with fully allocated tmpfs members.
+//!
 //! The sequential measurements also run against `nbdkit file` on one image file in the same
 //! folder: the same storage medium as raidkit's members, where `nbdkit memory` keeps its data
 //! in anonymous memory (writing tmpfs pages costs more CPU than copying into anonymous memory,
@@ -368,6 +371,23 @@ fn write_source(path: &Path, size_bytes: u64) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Allocates every page of an image file (contents unchanged).
+fn allocate_in_full(path: &Path) -> Result<(), CliError> {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    let len = f.metadata()?.len();
+    // SAFETY: fallocate on a valid descriptor with plain integer arguments.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(CliError::failure(format!(
+            "{}: cannot allocate: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
 /// Member image size for a level so the array holds at least `array_bytes` (plus room for the
 /// superblock and md's data offset).
 fn member_bytes(level: i32, raid_devices: usize, array_bytes: u64) -> Result<u64, CliError> {
@@ -485,6 +505,11 @@ fn bench_level(
     let size_bytes = {
         let array = create_array(&members, &plan, EngineConfig::default())?;
         array.stop().map_err(engine_error)?;
+        // Every page allocated, as nbdkit memory's are after the warm-up run: `raidkit serve`
+        // then maps the members (see `raidkit_disk::OpenOptions::map_memory`).
+        for m in &members {
+            allocate_in_full(m)?;
+        }
         // Both servers export the same number of bytes: the requested size.
         array.size_bytes().min(array_bytes)
     };
@@ -526,6 +551,7 @@ fn bench_level(
     wait_for_socket(&theirs, &mut nbdkit)?;
     let peer_file = level_dir.join("nbdkit-file.img");
     std::fs::File::create(&peer_file)?.set_len(size_bytes)?;
+    allocate_in_full(&peer_file)?;
     let file_socket = level_dir.join("nbdkit-file.sock");
     let mut nbdkit_file = spawn_nbdkit(
         "nbdkit file",
