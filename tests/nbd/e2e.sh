@@ -35,7 +35,7 @@ if [ "$(id -u)" -ne 0 ]; then echo "e2e.sh: needs root (loop devices, mount)"; e
 if [ ! -e /dev/fuse ]; then echo "e2e.sh: needs /dev/fuse"; exit 2; fi
 missing=()
 for pair in nbdfuse:nbdfuse fusermount3:fuse3 losetup:mount mkfs.ext4:e2fsprogs e2fsck:e2fsprogs \
-    sha256sum:coreutils fsfreeze:util-linux jq:jq mdadm:mdadm; do
+    sha256sum:coreutils fsfreeze:util-linux fallocate:util-linux jq:jq mdadm:mdadm; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -49,7 +49,7 @@ serve="$CARGO_TARGET_DIR/release/examples/serve"
 raidkit="$CARGO_TARGET_DIR/release/raidkit"
 
 work=$(mktemp -d /tmp/raidkit-nbd-e2e.XXXXXX)
-server_pid=""; fuse_mounted=""; loop=""; mounted=""; frozen=""; holder_pid=""
+server_pid=""; fuse_mounted=""; loop=""; mounted=""; frozen=""; holder_pid=""; shm_dir=""
 cleanup() {
     set +e
     [ -n "$frozen" ] && fsfreeze -u "$work/mnt" 2>/dev/null
@@ -60,6 +60,7 @@ cleanup() {
     [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
     [ -f "$work/serve.log" ] && { echo "--- server log"; cat "$work/serve.log"; }
     rm -rf "$work"
+    [ -n "$shm_dir" ] && rm -rf "$shm_dir"
 }
 trap cleanup EXIT
 
@@ -162,17 +163,28 @@ detail_json() { "$raidkit" detail --control "$ctl" --json; }
 
 run_array() {
     echo "== array export: raidkit RAID 6 over 5 image files, served by raidkit serve"
-    local d="$work/array"
+    # On tmpfs and allocated in full, the members are mapped into memory by the server, so
+    # this whole run also covers mapped member I/O; elsewhere they take pread/pwrite.
+    local d="$work/array" mapped=0
+    if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
+        shm_dir=$(mktemp -d /dev/shm/raidkit-nbd-e2e.XXXXXX); d="$shm_dir"; mapped=1
+    fi
     mkdir -p "$d"
     local m=("$d/m0.img" "$d/m1.img" "$d/m2.img" "$d/m3.img" "$d/m4.img")
     # Members large enough that the rebuild takes a moment (writes and polls overlap it).
     member_size=512M
     "$raidkit" create --level 6 --chunk 64K --image-size "$member_size" "${m[@]}"
+    [ "$mapped" = 1 ] && for f in "${m[@]}"; do fallocate -l "$(stat -c %s "$f")" "$f"; done
     rm -f "$work/nbd.sock"
     "$raidkit" serve --socket "$work/nbd.sock" --name md0 "${m[@]}" 2> "$work/serve.log" &
     server_pid=$!
     ctl="$work/nbd.sock.ctl"
     wait_for "$ctl" "control socket"
+    if [ "$mapped" = 1 ]; then
+        [ "$(grep -c 'mapped into memory' "$work/serve.log")" = 5 ] \
+            || fail "raidkit serve did not map the five fully allocated tmpfs members"
+        echo "   members on tmpfs, mapped into memory by the server"
+    fi
     [ "$(stat -c %a "$ctl")" = 600 ] || fail "control socket mode is $(stat -c %a "$ctl"), not 600"
     attach
     # Inode tables and journal written now, so the kernel does not keep writing in the
