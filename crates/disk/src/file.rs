@@ -147,7 +147,8 @@ impl FileDisk {
             }
         }
         if opts.map_memory && !is_block_device && !disk.direct {
-            disk.map = Mapping::of_tmpfs_file(disk.file.as_raw_fd(), disk.size_bytes, !disk.read_only);
+            disk.map =
+                Mapping::of_tmpfs_file(disk.file.as_raw_fd(), disk.size_bytes, !disk.read_only);
         }
         Ok(disk)
     }

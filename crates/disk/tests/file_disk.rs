@@ -250,7 +250,9 @@ fn a_fully_allocated_tmpfs_file_is_mapped_and_reads_and_writes_the_file() {
 
 #[test]
 fn sparse_files_and_files_not_asked_for_are_not_mapped() {
-    let Some(path) = shm_path("sparse") else { return };
+    let Some(path) = shm_path("sparse") else {
+        return;
+    };
     let f = std::fs::File::create(&path).unwrap();
     f.set_len(4 << 20).unwrap();
     drop(f);
@@ -259,7 +261,11 @@ fn sparse_files_and_files_not_asked_for_are_not_mapped() {
     let mut b = vec![1u8; 1 << 20];
     disk.read_at(&mut b, 0).unwrap();
     assert!(b.iter().all(|&x| x == 0));
-    assert_eq!(allocated_bytes(&path), 0, "reading a hole allocated nothing");
+    assert_eq!(
+        allocated_bytes(&path),
+        0,
+        "reading a hole allocated nothing"
+    );
     drop(disk);
     std::fs::write(&path, pattern(1 << 20, 1)).unwrap();
     let plain = FileDisk::open(&path, OpenOptions::default()).unwrap();
@@ -269,7 +275,9 @@ fn sparse_files_and_files_not_asked_for_are_not_mapped() {
 
 #[test]
 fn a_file_truncated_under_its_mapping_gives_errors_and_right_bytes_not_a_crash() {
-    let Some(path) = shm_path("trunc") else { return };
+    let Some(path) = shm_path("trunc") else {
+        return;
+    };
     let size = 4usize << 20;
     std::fs::write(&path, pattern(size, 3)).unwrap();
     let disk = FileDisk::open(&path, mapped(false)).unwrap();
