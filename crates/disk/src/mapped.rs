@@ -19,7 +19,12 @@
 //!   a copy that saw it is reported as not done. [`FileDisk`](crate::FileDisk) then does the
 //!   I/O again with `pread`/`pwrite`, which returns the real error (or succeeds), and never
 //!   uses the mapping again. SIGBUS at any other address goes to the handler that was there
-//!   before (Rust's own, or the default action).
+//!   before (Rust's own, or the default action, which ends the process as it would have); a
+//!   SIGBUS sent by someone (`kill`) goes to the previous handler too, and ours is put back
+//!   after it (Rust's resets the action to the default on the way);
+//! - in a memory cgroup at its limit, writing a punched page through the mapping wakes the
+//!   out-of-memory killer where `pwrite` would have failed with an error: the one case the
+//!   handler cannot turn into an error.
 
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -48,8 +53,9 @@ static REGISTRY: [Slot; SLOTS] = [FREE; SLOTS];
 static SLOT_LOCK: Mutex<()> = Mutex::new(());
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
 static INSTALL: Once = Once::new();
-/// The SIGBUS action that was in place before ours.
+/// The SIGBUS action that was in place before ours, and ours.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+static OURS: OnceLock<libc::sigaction> = OnceLock::new();
 
 const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
 
@@ -58,10 +64,16 @@ const MAP_POPULATE: libc::c_int = libc::MAP_POPULATE;
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for a SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    for slot in &REGISTRY {
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // si_code > 0: the kernel raised it for an access (si_addr is the address); <= 0: someone
+    // sent it (kill, sigqueue), and si_addr means nothing.
+    let fault = code > 0;
+    for slot in REGISTRY.iter().filter(|_| fault) {
         let start = slot.start.load(Ordering::Acquire);
-        if start != 0 && addr >= start && addr < slot.end.load(Ordering::Acquire) {
+        let end = slot.end.load(Ordering::Acquire);
+        // Read start again: a slot freed and taken again meanwhile gives no mixed range.
+        if start != 0 && start == slot.start.load(Ordering::Acquire) && addr >= start && addr < end
+        {
             // The mark first: a copy that touches the zero page below must see it.
             slot.faulted.store(true, Ordering::SeqCst);
             let page = PAGE.load(Ordering::Relaxed);
@@ -84,27 +96,43 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         }
     }
     // Not ours: what was there before decides.
+    let handler = PREVIOUS.get().map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // SAFETY: sigaction and raise are async-signal-safe; the action is valid.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            if fault {
+                // The access faults again on return and the kernel delivers SIGBUS with the
+                // default action (even where it was ignored), as if we had never been here.
+                libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+            } else if handler == libc::SIG_DFL {
+                libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+                libc::raise(libc::SIGBUS);
+            }
+        }
+        return;
+    }
     let Some(prev) = PREVIOUS.get() else {
         return;
     };
-    let handler = prev.sa_sigaction;
-    if handler == libc::SIG_IGN {
-        return;
-    }
-    if handler != libc::SIG_DFL && prev.sa_flags & libc::SA_SIGINFO != 0 {
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this type.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
             unsafe { std::mem::transmute(handler) };
         f(sig, info, ctx);
-    } else if handler != libc::SIG_DFL {
+    } else {
         // SAFETY: a plain handler takes the signal number only.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
         f(sig);
-    } else {
-        // Put the default action back and return: the access faults again and the process
-        // gets SIGBUS as if we had never been here.
-        // SAFETY: sigaction with a valid action (async-signal-safe).
-        unsafe { libc::sigaction(libc::SIGBUS, prev, std::ptr::null_mut()) };
+    }
+    if !fault {
+        // A sent SIGBUS was the previous handler's to deal with; Rust's own resets the action
+        // to the default on the way, which would leave the mappings unprotected: ours again.
+        if let Some(ours) = OURS.get() {
+            // SAFETY: sigaction with a valid action (async-signal-safe).
+            unsafe { libc::sigaction(libc::SIGBUS, ours, std::ptr::null_mut()) };
+        }
     }
 }
 
@@ -121,9 +149,13 @@ fn install_handler() {
             ours.sa_sigaction = on_sigbus as *const () as usize;
             ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
             libc::sigemptyset(&mut ours.sa_mask);
+            let _ = OURS.set(ours);
+            // Read the previous action before ours is in place, so the handler never runs
+            // without knowing it.
             let mut prev: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGBUS, &ours, &mut prev) == 0 {
+            if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut prev) == 0 {
                 let _ = PREVIOUS.set(prev);
+                libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut());
             }
         }
     });
@@ -162,10 +194,15 @@ impl Mapping {
             return None;
         }
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } != 0
-            || st.st_mode & libc::S_IFMT != libc::S_IFREG
-            || (st.st_blocks as u64).saturating_mul(512) < len as u64
-        {
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        // No hole anywhere below `len` (st_blocks would also count pages allocated past the
+        // end of the file).
+        // SAFETY: lseek on a valid descriptor; it moves the offset, which positional I/O
+        // never uses.
+        let first_hole = unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) };
+        if first_hole < 0 || (first_hole as u64) < len as u64 {
             return None;
         }
         install_handler();
