@@ -578,3 +578,68 @@ fn serve_refuses_bad_fault_rules_and_unusable_global_spares() {
         assert!(std::fs::read(m).unwrap() == *b, "{} changed", m.display());
     }
 }
+
+#[test]
+fn serve_maps_fully_allocated_tmpfs_members_unless_told_not_to() {
+    let shm = Path::new("/dev/shm");
+    let fs_type = Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(shm)
+        .output()
+        .unwrap();
+    if String::from_utf8_lossy(&fs_type.stdout).trim() != "tmpfs" {
+        eprintln!("skipped: /dev/shm is not tmpfs here");
+        return;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = TempDir(shm.join(format!("raidkit-map-{}-{nanos}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let members: Vec<PathBuf> = (0..3).map(|i| dir.0.join(format!("m{i}.img"))).collect();
+    let mut args = vec!["create", "--level", "0", "--image-size", "8M"];
+    args.extend(members.iter().map(|p| s(p)));
+    ok(&args);
+    // Sparse images (as created) stay unmapped; m0 and m1 are then allocated in full.
+    for m in &members[..2] {
+        let f = std::fs::OpenOptions::new().write(true).open(m).unwrap();
+        use std::os::unix::io::AsRawFd;
+        let len = f.metadata().unwrap().len() as libc::off_t;
+        // SAFETY: fallocate on a valid descriptor with plain integer arguments.
+        assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) }, 0);
+    }
+    let serve = |extra: &[&str]| -> String {
+        let socket = dir.0.join("nbd.sock");
+        let log = dir.0.join("serve.log");
+        let _ = std::fs::remove_file(&socket);
+        let mut child = Command::new(RAIDKIT)
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--no-control")
+            .args(extra)
+            .args(&members)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "no socket appeared");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: kill with the pid of our own child and a valid signal.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        assert!(child.wait().unwrap().success());
+        std::fs::read_to_string(&log).unwrap()
+    };
+    let log = serve(&[]);
+    let mapped: Vec<&str> = log.lines().filter(|l| l.contains("mapped")).collect();
+    assert_eq!(mapped.len(), 2, "{log}");
+    assert!(
+        mapped[0].contains("m0.img") && mapped[1].contains("m1.img"),
+        "{log}"
+    );
+    let log = serve(&["--no-map"]);
+    assert!(!log.contains("mapped"), "{log}");
+}
