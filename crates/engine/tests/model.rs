@@ -456,3 +456,129 @@ fn replaced_member_offered_again_is_left_out() {
     );
     verify_all(&array, &model, "replace");
 }
+
+/// Members that are fully allocated tmpfs files mapped into memory (as `raidkit serve` opens
+/// them): random I/O from several threads at once, each on its own range, matches the model;
+/// then the files, opened again with pread/pwrite, hold exactly that, also degraded.
+#[test]
+fn mapped_tmpfs_members_match_the_model() {
+    use raidkit_disk::{FileDisk, OpenOptions};
+    use std::os::unix::io::AsRawFd;
+    let shm = std::path::Path::new("/dev/shm");
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    let path_c = std::ffi::CString::new("/dev/shm").unwrap();
+    // SAFETY: statfs writes one struct through a valid pointer.
+    if unsafe { libc::statfs(path_c.as_ptr(), &mut sf) } != 0 || sf.f_type != 0x0102_1994 {
+        eprintln!("skipped: /dev/shm is not tmpfs here");
+        return;
+    }
+    let dir = shm.join(format!("raidkit-model-mapped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (level, layout, n, lose) in [
+        (0, 0u32, 3usize, vec![]),
+        (5, 2, 4, vec![1usize]),
+        (6, 2, 5, vec![0, 3]),
+        (10, 0x102, 4, vec![2]),
+    ] {
+        let ctx = format!("mapped RAID {level}");
+        let paths: Vec<_> = (0..n).map(|i| dir.join(format!("l{level}-m{i}"))).collect();
+        let open = |map_memory: bool| -> Vec<Box<dyn Disk>> {
+            paths
+                .iter()
+                .map(|p| {
+                    let d = FileDisk::open(
+                        p,
+                        OpenOptions {
+                            map_memory,
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                    assert_eq!(d.is_mapped(), map_memory, "{ctx}: {}", p.display());
+                    Box::new(d) as Box<dyn Disk>
+                })
+                .collect()
+        };
+        for p in &paths {
+            let f = std::fs::File::create(p).unwrap();
+            // SAFETY: fallocate on a valid descriptor with plain integer arguments.
+            assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 3 << 20) }, 0);
+        }
+        let config = EngineConfig {
+            stripe_cache_bytes: 1 << 20,
+            max_inflight: 4,
+            task_threads: None,
+        };
+        let array = Array::create(
+            open(true),
+            CreateOptions {
+                level,
+                layout: Some(layout),
+                chunk_sectors: 16,
+                raid_devices: n,
+                metadata: SuperblockVersion::V1_2,
+                size_sectors: None,
+                name: "mapped".into(),
+                set_uuid: [9; 16],
+                device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+                ctime_seconds: 1_700_000_000,
+                members_zeroed: true,
+                consistency: raidkit_engine::ConsistencyPolicy::Resync,
+                config: config.clone(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
+        let size = array.size_bytes() as usize;
+        let threads = 3;
+        let part = size / threads / 512 * 512;
+        let model = std::sync::Mutex::new(vec![0u8; size]);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (array, model, ctx) = (&array, &model, &ctx);
+                s.spawn(move || {
+                    let mut rng = Rng(0x5eed + t as u64);
+                    let mut mine = vec![0u8; part];
+                    let base = t * part;
+                    for _ in 0..150 {
+                        let len = rng.below(64 << 10) as usize + 1;
+                        let off = rng.below((part - len) as u64 + 1) as usize;
+                        if rng.below(3) == 0 {
+                            let mut buf = vec![0u8; len];
+                            array.read_at(&mut buf, (base + off) as u64).unwrap();
+                            assert!(buf == mine[off..off + len], "{ctx}: read {off}+{len}");
+                        } else {
+                            rng.fill(&mut mine[off..off + len]);
+                            array
+                                .write_at(&mine[off..off + len], (base + off) as u64, false)
+                                .unwrap_or_else(|e| panic!("{ctx}: write: {e}"));
+                        }
+                    }
+                    model.lock().unwrap()[base..base + part].copy_from_slice(&mine);
+                });
+            }
+        });
+        let model = model.into_inner().unwrap();
+        verify_all(&array, &model, &ctx);
+        array.stop().unwrap();
+        drop(array);
+        // The same files through pread/pwrite: what the mappings wrote is in them.
+        let (array, _) = Array::assemble(
+            open(false),
+            AssembleOptions {
+                config,
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{ctx}: reassemble: {e}"));
+        verify_all(&array, &model, &format!("{ctx}, files read back"));
+        for &m in &lose {
+            array.fail_member(m).unwrap();
+        }
+        verify_all(&array, &model, &format!("{ctx}, degraded"));
+        drop(array);
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
