@@ -524,7 +524,7 @@ fn mapped_tmpfs_members_match_the_model() {
                 ctime_seconds: 1_700_000_000,
                 members_zeroed: true,
                 consistency: raidkit_engine::ConsistencyPolicy::Resync,
-                config: config.clone(),
+                config,
             },
         )
         .unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
