@@ -603,11 +603,7 @@ fn serve_maps_fully_allocated_tmpfs_members_unless_told_not_to() {
     ok(&args);
     // Sparse images (as created) stay unmapped; m0 and m1 are then allocated in full.
     for m in &members[..2] {
-        let f = std::fs::OpenOptions::new().write(true).open(m).unwrap();
-        use std::os::unix::io::AsRawFd;
-        let len = f.metadata().unwrap().len() as libc::off_t;
-        // SAFETY: fallocate on a valid descriptor with plain integer arguments.
-        assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) }, 0);
+        raidkit_disk::allocate_in_full(m).unwrap();
     }
     let serve = |extra: &[&str]| -> String {
         let socket = dir.0.join("nbd.sock");

@@ -37,7 +37,7 @@ pub struct OpenOptions {
     pub read_only: bool,
     pub direct: DirectIo,
     /// Map a fully allocated image file on tmpfs and copy to and from the mapping instead of
-    /// calling `pread`/`pwrite` (about twice as fast; costs 0.12 s per GiB at open, so meant
+    /// calling `pread`/`pwrite` (about 1.5 times as fast; costs 0.12 s per GiB at open, so meant
     /// for long-lived users such as a server). Ignored for anything else.
     pub map_memory: bool,
 }
@@ -248,6 +248,19 @@ impl FileDisk {
         // SAFETY: the ioctl reads two u64s from a valid pointer.
         unsafe { libc::ioctl(self.file.as_raw_fd(), req as _, range.as_ptr()) == 0 }
     }
+}
+
+/// Allocates every page of the image file at `path` (contents unchanged): on tmpfs this is
+/// what makes a file eligible for [`OpenOptions::map_memory`].
+pub fn allocate_in_full(path: impl AsRef<Path>) -> std::io::Result<()> {
+    let f = StdOpenOptions::new().write(true).open(path)?;
+    let len = f.metadata()?.len();
+    // SAFETY: fallocate on a valid descriptor with plain integer arguments.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Disk for FileDisk {

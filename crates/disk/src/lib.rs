@@ -11,8 +11,8 @@
 //!   opened with `O_DIRECT` where the kernel accepts it and fall back to buffered I/O where it is
 //!   refused (tmpfs, some filesystems); with `O_DIRECT`, unaligned requests go through an
 //!   [`AlignedBuf`] bounce buffer so callers never have to care. Long-lived users may ask for
-//!   a fully allocated image file on tmpfs to be mapped into memory, which halves the cost of
-//!   its I/O (see `mapped.rs` for how a page that vanishes under the mapping is survived).
+//!   a fully allocated image file on tmpfs to be mapped into memory, which makes its I/O
+//!   a memory copy (see `mapped.rs` for how a page that vanishes under the mapping is survived).
 //! - [`MemDisk`]: memory, a cheap cloneable handle (clones share the bytes), for tests and
 //!   simulation.
 
@@ -24,7 +24,7 @@ mod mem;
 
 pub use aligned::AlignedBuf;
 pub use error::{DiskError, DiskErrorKind};
-pub use file::{DirectIo, FileDisk, OpenOptions};
+pub use file::{allocate_in_full, DirectIo, FileDisk, OpenOptions};
 pub use mem::MemDisk;
 
 use std::fmt;

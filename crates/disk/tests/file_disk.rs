@@ -274,12 +274,7 @@ fn sparse_files_and_files_not_asked_for_are_not_mapped() {
     drop(disk);
     // Allocated in full by fallocate (never written: tmpfs calls those pages holes for
     // SEEK_HOLE, yet they exist): mapped, and reads zeroes.
-    {
-        use std::os::unix::io::AsRawFd;
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        // SAFETY: fallocate on a valid descriptor with plain integer arguments.
-        assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 4 << 20) }, 0);
-    }
+    raidkit_disk::allocate_in_full(&path).unwrap();
     let disk = FileDisk::open(&path, mapped(false)).unwrap();
     assert!(disk.is_mapped(), "a file allocated in full is mapped");
     let mut b = vec![1u8; 1 << 20];

@@ -2,10 +2,11 @@
 //! to run under `perf record` or `strace -c` when seqbench shows a shortfall.
 //!
 //! Run: `cargo run --release -p raidkit-engine --example dataprobe -- LEVEL MEMBERS CHUNK_KIB
-//! TEST [seconds] [threads] [failed]` with TEST one of `write`, `read`, `rand4k` (through the
-//! engine) or `raw-write`, `raw-read` (one thread per member file, no engine); `failed`
-//! members (the second, then the last) are failed before the measured run. Prints MB/s and
-//! MB per CPU second.
+//! TEST [seconds] [threads] [failed] [map]` with TEST one of `write`, `read`, `rand4k` (through
+//! the engine) or `raw-write`, `raw-read` (one thread per member file, no engine); `failed`
+//! members (the second, then the last) are failed before the measured run; `map` opens the
+//! members mapped into memory, as `raidkit serve` does (`OpenOptions::map_memory`: the member
+//! files are written in full, so they qualify). Prints MB/s and MB per CPU second.
 
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
 use raidkit_engine::bench::{
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "dataprobe LEVEL MEMBERS CHUNK_KIB write|read|rand4k|raw-write|raw-read [seconds] [threads] [failed]";
+    let usage = "dataprobe LEVEL MEMBERS CHUNK_KIB write|read|rand4k|raw-write|raw-read [seconds] [threads] [failed] [map]";
     let num = |i: usize, d: f64| -> f64 { args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d) };
     let (Some(level), Some(n), Some(chunk_kib), Some(test)) = (
         args.get(1).and_then(|s| s.parse::<i32>().ok()),
@@ -32,6 +33,7 @@ fn main() {
     let seconds = num(5, 3.0);
     let threads = num(6, 4.0) as usize;
     let failed = num(7, 0.0) as usize;
+    let map_memory = args.get(8).is_some_and(|a| a == "map");
     let member_bytes: u64 = 256 << 20;
     let dir = std::path::PathBuf::from(format!("/dev/shm/raidkit-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -48,7 +50,18 @@ fn main() {
         .collect();
     let disks: Vec<Box<dyn Disk>> = files
         .iter()
-        .map(|p| Box::new(FileDisk::open(p, OpenOptions::default()).unwrap()) as Box<dyn Disk>)
+        .map(|p| {
+            let d = FileDisk::open(
+                p,
+                OpenOptions {
+                    map_memory,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert_eq!(d.is_mapped(), map_memory, "{}: mapped?", p.display());
+            Box::new(d) as Box<dyn Disk>
+        })
         .collect();
     let array = Array::create(
         disks,

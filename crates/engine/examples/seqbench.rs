@@ -105,8 +105,6 @@ fn fio(
     window: FioWindow,
 ) -> Figure {
     let log_dir = files[0].with_file_name("fio-log");
-    let _ = std::fs::remove_dir_all(&log_dir);
-    std::fs::create_dir_all(&log_dir).expect("fio log folder");
     let mut cmd = Command::new("fio");
     cmd.args([
         "--output-format=json",
@@ -123,6 +121,8 @@ fn fio(
     cmd.arg(format!("--runtime={}ms", (runtime * 1000.0) as u64));
     cmd.arg(format!("--size={size_bytes}"));
     if window == FioWindow::AllRunning {
+        let _ = std::fs::remove_dir_all(&log_dir);
+        std::fs::create_dir_all(&log_dir).expect("fio log folder");
         cmd.arg(format!("--write_iops_log={}", log_dir.join("io").display()));
         cmd.arg("--log_unix_epoch=1");
     }
@@ -149,9 +149,12 @@ fn fio(
     let own = bytes / 1e6 / (runtime_ms / 1000.0).max(1e-9);
     let figure = match window {
         FioWindow::Reported => own,
-        FioWindow::AllRunning => all_running_mb_per_s(&log_dir, files.len()),
+        FioWindow::AllRunning => {
+            let mb_per_s = all_running_mb_per_s(&log_dir, files.len());
+            let _ = std::fs::remove_dir_all(&log_dir);
+            mb_per_s
+        }
     };
-    let _ = std::fs::remove_dir_all(&log_dir);
     Figure {
         mb_per_s: figure,
         mb_per_cpu_s: 0.0,

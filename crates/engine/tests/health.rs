@@ -75,19 +75,16 @@ fn create_with(
     create_threads(level, layout, n, spares, seed, policy, None)
 }
 
-fn create_threads(
+/// These tests' arrays: `n` active members and `spares` spares, 16 KiB chunks.
+fn options(
     level: i32,
     layout: u32,
     n: usize,
     spares: usize,
     seed: u8,
-    policy: Option<ConsistencyPolicy>,
     task_threads: Option<usize>,
-) -> (Vec<MemDisk>, Array) {
-    let disks: Vec<MemDisk> = (0..n + spares)
-        .map(|i| MemDisk::new(&format!("m{i}"), MEMBER_BYTES))
-        .collect();
-    let opts = CreateOptions {
+) -> CreateOptions {
+    CreateOptions {
         level,
         layout: Some(layout),
         chunk_sectors: 32,
@@ -101,7 +98,22 @@ fn create_threads(
         members_zeroed: true,
         consistency: raidkit_engine::ConsistencyPolicy::Resync,
         config: config_with(task_threads),
-    };
+    }
+}
+
+fn create_threads(
+    level: i32,
+    layout: u32,
+    n: usize,
+    spares: usize,
+    seed: u8,
+    policy: Option<ConsistencyPolicy>,
+    task_threads: Option<usize>,
+) -> (Vec<MemDisk>, Array) {
+    let disks: Vec<MemDisk> = (0..n + spares)
+        .map(|i| MemDisk::new(&format!("m{i}"), MEMBER_BYTES))
+        .collect();
+    let opts = options(level, layout, n, spares, seed, task_threads);
     let array = match policy {
         Some(p) => Array::create_with_policy(boxed(&disks), opts, p),
         None => Array::create(boxed(&disks), opts),
@@ -1269,21 +1281,7 @@ fn a_source_member_dying_mid_rebuild() {
             let disks: Vec<BreaksAfter> = (0..n)
                 .map(|i| BreaksAfter::new(MemDisk::new(&format!("m{i}"), MEMBER_BYTES)))
                 .collect();
-            let opts = CreateOptions {
-                level,
-                layout: Some(layout),
-                chunk_sectors: 32,
-                raid_devices: n,
-                metadata: SuperblockVersion::V1_2,
-                size_sectors: None,
-                name: "dying".into(),
-                set_uuid: [9; 16],
-                device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
-                ctime_seconds: 1_700_000_000,
-                members_zeroed: true,
-                consistency: ConsistencyPolicy::Resync,
-                config: config_with(threads),
-            };
+            let opts = options(level, layout, n, 0, 9, threads);
             let members: Vec<Box<dyn Disk>> = disks
                 .iter()
                 .map(|d| Box::new(d.clone()) as Box<dyn Disk>)

@@ -33,6 +33,15 @@ fn boxed(disks: &[MemDisk]) -> Vec<Box<dyn Disk>> {
         .collect()
 }
 
+/// A small stripe cache and few requests in flight, so the tests reach their limits.
+fn config() -> EngineConfig {
+    EngineConfig {
+        stripe_cache_bytes: 1 << 20,
+        max_inflight: 4,
+        task_threads: None,
+    }
+}
+
 fn create(
     level: i32,
     layout: u32,
@@ -45,8 +54,22 @@ fn create(
     let disks: Vec<MemDisk> = (0..n)
         .map(|i| MemDisk::new(&format!("m{i}"), member_bytes))
         .collect();
-    let array = Array::create(
-        boxed(&disks),
+    let array = create_on(boxed(&disks), level, layout, chunk_sectors, version, seed);
+    (disks, array)
+}
+
+/// An array of `members` (all of them active).
+fn create_on(
+    members: Vec<Box<dyn Disk>>,
+    level: i32,
+    layout: u32,
+    chunk_sectors: u32,
+    version: SuperblockVersion,
+    seed: u64,
+) -> Array {
+    let n = members.len();
+    Array::create(
+        members,
         CreateOptions {
             level,
             layout: Some(layout),
@@ -60,15 +83,10 @@ fn create(
             ctime_seconds: 1_700_000_000,
             members_zeroed: true,
             consistency: raidkit_engine::ConsistencyPolicy::Resync,
-            config: EngineConfig {
-                stripe_cache_bytes: 1 << 20,
-                max_inflight: 4,
-                task_threads: None,
-            },
+            config: config(),
         },
     )
-    .unwrap_or_else(|e| panic!("create RAID {level} layout {layout} n {n}: {e}"));
-    (disks, array)
+    .unwrap_or_else(|e| panic!("create RAID {level} layout {layout} n {n}: {e}"))
 }
 
 fn random_phase(array: &Array, model: &mut [u8], rng: &mut Rng, ops: usize, ctx: &str) {
@@ -122,14 +140,14 @@ fn verify_all(array: &Array, model: &[u8], ctx: &str) {
 }
 
 fn reassemble(disks: &[MemDisk], ctx: &str) -> Array {
+    reassemble_from(boxed(disks), ctx)
+}
+
+fn reassemble_from(members: Vec<Box<dyn Disk>>, ctx: &str) -> Array {
     let (array, _report) = Array::assemble(
-        boxed(disks),
+        members,
         AssembleOptions {
-            config: EngineConfig {
-                stripe_cache_bytes: 1 << 20,
-                max_inflight: 4,
-                task_threads: None,
-            },
+            config: config(),
             ..Default::default()
         },
     )
@@ -463,7 +481,6 @@ fn replaced_member_offered_again_is_left_out() {
 #[test]
 fn mapped_tmpfs_members_match_the_model() {
     use raidkit_disk::{FileDisk, OpenOptions};
-    use std::os::unix::io::AsRawFd;
     let shm = std::path::Path::new("/dev/shm");
     let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
     let path_c = std::ffi::CString::new("/dev/shm").unwrap();
@@ -500,34 +517,10 @@ fn mapped_tmpfs_members_match_the_model() {
                 .collect()
         };
         for p in &paths {
-            let f = std::fs::File::create(p).unwrap();
-            // SAFETY: fallocate on a valid descriptor with plain integer arguments.
-            assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 3 << 20) }, 0);
+            std::fs::File::create(p).unwrap().set_len(3 << 20).unwrap();
+            raidkit_disk::allocate_in_full(p).unwrap();
         }
-        let config = EngineConfig {
-            stripe_cache_bytes: 1 << 20,
-            max_inflight: 4,
-            task_threads: None,
-        };
-        let array = Array::create(
-            open(true),
-            CreateOptions {
-                level,
-                layout: Some(layout),
-                chunk_sectors: 16,
-                raid_devices: n,
-                metadata: SuperblockVersion::V1_2,
-                size_sectors: None,
-                name: "mapped".into(),
-                set_uuid: [9; 16],
-                device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
-                ctime_seconds: 1_700_000_000,
-                members_zeroed: true,
-                consistency: raidkit_engine::ConsistencyPolicy::Resync,
-                config,
-            },
-        )
-        .unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
+        let array = create_on(open(true), level, layout, 16, SuperblockVersion::V1_2, 9);
         let size = array.size_bytes() as usize;
         let threads = 3;
         let part = size / threads / 512 * 512;
@@ -562,14 +555,7 @@ fn mapped_tmpfs_members_match_the_model() {
         array.stop().unwrap();
         drop(array);
         // The same files through pread/pwrite: what the mappings wrote is in them.
-        let (array, _) = Array::assemble(
-            open(false),
-            AssembleOptions {
-                config,
-                ..Default::default()
-            },
-        )
-        .unwrap_or_else(|e| panic!("{ctx}: reassemble: {e}"));
+        let array = reassemble_from(open(false), &ctx);
         verify_all(&array, &model, &format!("{ctx}, files read back"));
         for &m in &lose {
             array.fail_member(m).unwrap();

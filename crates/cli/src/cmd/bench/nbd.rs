@@ -373,19 +373,8 @@ fn write_source(path: &Path, size_bytes: u64) -> Result<(), CliError> {
 
 /// Allocates every page of an image file (contents unchanged).
 fn allocate_in_full(path: &Path) -> Result<(), CliError> {
-    use std::os::unix::io::AsRawFd;
-    let f = std::fs::OpenOptions::new().write(true).open(path)?;
-    let len = f.metadata()?.len();
-    // SAFETY: fallocate on a valid descriptor with plain integer arguments.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) };
-    if rc != 0 {
-        return Err(CliError::failure(format!(
-            "{}: cannot allocate: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
+    raidkit_disk::allocate_in_full(path)
+        .map_err(|e| CliError::failure(format!("{}: cannot allocate: {e}", path.display())))
 }
 
 /// Member image size for a level so the array holds at least `array_bytes` (plus room for the
