@@ -87,7 +87,8 @@ fn args<'a>(head: &[&'a str], members: &'a [String], tail: &[&'a str]) -> Vec<&'
     v
 }
 
-fn recovery_offset(path: &str) -> Option<u64> {
+/// The superblock of a member, read without writing anything (None while unreadable).
+fn superblock(path: &str) -> Option<raidkit_metadata::Superblock> {
     let d = FileDisk::open(
         Path::new(path),
         OpenOptions {
@@ -96,10 +97,11 @@ fn recovery_offset(path: &str) -> Option<u64> {
         },
     )
     .ok()?;
-    raidkit_engine::read_superblock(&d)
-        .ok()?
-        .sb
-        .recovery_offset()
+    Some(raidkit_engine::read_superblock(&d).ok()?.sb)
+}
+
+fn recovery_offset(path: &str) -> Option<u64> {
+    superblock(path)?.recovery_offset()
 }
 
 /// Starts `raidkit ARGS`, waits until `ready()` or the process ends, then SIGKILLs it.
@@ -241,17 +243,7 @@ fn killed_write_then_killed_resync_end_consistent() {
     std::fs::write(&input, data(3, 60 << 20)).unwrap();
     let first = members[0].clone();
     let killed = kill_when(&args(&["write"], &members, &["--input", &input]), || {
-        let d = FileDisk::open(
-            Path::new(&first),
-            OpenOptions {
-                read_only: true,
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap();
-        raidkit_engine::read_superblock(&d)
-            .map(|f| !f.sb.is_clean())
-            .unwrap_or(false)
+        superblock(&first).is_some_and(|sb| !sb.is_clean())
     });
     assert!(killed, "the write finished before it could be killed");
     let detail = ok(&args(&["detail"], &members, &[]));
@@ -298,17 +290,7 @@ fn killed_write_on_a_ppl_array_is_replayed_at_assembly() {
     std::fs::write(&input, data(5, 40 << 20)).unwrap();
     let first = members[0].clone();
     let killed = kill_when(&args(&["write"], &members, &["--input", &input]), || {
-        let d = FileDisk::open(
-            Path::new(&first),
-            OpenOptions {
-                read_only: true,
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap();
-        raidkit_engine::read_superblock(&d)
-            .map(|f| !f.sb.is_clean())
-            .unwrap_or(false)
+        superblock(&first).is_some_and(|sb| !sb.is_clean())
     });
     assert!(killed, "the write finished before it could be killed");
     // A read-write assembly replays the log and leaves nothing pending.
