@@ -87,12 +87,14 @@ fn args<'a>(head: &[&'a str], members: &'a [String], tail: &[&'a str]) -> Vec<&'
     v
 }
 
-/// The superblock of a member, read without writing anything (None while unreadable).
+/// The superblock of a member, read without writing anything (None while unreadable), and
+/// without a claim: it watches members while the command under test owns them.
 fn superblock(path: &str) -> Option<raidkit_metadata::Superblock> {
     let d = FileDisk::open(
         Path::new(path),
         OpenOptions {
             read_only: true,
+            claim: raidkit_disk::Claim::Unclaimed,
             ..OpenOptions::default()
         },
     )

@@ -1,5 +1,6 @@
 //! Errors of one member: what went wrong, on which member, doing what, where.
 
+use crate::Holder;
 use std::fmt;
 use std::io;
 
@@ -14,6 +15,9 @@ pub enum DiskErrorKind {
     ReadOnly,
     /// The path names neither a regular file nor a block device.
     NotADisk,
+    /// Someone else holds the member ([`crate::Claim`]): for writing, or at all when
+    /// `exclusive` (we wanted to write).
+    Claimed { exclusive: bool, holder: Holder },
 }
 
 /// An error on one member, naming it.
@@ -67,6 +71,22 @@ impl fmt::Display for DiskError {
             DiskErrorKind::NotADisk => {
                 write!(f, "{}: not a regular file or block device", self.member)
             }
+            DiskErrorKind::Claimed {
+                exclusive: true,
+                holder,
+            } => write!(
+                f,
+                "{}: in use by {holder}; a member is changed by one process at a time, so nothing was done",
+                self.member
+            ),
+            DiskErrorKind::Claimed {
+                exclusive: false,
+                holder,
+            } => write!(
+                f,
+                "{}: in use by {holder}, which may be writing it; what it holds is in flux, so nothing was read",
+                self.member
+            ),
         }
     }
 }
@@ -87,6 +107,7 @@ impl From<DiskError> for io::Error {
             DiskErrorKind::OutOfRange { .. } => io::ErrorKind::InvalidInput,
             DiskErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
             DiskErrorKind::NotADisk => io::ErrorKind::InvalidInput,
+            DiskErrorKind::Claimed { .. } => io::ErrorKind::ResourceBusy,
         };
         io::Error::new(kind, err.to_string())
     }

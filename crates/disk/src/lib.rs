@@ -13,16 +13,20 @@
 //!   [`AlignedBuf`] bounce buffer so callers never have to care. Long-lived users may ask for
 //!   a fully allocated image file on tmpfs to be mapped into memory, which makes its I/O
 //!   a memory copy (see `mapped.rs` for how a page that vanishes under the mapping is survived).
+//!   Every open takes a claim on the member ([`Claim`], see `claim.rs`): exclusive for
+//!   writing, shared for reading, so two processes never change one member at once.
 //! - [`MemDisk`]: memory, a cheap cloneable handle (clones share the bytes), for tests and
 //!   simulation.
 
 mod aligned;
+mod claim;
 mod error;
 mod file;
 mod mapped;
 mod mem;
 
 pub use aligned::AlignedBuf;
+pub use claim::{Claim, Holder};
 pub use error::{DiskError, DiskErrorKind};
 pub use file::{allocate_in_full, DirectIo, FileDisk, OpenOptions};
 pub use mem::MemDisk;

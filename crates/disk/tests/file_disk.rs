@@ -1,6 +1,6 @@
 //! FileDisk against real files (temp dir, tmpfs) and, as root, a loop device.
 
-use raidkit_disk::{DirectIo, Disk, DiskErrorKind, FileDisk, OpenOptions};
+use raidkit_disk::{Claim, DirectIo, Disk, DiskErrorKind, FileDisk, Holder, OpenOptions};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -72,6 +72,7 @@ fn image_file_create_open_and_io() {
             read_only: true,
             direct: DirectIo::Never,
             map_memory: false,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -104,6 +105,7 @@ fn direct_io_preference_on_tmpfs() {
             read_only: false,
             direct: DirectIo::Prefer,
             map_memory: false,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -126,6 +128,7 @@ fn direct_io_on_a_regular_filesystem() {
             read_only: false,
             direct: DirectIo::Prefer,
             map_memory: false,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -139,6 +142,178 @@ fn not_a_disk_is_refused() {
     assert!(matches!(err.kind, DiskErrorKind::NotADisk), "{err}");
     let err = FileDisk::open("/nonexistent/raidkit", OpenOptions::default()).unwrap_err();
     assert!(matches!(err.kind, DiskErrorKind::Io(_)), "{err}");
+}
+
+fn read_only() -> OpenOptions {
+    OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    }
+}
+
+/// The holder named by a refused claim, and whether we wanted to write.
+fn refused(result: Result<FileDisk, raidkit_disk::DiskError>) -> (bool, Holder) {
+    match result {
+        Err(e) => match e.kind {
+            DiskErrorKind::Claimed { exclusive, holder } => (exclusive, holder),
+            other => panic!("refused for another reason: {other:?}"),
+        },
+        Ok(_) => panic!("opened a member someone else holds"),
+    }
+}
+
+#[test]
+fn a_member_is_claimed_for_writing_by_one_and_for_reading_by_many() {
+    let path = temp_path("claim");
+    drop(FileDisk::create(&path, 1 << 20).unwrap());
+    let own = std::process::id();
+    {
+        let writer = FileDisk::open(&path, OpenOptions::default()).unwrap();
+        // A second writer and a reader are refused while the writer has it; the error names
+        // this process.
+        let (exclusive, holder) = refused(FileDisk::open(&path, OpenOptions::default()));
+        assert!(exclusive);
+        assert!(
+            matches!(&holder, Holder::Process { pid, argv } if *pid == own && !argv.is_empty()),
+            "{holder:?}"
+        );
+        let (exclusive, _) = refused(FileDisk::open(&path, read_only()));
+        assert!(!exclusive);
+        // create of an existing member is an open like any other: refused, file untouched.
+        refused(FileDisk::create(&path, 2 << 20));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+        drop(writer);
+    }
+    {
+        // Readers share; a writer waits for all of them to go.
+        let r1 = FileDisk::open(&path, read_only()).unwrap();
+        let r2 = FileDisk::open(&path, read_only()).unwrap();
+        refused(FileDisk::open(&path, OpenOptions::default()));
+        drop(r1);
+        refused(FileDisk::open(&path, OpenOptions::default()));
+        drop(r2);
+    }
+    // Unclaimed opens neither take nor respect claims.
+    let writer = FileDisk::open(&path, OpenOptions::default()).unwrap();
+    let watcher = FileDisk::open(
+        &path,
+        OpenOptions {
+            claim: Claim::Unclaimed,
+            ..read_only()
+        },
+    )
+    .unwrap();
+    drop((writer, watcher));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_claim_held_by_another_process_names_it_and_is_not_passed_on_to_children() {
+    let path = temp_path("claim-proc");
+    drop(FileDisk::create(&path, 1 << 20).unwrap());
+    // util-linux flock(1) takes flock(2) on the file, as a raidkit process would (-o: the
+    // command it runs does not inherit the descriptor, so killing flock frees the file).
+    let mut holder = Command::new("flock")
+        .args(["-o", "-x"])
+        .arg(&path)
+        .args(["sleep", "60"])
+        .spawn()
+        .expect("flock(1) runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (exclusive, who) = loop {
+        match FileDisk::open(&path, OpenOptions::default()) {
+            Ok(d) => {
+                drop(d);
+                assert!(std::time::Instant::now() < deadline, "flock never took it");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => match e.kind {
+                DiskErrorKind::Claimed { exclusive, holder } => break (exclusive, holder),
+                other => panic!("{other:?}"),
+            },
+        }
+    };
+    assert!(exclusive);
+    match &who {
+        Holder::Process { pid, argv } => {
+            assert_eq!(*pid, holder.id(), "{who:?}");
+            assert_eq!(argv.first().map(String::as_str), Some("flock"), "{who:?}");
+        }
+        other => panic!("holder not named: {other:?}"),
+    }
+    let text = FileDisk::open(&path, read_only()).unwrap_err().to_string();
+    assert!(text.contains(&holder.id().to_string()), "{text}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // Our own claim does not outlive us into a program we start: the child's exec closes it.
+    let disk = FileDisk::open(&path, OpenOptions::default()).unwrap();
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    drop(disk);
+    let again = FileDisk::open(&path, OpenOptions::default());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(again.is_ok(), "a child kept the claim: {:?}", again.err());
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// Runs `f` on a fresh 8 MiB loop device, detaching it however `f` ends.
+fn with_loop_device(tag: &str, f: impl FnOnce(&str) + std::panic::UnwindSafe) {
+    // The machine has loop devices and tests run as root; a failure to set one up is a failure.
+    let backing = PathBuf::from(format!(
+        "/var/tmp/raidkit-disk-{tag}-{}",
+        std::process::id()
+    ));
+    drop(FileDisk::create(&backing, 8 << 20).unwrap());
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&backing)
+        .output()
+        .expect("losetup runs");
+    assert!(
+        out.status.success(),
+        "losetup failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let result = std::panic::catch_unwind(|| f(&dev));
+    let _ = Command::new("losetup").arg("-d").arg(&dev).status();
+    std::fs::remove_file(&backing).unwrap();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+#[test]
+fn a_block_device_is_opened_exclusively_for_writing() {
+    with_loop_device("excl", |dev| {
+        let disk = FileDisk::open(dev, OpenOptions::default()).unwrap();
+        let (exclusive, holder) = refused(FileDisk::open(dev, OpenOptions::default()));
+        assert!(exclusive);
+        assert!(
+            matches!(holder, Holder::Process { pid, .. } if pid == std::process::id()),
+            "{holder:?}"
+        );
+        drop(disk);
+        // Mounted: the kernel holds it, and says where.
+        let fs = Command::new("mkfs.ext4").args(["-q", "-F", dev]).status();
+        assert!(fs.expect("mkfs.ext4 runs").success());
+        let point = temp_path("mnt");
+        std::fs::create_dir_all(&point).unwrap();
+        assert!(Command::new("mount")
+            .arg(dev)
+            .arg(&point)
+            .status()
+            .unwrap()
+            .success());
+        let result = FileDisk::open(dev, OpenOptions::default());
+        let _ = Command::new("umount").arg(&point).status();
+        let _ = std::fs::remove_dir(&point);
+        let (_, holder) = refused(result);
+        assert!(
+            matches!(&holder, Holder::Kernel(what) if what.contains(point.to_str().unwrap())),
+            "{holder:?}"
+        );
+    });
 }
 
 #[test]
@@ -195,6 +370,7 @@ fn mapped(read_only: bool) -> OpenOptions {
         read_only,
         direct: DirectIo::Auto,
         map_memory: true,
+        ..Default::default()
     }
 }
 
@@ -234,8 +410,16 @@ fn a_fully_allocated_tmpfs_file_is_mapped_and_reads_and_writes_the_file() {
     disk.read_at(&mut z, 2 << 20).unwrap();
     assert!(z.iter().all(|&x| x == 0));
     assert!(disk.is_mapped());
-    // Read-only: mapped too, and still refuses writes.
-    let ro = FileDisk::open(&path, mapped(true)).unwrap();
+    // Read-only: mapped too, and still refuses writes (opened beside the writer on purpose,
+    // so without a claim).
+    let ro = FileDisk::open(
+        &path,
+        OpenOptions {
+            claim: Claim::Unclaimed,
+            ..mapped(true)
+        },
+    )
+    .unwrap();
     assert!(ro.is_mapped());
     let mut first = vec![0u8; 4096];
     ro.read_at(&mut first, 1 << 20).unwrap();

@@ -41,6 +41,9 @@ fn images(dir: &Path, prefix: &str, n: usize, bytes: u64) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Opens members without claims: the engine's own rules are under test here, and a claim
+/// would refuse a member listed twice at open, before the engine sees it (claims are tested
+/// in the disk crate and through the CLI).
 fn open(paths: &[PathBuf], read_only: bool) -> Vec<Box<dyn Disk>> {
     paths
         .iter()
@@ -50,6 +53,7 @@ fn open(paths: &[PathBuf], read_only: bool) -> Vec<Box<dyn Disk>> {
                     p,
                     OpenOptions {
                         read_only,
+                        claim: raidkit_disk::Claim::Unclaimed,
                         ..Default::default()
                     },
                 )

@@ -256,6 +256,7 @@ pub(crate) fn open_members(
                     read_only,
                     direct: DirectIo::Never,
                     map_memory: false,
+                    ..Default::default()
                 },
             )
             .map(|d| Box::new(d) as Box<dyn Disk>)
@@ -431,7 +432,10 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         status
     } else {
         array.stop().map_err(|e| err("stop")(e.to_string()))?;
-        array.status()
+        let status = array.status();
+        // Releases the members' claims: they are opened again below.
+        drop(array);
+        status
     };
     let journal_status = a.journal.map(|_| {
         let role = status

@@ -80,6 +80,7 @@ fn md_replays(a: &PlannedArray) {
                         read_only: false,
                         direct: raidkit_disk::DirectIo::Never,
                         map_memory: false,
+                        ..Default::default()
                     },
                 )
                 .unwrap(),

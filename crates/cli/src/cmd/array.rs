@@ -389,8 +389,78 @@ pub fn engine_error(err: EngineError) -> CliError {
     CliError::new(code, err.to_string())
 }
 
-fn disk_error(err: raidkit_disk::DiskError) -> CliError {
-    CliError::failure(err.to_string())
+/// Maps a member's error to the documented exit codes: a member someone else holds, and a
+/// path that is no disk (a directory, /dev/null), are refused input (3), with what to do
+/// instead; anything else is a runtime failure (1).
+pub fn disk_error(err: raidkit_disk::DiskError) -> CliError {
+    use raidkit_disk::{DiskErrorKind, Holder};
+    match &err.kind {
+        DiskErrorKind::NotADisk => CliError::new(ExitCode::Refused, err.to_string()),
+        DiskErrorKind::Claimed { holder, .. } => {
+            let hint = match holder {
+                Holder::Process { pid, argv }
+                    if holder.program() == Some("raidkit")
+                        && argv.get(1).map(String::as_str) == Some("serve") =>
+                {
+                    match served_control_socket(holder, *pid) {
+                        Some(ctl) => format!(
+                            "the array is served: manage it through the server's control socket, e.g. `raidkit detail --control {}` (fail, remove and add take --control too)",
+                            ctl.display()
+                        ),
+                        None => "the array is served without a control socket: stop the server (SIGTERM) first".into(),
+                    }
+                }
+                Holder::Process { .. } => {
+                    "wait until that process is done with it, or stop it first".into()
+                }
+                Holder::Kernel(_) => {
+                    "unmount it, or stop the md or dm device that holds it, first".into()
+                }
+                Holder::Unknown => "find and stop the process that has it open first".into(),
+            };
+            CliError::new(ExitCode::Refused, format!("{err}\n  {hint}"))
+        }
+        _ => CliError::failure(err.to_string()),
+    }
+}
+
+/// The control socket of the `raidkit serve` process `pid` (from its command line, resolved
+/// against its working directory): `--control PATH`, else its `--socket` path plus ".ctl";
+/// `None` when it runs without one.
+fn served_control_socket(holder: &raidkit_disk::Holder, pid: u32) -> Option<PathBuf> {
+    if matches!(holder, raidkit_disk::Holder::Process { argv, .. } if argv.iter().any(|a| a == "--no-control"))
+    {
+        return None;
+    }
+    let path = match (holder.argument("--control"), holder.argument("--socket")) {
+        (Some(c), _) => PathBuf::from(c),
+        (None, Some(s)) => PathBuf::from(format!("{s}.ctl")),
+        (None, None) => return None,
+    };
+    if path.is_absolute() {
+        return Some(path);
+    }
+    match std::fs::read_link(format!("/proc/{pid}/cwd")) {
+        Ok(cwd) => Some(cwd.join(path).components().collect()),
+        Err(_) => Some(path),
+    }
+}
+
+/// Opens an existing member, or creates an image file of `image_bytes` when it does not exist
+/// (`None`: refused, naming the flag that gives the size).
+pub fn open_or_create(path: &Path, image_bytes: Option<u64>) -> Result<Box<dyn Disk>, CliError> {
+    let disk = if path.exists() {
+        FileDisk::open(path, OpenOptions::default())
+    } else {
+        let Some(size) = image_bytes else {
+            return Err(CliError::usage(format!(
+                "{}: does not exist; give --image-size to create an image file",
+                path.display()
+            )));
+        };
+        FileDisk::create(path, size)
+    };
+    Ok(Box::new(disk.map_err(disk_error)?))
 }
 
 /// Opens members; read-only ones never get a write. `map_memory`: long-lived users (the
@@ -421,6 +491,7 @@ pub fn open_members(
                 read_only,
                 direct: DirectIo::Auto,
                 map_memory,
+                ..Default::default()
             },
         )
         .map_err(disk_error)?;
@@ -633,24 +704,11 @@ pub fn open_for_create(
     paths: &[PathBuf],
     image_bytes: Option<u64>,
 ) -> Result<(Vec<Box<dyn Disk>>, bool), CliError> {
-    let mut all_new = true;
-    let mut disks: Vec<Box<dyn Disk>> = Vec::new();
-    for p in paths {
-        if p.exists() {
-            all_new = false;
-            disks.push(Box::new(
-                FileDisk::open(p, OpenOptions::default()).map_err(disk_error)?,
-            ));
-        } else {
-            let Some(size) = image_bytes else {
-                return Err(CliError::usage(format!(
-                    "{}: does not exist; give --image-size to create image files",
-                    p.display()
-                )));
-            };
-            disks.push(Box::new(FileDisk::create(p, size).map_err(disk_error)?));
-        }
-    }
+    let all_new = paths.iter().all(|p| !p.exists());
+    let disks = paths
+        .iter()
+        .map(|p| open_or_create(p, image_bytes))
+        .collect::<Result<_, _>>()?;
     Ok((disks, all_new))
 }
 
@@ -752,6 +810,7 @@ pub fn create_array_checked(
                 read_only: true,
                 direct: DirectIo::Auto,
                 map_memory: false,
+                ..Default::default()
             },
         )
         .map_err(disk_error)?;

@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use raidkit_disk::{Disk, FileDisk, OpenOptions};
 use raidkit_engine::{Array, Status};
 use serde::{Deserialize, Serialize};
 
@@ -558,7 +557,7 @@ impl ControlServer {
                         ),
                     ));
                 }
-                let disk = open_new_member(&path, size_bytes)?;
+                let disk = super::array::open_or_create(&path, size_bytes)?;
                 let name = disk.name().to_string();
                 let uuid = random_uuid()?;
                 {
@@ -615,23 +614,6 @@ fn member_of(status: &Status, wanted: &str, array: &str) -> Result<(usize, Strin
         "{wanted} is not a member of {array} (members: {})",
         names.join(", ")
     )))
-}
-
-/// Opens an existing image file or block device, or creates an image file of `size_bytes`.
-fn open_new_member(path: &Path, size_bytes: Option<u64>) -> Result<Box<dyn Disk>, CliError> {
-    let disk = if path.exists() {
-        FileDisk::open(path, OpenOptions::default())
-    } else {
-        let Some(size) = size_bytes else {
-            return Err(CliError::usage(format!(
-                "{}: does not exist; give --image-size to create an image file",
-                path.display()
-            )));
-        };
-        FileDisk::create(path, size)
-    }
-    .map_err(|e| CliError::failure(e.to_string()))?;
-    Ok(Box::new(disk))
 }
 
 // ---------------------------------------------------------------------------------------------

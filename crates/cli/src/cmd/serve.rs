@@ -23,7 +23,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use raidkit_disk::{Disk, FileDisk, OpenOptions};
 use raidkit_engine::{Array, AssembleOptions, EngineError};
 use raidkit_nbd::{BlockSize, Export, Listener, Server};
 use raidkit_sim::{FaultSpec, FaultyDisk};
@@ -345,20 +344,16 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let spares = Arc::new(GlobalSpares::default());
     for path in &args.spares {
-        let disk: Box<dyn Disk> = Box::new(
-            if path.exists() {
-                FileDisk::open(path, OpenOptions::default())
+        let disk = super::array::open_or_create(path, spare_size).map_err(|e| {
+            if e.code == ExitCode::Usage {
+                CliError::usage(format!(
+                    "--spare {}: does not exist; give --spare-size to create it",
+                    path.display()
+                ))
             } else {
-                let Some(size) = spare_size else {
-                    return Err(CliError::usage(format!(
-                        "--spare {}: does not exist; give --spare-size to create it",
-                        path.display()
-                    )));
-                };
-                FileDisk::create(path, size)
+                e
             }
-            .map_err(|e| CliError::failure(e.to_string()))?,
-        );
+        })?;
         spares.offer(path, disk)?;
         eprintln!("raidkit: global spare {}", path.display());
     }

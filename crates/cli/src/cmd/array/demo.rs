@@ -161,7 +161,7 @@ fn open_rw(paths: &[PathBuf]) -> Result<Vec<Box<dyn Disk>>, CliError> {
         .map(|p| {
             FileDisk::open(p, OpenOptions::default())
                 .map(|d| Box::new(d) as Box<dyn Disk>)
-                .map_err(|e| CliError::failure(e.to_string()))
+                .map_err(super::disk_error)
         })
         .collect()
 }
@@ -390,8 +390,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let mut new_paths = Vec::new();
     for (k, _) in victims.iter().enumerate() {
         let p = args.dir.join(format!("demo-{}.img", n + k));
-        let disk =
-            FileDisk::create(&p, image_bytes).map_err(|e| CliError::failure(e.to_string()))?;
+        let disk = FileDisk::create(&p, image_bytes).map_err(super::disk_error)?;
         array
             .add_spare(Box::new(disk), super::random_uuid()?)
             .map_err(engine_error)?;
