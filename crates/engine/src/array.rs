@@ -45,6 +45,7 @@ mod bitmap;
 mod health;
 mod journal;
 mod ppl;
+use crate::error::AbsentMember;
 pub use health::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 
 /// Memory and concurrency bounds of the driver.
@@ -161,6 +162,10 @@ pub struct AssembleOptions {
     pub read_only: bool,
     /// Refuse members whose array UUID differs from this one.
     pub uuid: Option<[u8; 16]>,
+    /// mdadm's `--run`: start writable even when members the superblocks list as active were
+    /// not given (they are then recorded faulty). Without it such an assembly is refused with
+    /// [`EngineError::Incomplete`] unless `read_only`.
+    pub run: bool,
     pub config: EngineConfig,
 }
 
@@ -1208,6 +1213,32 @@ impl Array {
                 ),
             });
         }
+        // mdadm's --run: members the superblocks list as active but that were not given are
+        // not assumed dead. Writing would record them faulty for good (they could then only
+        // come back through a full rebuild), so a writable assembly without them needs `run`.
+        if !(opts.read_only || opts.run || members.iter().any(|m| m.is_read_only())) {
+            let nsb = &nsb;
+            let absent: Vec<AbsentMember> = (0..raid_disks)
+                .filter(|&slot| slot_member[slot].is_none())
+                .flat_map(|slot| {
+                    (0..nsb.max_dev())
+                        .filter(move |&d| nsb.role_of(d) == DevRole::Active(slot as u16))
+                        .map(move |d| AbsentMember {
+                            slot,
+                            dev_number: d,
+                        })
+                })
+                .filter(|a| !found.iter().any(|f| f.sb.dev_number == a.dev_number))
+                .collect();
+            if !absent.is_empty() {
+                return Err(EngineError::Incomplete {
+                    level,
+                    raid_disks,
+                    set_uuid: nsb.set_uuid.0,
+                    absent,
+                });
+            }
+        }
         if level == 0 && nsb.chunk_sectors > 0 {
             let sizes: Vec<u64> = found
                 .iter()
@@ -1475,6 +1506,9 @@ impl Array {
                 })
                 .collect();
             lost.extend(displaced);
+            // Only what the superblocks do not say already: assembling an array that is
+            // known degraded writes nothing.
+            lost.retain(|&d| st.sbs.iter().any(|sb| sb.role_of(d) != DevRole::Faulty));
             if !lost.is_empty() {
                 drop(st);
                 let _g = lock(&array.sb_lock);
@@ -2235,6 +2269,9 @@ impl Array {
             // stripes consistent.
             st.dirty = true;
             return Ok(());
+        }
+        for note in self.ppl_reset_before_dirty(&mut st) {
+            st.log.push(note);
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));
         st.dirty = true;

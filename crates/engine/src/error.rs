@@ -63,6 +63,23 @@ pub enum EngineError {
     Metadata(String),
     /// Another background task is running on the array.
     Busy(String),
+    /// Members the superblocks list as active were not given, and the assembly would write
+    /// (mdadm refuses this without `--run`).
+    Incomplete {
+        level: i32,
+        raid_disks: usize,
+        set_uuid: [u8; 16],
+        absent: Vec<AbsentMember>,
+    },
+}
+
+/// A member the array's superblocks list as active that was not given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbsentMember {
+    /// The raid slot it holds.
+    pub slot: usize,
+    /// Its device number (md's dev_number, the index into the superblocks' role table).
+    pub dev_number: u32,
 }
 
 impl fmt::Display for EngineError {
@@ -107,6 +124,20 @@ impl fmt::Display for EngineError {
             EngineError::ReadOnly => write!(f, "the array is read-only"),
             EngineError::Metadata(s) => write!(f, "metadata: {s}"),
             EngineError::Busy(s) => write!(f, "busy: {s}"),
+            EngineError::Incomplete { level, raid_disks, absent, .. } => {
+                let names: Vec<String> = absent
+                    .iter()
+                    .map(|a| format!("slot {} (device {})", a.slot, a.dev_number))
+                    .collect();
+                write!(
+                    f,
+                    "RAID {level} over {raid_disks} devices was last active with {} not given now; writing without {} would record {} faulty for good, so that {} could only come back through a full rebuild. Give every member, or --run to start degraded anyway (as mdadm --run); nothing was written",
+                    names.join(", "),
+                    if absent.len() == 1 { "it" } else { "them" },
+                    if absent.len() == 1 { "it" } else { "them" },
+                    if absent.len() == 1 { "it" } else { "they" },
+                )
+            }
         }
     }
 }

@@ -26,6 +26,6 @@ pub use array::{
     Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,
     EngineConfig, MemberStatus, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
-pub use error::{EngineError, Result};
+pub use error::{AbsentMember, EngineError, Result};
 pub use geo::Geo;
 pub use meta::{read_superblock, write_superblock, FoundSuperblock};

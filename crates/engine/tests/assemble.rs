@@ -294,9 +294,20 @@ fn stale_member_needs_force_and_dirty_degraded_needs_force() {
     .unwrap();
     assert!(report.was_dirty, "an unclean stop must be detected");
     drop(array);
+    // Without its fourth member: refused before anything else, as mdadm refuses without
+    // --run; with --run, dirty + degraded still needs --force.
     expect_refusal(
         &b[..3],
         AssembleOptions::default(),
+        |e| matches!(e, EngineError::Incomplete { absent, .. } if absent.len() == 1 && absent[0].slot == 3),
+        "--run",
+    );
+    expect_refusal(
+        &b[..3],
+        AssembleOptions {
+            run: true,
+            ..Default::default()
+        },
         |e| matches!(e, EngineError::DirtyDegraded { .. }),
         "force",
     );
@@ -312,6 +323,64 @@ fn stale_member_needs_force_and_dirty_degraded_needs_force() {
     let mut buf = vec![0u8; 4096];
     array.read_at(&mut buf, 0).unwrap();
     assert!(buf.iter().all(|&x| x == 5));
+}
+
+#[test]
+fn members_not_given_are_not_recorded_faulty_without_run() {
+    let dir = TempDir::new("run");
+    let a = images(&dir.0, "r", 4, 8 << 20);
+    fill(&create_on(&a, 5, None, SuperblockVersion::V1_2, 0x66), 1);
+    let given = vec![a[0].clone(), a[1].clone(), a[3].clone()];
+    expect_refusal(
+        &given,
+        AssembleOptions::default(),
+        |e| {
+            matches!(e, EngineError::Incomplete { absent, .. }
+                if absent == &[raidkit_engine::AbsentMember { slot: 2, dev_number: 2 }])
+        },
+        "slot 2 (device 2)",
+    );
+    // Read-only it runs degraded and writes nothing.
+    let before = hashes(&a);
+    let (array, _) = Array::assemble(
+        open(&given, true),
+        AssembleOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(array.status().degraded);
+    drop(array);
+    assert_eq!(hashes(&a), before);
+    // All four again: whole, nothing was lost.
+    let array = assemble(&a, AssembleOptions::default()).unwrap();
+    assert!(!array.status().degraded);
+    drop(array);
+    // With run, the missing member is recorded faulty, as mdadm --run does.
+    let array = assemble(
+        &given,
+        AssembleOptions {
+            run: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    array.stop().unwrap();
+    drop(array);
+    let (array, report) = Array::assemble(
+        open(&a, true),
+        AssembleOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(array.status().degraded, "{report:?}");
+    assert!(
+        report.excluded.iter().any(|(m, _)| m.ends_with("r2.img")),
+        "{report:?}"
+    );
 }
 
 #[test]

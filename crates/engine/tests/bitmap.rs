@@ -65,6 +65,8 @@ fn assemble(disks: &[MemDisk], force: bool) -> (Array, raidkit_engine::AssembleR
         boxed(disks),
         AssembleOptions {
             force,
+            // Members are left out on purpose (lost, then re-added).
+            run: true,
             config: config(),
             ..AssembleOptions::default()
         },

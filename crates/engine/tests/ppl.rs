@@ -248,6 +248,7 @@ fn crash_then_lose(
         boxed(&survivors),
         AssembleOptions {
             force,
+            run: true,
             ..Default::default()
         },
     )

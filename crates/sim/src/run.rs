@@ -757,6 +757,9 @@ impl Run<'_> {
                 .collect();
             let opts = AssembleOptions {
                 force: self.opts.write_hole,
+                // Only survivors are offered (dead members are gone for good), as an
+                // operator would start it with mdadm --run.
+                run: true,
                 config: self.engine_config(),
                 ..AssembleOptions::default()
             };

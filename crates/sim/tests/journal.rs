@@ -77,7 +77,12 @@ fn assemble(world: &SimWorld) -> (Array, Vec<String>) {
         .into_iter()
         .map(|d| Box::new(d) as Box<dyn Disk>)
         .collect();
-    let (array, report) = Array::assemble(disks, AssembleOptions::default()).unwrap();
+    // The survivors only: a member is lost on purpose.
+    let opts = AssembleOptions {
+        run: true,
+        ..Default::default()
+    };
+    let (array, report) = Array::assemble(disks, opts).unwrap();
     (array, report.notes)
 }
 

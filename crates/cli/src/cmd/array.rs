@@ -27,6 +27,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 pub use util::{parse_layout, parse_level, parse_size_bytes};
 
+/// The help of `--run`, on every command that writes to an assembled array.
+pub const RUN_HELP: &str = "Start writable even when members the superblocks list as active were not given (mdadm's --run): they are recorded faulty for good and can only come back through a full rebuild. Without it such a command refuses (exit code 4) and writes nothing";
+
 /// Shown under the help of the commands that also act on served arrays.
 const CONTROL_EXAMPLES: &str = "\
 Stopped arrays are named by their member files; an array that `raidkit serve` is serving is
@@ -104,6 +107,8 @@ pub struct ReplaceArgs {
     /// Accept stale members / a dirty degraded array when assembling, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[arg(long, help = RUN_HELP)]
+    pub run: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -199,6 +204,8 @@ pub struct MembersArgs {
     /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[arg(long, help = RUN_HELP)]
+    pub run: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -277,6 +284,8 @@ pub struct WriteArgs {
     /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[arg(long, help = RUN_HELP)]
+    pub run: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -293,6 +302,8 @@ pub struct MemberArgs {
     /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[arg(long, help = RUN_HELP)]
+    pub run: bool,
     #[command(flatten)]
     pub target: ControlTarget,
     /// Print the result as JSON.
@@ -314,6 +325,8 @@ pub struct FailArgs {
     /// ("set device faulty failed ... Device or resource busy").
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[arg(long, help = RUN_HELP)]
+    pub run: bool,
     #[command(flatten)]
     pub target: ControlTarget,
     /// Print the result as JSON.
@@ -336,6 +349,8 @@ pub struct AddArgs {
     /// Accept stale members / a dirty degraded array, as mdadm --force.
     #[arg(long, short = 'f')]
     pub force: bool,
+    #[arg(long, help = RUN_HELP)]
+    pub run: bool,
     #[command(flatten)]
     pub target: ControlTarget,
     /// With --control: return only once the new member is rebuilt (or is a plain spare).
@@ -382,7 +397,9 @@ pub fn engine_error(err: EngineError) -> CliError {
         | EngineError::SizeMismatch { .. }
         | EngineError::DirtyDegraded { .. }
         | EngineError::Metadata(_) => ExitCode::Refused,
-        EngineError::Unavailable { .. } | EngineError::ArrayFailed { .. } => ExitCode::Unavailable,
+        EngineError::Unavailable { .. }
+        | EngineError::ArrayFailed { .. }
+        | EngineError::Incomplete { .. } => ExitCode::Unavailable,
         EngineError::Invalid(_) => ExitCode::Usage,
         EngineError::Disk(_) | EngineError::ReadOnly | EngineError::Busy(_) => ExitCode::Failure,
     };
@@ -506,21 +523,112 @@ pub fn open_members(
     Ok(out)
 }
 
+/// mdadm's insisting flags of a command that assembles.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Insist {
+    /// Accept stale members / a dirty degraded array.
+    pub force: bool,
+    /// Start writable without members the superblocks list as active.
+    pub run: bool,
+}
+
+impl Insist {
+    pub fn force(force: bool) -> Insist {
+        Insist { force, run: false }
+    }
+}
+
 fn assemble(
     paths: &[PathBuf],
     read_only: bool,
-    force: bool,
+    insist: Insist,
 ) -> Result<(Array, AssembleReport), CliError> {
     let disks = open_members(paths, read_only, false)?;
     Array::assemble(
         disks,
         AssembleOptions {
-            force,
+            force: insist.force,
+            run: insist.run,
             read_only,
             ..Default::default()
         },
     )
-    .map_err(engine_error)
+    .map_err(|e| assembly_error(e, paths))
+}
+
+/// [`engine_error`], and for members not given, where they may be: image files beside the
+/// given ones that hold the missing device numbers of the same array.
+pub fn assembly_error(err: EngineError, given: &[PathBuf]) -> CliError {
+    let EngineError::Incomplete {
+        set_uuid, absent, ..
+    } = &err
+    else {
+        return engine_error(err);
+    };
+    let mut hints = Vec::new();
+    for a in absent {
+        match find_member(given, *set_uuid, a.dev_number) {
+            Some((path, events)) => hints.push(format!(
+                "slot {} (device {}): {} holds it (events {events}); add it to the command line",
+                a.slot,
+                a.dev_number,
+                path.display()
+            )),
+            None => hints.push(format!(
+                "slot {} (device {}): not found beside the given members",
+                a.slot, a.dev_number
+            )),
+        }
+    }
+    CliError::new(
+        ExitCode::Unavailable,
+        format!("{err}\n  {}", hints.join("\n  ")),
+    )
+}
+
+/// Looks in the folders of `given` for a file that holds device `dev_number` of array
+/// `set_uuid` (md records no member paths, so this is where a forgotten image file usually
+/// is). Files someone else holds, or that hold no superblock, are passed over.
+fn find_member(given: &[PathBuf], set_uuid: [u8; 16], dev_number: u32) -> Option<(PathBuf, u64)> {
+    let mut folders: Vec<PathBuf> = Vec::new();
+    for p in given {
+        let folder = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !folders.contains(&folder) {
+            folders.push(folder);
+        }
+    }
+    let given: Vec<PathBuf> = given.iter().map(|p| identity(p)).collect();
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        // Bounded: a folder of thousands of files is not worth reading through.
+        for entry in entries.flatten().take(1024) {
+            let path = entry.path();
+            if given.contains(&identity(&path)) || !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let Ok(disk) = FileDisk::open(
+                &path,
+                OpenOptions {
+                    read_only: true,
+                    ..Default::default()
+                },
+            ) else {
+                continue;
+            };
+            if let Ok(found) = raidkit_engine::read_superblock(&disk) {
+                if found.sb.set_uuid.0 == set_uuid && found.sb.dev_number == dev_number {
+                    let shown = path.strip_prefix("./").unwrap_or(&path).to_path_buf();
+                    return Some((shown, found.sb.events));
+                }
+            }
+        }
+    }
+    None
 }
 
 fn report_notes(report: &AssembleReport) {
@@ -1007,7 +1115,7 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
     if let Some(control) = &args.target.control {
         return super::control::detail(control, args.target.array.as_deref(), args.json);
     }
-    let (array, report) = assemble(&args.members, true, args.force)?;
+    let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
     let status = array.status();
     if args.json {
         return print_json(&serde_json::json!({ "status": status, "assembly": report }));
@@ -1184,7 +1292,7 @@ fn read(args: ReadArgs) -> Result<(), CliError> {
         Some(l) => Some(parse_size_bytes(l, 1)?),
         None => None,
     };
-    let (array, report) = assemble(&args.members, true, args.force)?;
+    let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
     let status = array.status();
     if !args.json {
         report_notes(&report);
@@ -1266,7 +1374,14 @@ fn write(args: WriteArgs) -> Result<(), CliError> {
         let len = meta.file_type().is_file().then_some(meta.len());
         (Box::new(file), len)
     };
-    let (array, report) = assemble(&args.members, false, args.force)?;
+    let (array, report) = assemble(
+        &args.members,
+        false,
+        Insist {
+            force: args.force,
+            run: args.run,
+        },
+    )?;
     if !args.json {
         report_notes(&report);
     }
@@ -1369,12 +1484,19 @@ fn fail(args: FailArgs) -> Result<(), CliError> {
     let index = member_index(&args.members, &args.member)?;
     if !args.force {
         // Decide on a read-only assembly: a refusal leaves every member as it was.
-        let (array, _) = assemble(&args.members, true, false)?;
+        let (array, _) = assemble(&args.members, true, Insist::default())?;
         if let Some(why) = fail_would_lose_data(&array, index) {
             return Err(CliError::new(ExitCode::Refused, why));
         }
     }
-    let (array, report) = assemble(&args.members, false, args.force)?;
+    let (array, report) = assemble(
+        &args.members,
+        false,
+        Insist {
+            force: args.force,
+            run: args.run,
+        },
+    )?;
     report_notes(&report);
     array.fail_member(index).map_err(engine_error)?;
     // A spare attached to the array takes the slot at once; rebuild it now (md would start
@@ -1420,7 +1542,14 @@ fn remove(args: MemberArgs) -> Result<(), CliError> {
         return super::control::remove(control, array, &args.member, args.json);
     }
     let index = member_index(&args.members, &args.member)?;
-    let (array, report) = assemble(&args.members, false, args.force)?;
+    let (array, report) = assemble(
+        &args.members,
+        false,
+        Insist {
+            force: args.force,
+            run: args.run,
+        },
+    )?;
     report_notes(&report);
     array.remove_member(index).map_err(engine_error)?;
     array.stop().map_err(engine_error)?;
@@ -1446,7 +1575,14 @@ fn add(args: AddArgs) -> Result<(), CliError> {
             args.member.display()
         )));
     }
-    let (array, report) = assemble(&args.members, false, args.force)?;
+    let (array, report) = assemble(
+        &args.members,
+        false,
+        Insist {
+            force: args.force,
+            run: args.run,
+        },
+    )?;
     report_notes(&report);
     let (mut disks, _) = open_for_create(std::slice::from_ref(&args.member), size)?;
     let disk = disks.remove(0);
@@ -1536,7 +1672,14 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
             args.with.display()
         )));
     }
-    let (array, report) = assemble(&args.members, false, args.force)?;
+    let (array, report) = assemble(
+        &args.members,
+        false,
+        Insist {
+            force: args.force,
+            run: args.run,
+        },
+    )?;
     report_notes(&report);
     let (mut disks, _) = open_for_create(std::slice::from_ref(&args.with), size)?;
     array
@@ -1554,7 +1697,14 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
 }
 
 fn stop(args: MembersArgs) -> Result<(), CliError> {
-    let (array, report) = assemble(&args.members, false, args.force)?;
+    let (array, report) = assemble(
+        &args.members,
+        false,
+        Insist {
+            force: args.force,
+            run: args.run,
+        },
+    )?;
     report_notes(&report);
     array.stop().map_err(engine_error)?;
     if args.json {
@@ -1709,7 +1859,7 @@ mod tests {
         let mut args = vec!["fail", "--member", ms[2]];
         args.extend(&ms);
         run_args(&args).unwrap();
-        let (array, report) = assemble(&m, true, false).unwrap();
+        let (array, report) = assemble(&m, true, Insist::default()).unwrap();
         assert_eq!(array.status().missing_slots, vec![2]);
         assert!(report.excluded.iter().any(|(n, _)| n.ends_with("m2.img")));
         drop(array);
@@ -1726,7 +1876,7 @@ mod tests {
             .map(|(_, p)| p.clone())
             .collect();
         whole.push(new.clone());
-        let (array, _) = assemble(&whole, true, false).unwrap();
+        let (array, _) = assemble(&whole, true, Insist::default()).unwrap();
         assert!(!array.status().degraded);
         let mut back = vec![0u8; data.len()];
         array.read_at(&mut back, 4096).unwrap();

@@ -64,6 +64,8 @@ pub struct ServeArgs {
     /// Assemble stale members or a dirty degraded parity array anyway (mdadm --force).
     #[arg(long)]
     pub force: bool,
+    #[arg(long, help = super::array::RUN_HELP)]
+    pub run: bool,
     /// Control socket (unix, mode 0600, owner only) through which
     /// `raidkit detail|fail|remove|add --control PATH` manage the served arrays
     /// [default: the NBD socket's path with ".ctl" appended; with --port none unless given].
@@ -376,11 +378,12 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             disks,
             AssembleOptions {
                 force: args.force,
+                run: args.run,
                 read_only: args.read_only,
                 ..Default::default()
             },
         )
-        .map_err(engine_error)?;
+        .map_err(|e| super::array::assembly_error(e, members))?;
         for (member, why) in &report.excluded {
             eprintln!("raidkit: {name}: {member}: not used: {why}");
         }

@@ -19,7 +19,8 @@
 //! rebuilt is logged where that member is already recovered (md's R5_Insync). At assembly of a
 //! dirty array the newest log of every member in sync or being rebuilt is replayed
 //! (`ppl_recover`) and then, as md does at every start, each area is zeroed and given an empty
-//! header.
+//! header; a clean array gets its empty headers just before its first write instead, so that
+//! assembling it writes nothing.
 
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
 use crate::core::{MemberState, PieceKind, PieceOp, SECTOR};
@@ -28,7 +29,7 @@ use crate::ppl::{newest_header, plan_entry, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
 use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
 use raidkit_metadata::Superblock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The array's partial parity log state.
@@ -40,6 +41,9 @@ pub(super) struct Ppl {
     logs: Vec<Mutex<Vec<usize>>>,
     /// Bytes of the smallest member's log area (entries of one log write must fit).
     area_bytes: u64,
+    /// The logs still hold what the last run left; they are emptied before the first write
+    /// (see `ppl_start`).
+    reset_pending: AtomicBool,
 }
 
 /// Byte offset and length of a member's log area, as md validates it (`ppl_validate_rdev`:
@@ -71,6 +75,7 @@ impl Ppl {
             generation: AtomicU64::new(1),
             logs: (0..raid_disks).map(|_| Mutex::new(Vec::new())).collect(),
             area_bytes,
+            reset_pending: AtomicBool::new(false),
         })
     }
 
@@ -438,26 +443,60 @@ impl Array {
                 "partial parity log replayed: {recovered} entries recovered, {mismatched} mismatched"
             ));
         }
-        if !self.read_only {
-            let (states, members) = self.snapshot();
-            for slot in 0..self.geo.raid_disks {
-                if let (Some(m), Some(area), true) =
-                    (&members[slot], areas[slot], states[slot].writable())
-                {
-                    if let Err(e) = write_empty_log(m.disk.as_ref(), area, ppl.signature) {
-                        notes.push(format!(
-                            "{}: writing an empty partial parity log failed ({e}); marked faulty",
-                            m.disk.name()
-                        ));
-                        self.member_failed(slot, &format!("empty partial parity log: {e}"));
-                    }
-                }
-            }
+        if dirty && !self.read_only {
+            // The replayed entries must not be replayed again over later writes.
+            let _g = lock(&self.sb_lock);
+            let mut st = lock(&self.state);
+            notes.extend(self.ppl_reset_locked(&mut st));
+        } else if !self.read_only {
+            // A clean array: the logs are emptied before its first write marks it dirty
+            // (`ppl_reset_before_dirty`), so an assembly that writes nothing leaves every
+            // member as it was (a refused command must not change a member).
+            ppl.reset_pending.store(true, Ordering::SeqCst);
         }
         // md also asks for at least one recovered entry; every stripe write with a live parity
         // member is logged here, so an empty log without mismatches means none was in flight.
         let _ = recovered;
         Ok(dirty && !self.read_only && mismatched == 0 && resync_offset == 0)
+    }
+}
+
+impl Array {
+    /// Before the first write after a clean assembly (called with the superblock lock and
+    /// the state held, ahead of the dirty mark): md's empty log on every writable member,
+    /// as md writes it at every start.
+    pub(super) fn ppl_reset_before_dirty(&self, st: &mut State) -> Vec<String> {
+        match &self.ppl {
+            Some(ppl) if ppl.reset_pending.swap(false, Ordering::SeqCst) => {
+                self.ppl_reset_locked(st)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Writes an empty log on every writable slot's member; a member that cannot take it is
+    /// failed. Returns what happened, a sentence per failure.
+    fn ppl_reset_locked(&self, st: &mut State) -> Vec<String> {
+        let Some(ppl) = &self.ppl else {
+            return Vec::new();
+        };
+        let mut notes = Vec::new();
+        for slot in 0..self.geo.raid_disks {
+            let member = st.slot_member[slot].and_then(|i| st.members[i].clone());
+            let (Some(m), Some(area), true) =
+                (member, slot_area(st, slot), st.slot_state[slot].writable())
+            else {
+                continue;
+            };
+            if let Err(e) = write_empty_log(m.disk.as_ref(), area, ppl.signature) {
+                notes.push(format!(
+                    "{}: writing an empty partial parity log failed ({e}); marked faulty",
+                    m.disk.name()
+                ));
+                self.fail_locked(st, slot, &format!("empty partial parity log: {e}"));
+            }
+        }
+        notes
     }
 }
 

@@ -329,7 +329,11 @@ fn run_task_command_from(
     from: Option<u64>,
 ) -> Result<(), CliError> {
     let read_only = kind == Some(TaskKind::Check);
-    let (array, report) = assemble(&args.array.members, read_only, args.array.force)?;
+    let insist = super::Insist {
+        force: args.array.force,
+        run: args.array.run,
+    };
+    let (array, report) = assemble(&args.array.members, read_only, insist)?;
     report_notes(&report);
     if let (Some(k), Some(from)) = (kind, from) {
         if let Err(e) = array.set_task_start(k, from) {
