@@ -157,3 +157,189 @@ fn directories_and_character_devices_are_refused_input() {
         assert!(!m[0].exists(), "a refused create left files behind");
     }
 }
+
+#[test]
+fn a_forgotten_member_is_not_failed_for_good() {
+    let dir = TempDir::new("forgotten");
+    let data = pattern(2 << 20, 21);
+    let m = raid5(&dir, &data);
+    let before = contents(&m);
+    let given = vec![m[0].clone(), m[1].clone(), m[3].clone()];
+    let input = dir.0.join("data.bin");
+    let new = dir.0.join("new.img");
+    let other = dir.0.join("other.img");
+    let writers: Vec<Vec<&str>> = vec![
+        with(&["write", "--input", s(&input)], &given, &[]),
+        with(&["patrol"], &given, &[]),
+        with(&["rebuild"], &given, &[]),
+        with(&["repair"], &given, &[]),
+        with(&["stop"], &given, &[]),
+        // --force: past the check that the array can lose it, to the assembly.
+        with(&["fail", "--force", "--member", s(&m[0])], &given, &[]),
+        with(&["remove", "--member", s(&m[0])], &given, &[]),
+        with(
+            &["add", "--member", s(&new), "--image-size", "8M"],
+            &given,
+            &[],
+        ),
+        with(
+            &["replace", "--member", s(&m[0]), "--with", s(&other)],
+            &given,
+            &["--image-size", "8M"],
+        ),
+    ];
+    for args in &writers {
+        let (code, err) = fails(args);
+        assert_eq!(code, 4, "raidkit {args:?}: {err}");
+        assert!(
+            err.contains("slot 2 (device 2)") && err.contains("--run"),
+            "raidkit {args:?} does not say what is missing and how to insist: {err}"
+        );
+        assert!(
+            err.contains(&format!("{} holds it", s(&m[2]))),
+            "raidkit {args:?} does not point at the forgotten file: {err}"
+        );
+        assert_unchanged(&m, &before, &format!("raidkit {args:?}"));
+        assert!(
+            !new.exists() && !other.exists(),
+            "raidkit {args:?} left a new member file"
+        );
+    }
+    // A new member that is no disk is refused before anything else.
+    let (code, err) = fails(&with(&["add", "--member", "/dev/null"], &given, &[]));
+    assert_eq!(code, 3, "{err}");
+    assert_unchanged(&m, &before, "add --member /dev/null");
+    // Read-only commands run degraded and change nothing.
+    assert_eq!(read_back(&given, data.len()), data);
+    ok(&with(&["detail"], &given, &[]));
+    // check needs every member (it compares parity with data), and says so.
+    let (_, err) = fails(&with(&["check"], &given, &[]));
+    assert!(err.contains("needs every member in sync"), "{err}");
+    assert_unchanged(&m, &before, "read-only commands on three of four members");
+    // Nothing was lost: all four are whole.
+    let detail = ok(&with(&["detail", "--json"], &m, &[]));
+    assert!(detail.contains("\"degraded\": false"), "{detail}");
+    // With --run the user insists: the missing member is recorded faulty, as mdadm --run does.
+    ok(&with(
+        &["write", "--run", "--input", s(&input)],
+        &given,
+        &[],
+    ));
+    let detail = ok(&with(&["detail", "--json"], &m, &[]));
+    assert!(detail.contains("\"degraded\": true"), "{detail}");
+    assert_eq!(read_back(&m, data.len()), data);
+}
+
+/// Bytes of every member before and after each refused command (and every member's file
+/// set): a refusal writes nothing, on a RAID 5 with its partial parity log and on a RAID 6
+/// with a write-intent bitmap.
+#[test]
+fn refused_commands_write_nothing() {
+    for (level, extra) in [("5", None), ("6", Some("--bitmap=internal"))] {
+        let dir = TempDir::new(&format!("refusals{level}"));
+        let m = dir.members("m", 5);
+        let mut args = vec![
+            "create",
+            "--level",
+            level,
+            "--chunk",
+            "64K",
+            "--image-size",
+            "8M",
+        ];
+        args.extend(extra);
+        ok(&with(&args, &m, &[]));
+        let data = pattern(1 << 20, 3);
+        let input = dir.0.join("data.bin");
+        std::fs::write(&input, &data).unwrap();
+        ok(&with(&["write", "--input", s(&input)], &m, &[]));
+        // A member of another array, a member too small, a file too big for the array.
+        let foreign = dir.members("f", 2);
+        ok(&with(
+            &["create", "--level", "1", "--image-size", "8M"],
+            &foreign,
+            &[],
+        ));
+        let small = dir.0.join("small.img");
+        std::fs::write(&small, vec![0u8; 1 << 20]).unwrap();
+        let huge = dir.0.join("huge.bin");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let before = contents(&m);
+        let foreign_before = contents(&foreign);
+        let refusals: Vec<(Vec<&str>, i32)> = vec![
+            (with(&["add", "--member", s(&foreign[0])], &m, &[]), 3),
+            (with(&["add", "--member", s(&small)], &m, &[]), 3),
+            (
+                with(
+                    &["replace", "--member", s(&m[1]), "--with", s(&small)],
+                    &m,
+                    &[],
+                ),
+                3,
+            ),
+            (with(&["remove", "--member", s(&m[1])], &m, &[]), 2),
+            (with(&["write", "--input", s(&huge)], &m, &[]), 2),
+            (
+                with(&["write", "--offset", "1G", "--input", s(&input)], &m, &[]),
+                2,
+            ),
+            (with(&["check", "--from", "999999999"], &m, &[]), 2),
+        ];
+        for (args, want) in &refusals {
+            let (code, err) = fails(args);
+            assert_eq!(code, *want, "level {level}: raidkit {args:?}: {err}");
+            assert_unchanged(&m, &before, &format!("level {level}: raidkit {args:?}"));
+            assert_unchanged(&foreign, &foreign_before, &format!("raidkit {args:?}"));
+            assert_eq!(std::fs::read(&small).unwrap(), vec![0u8; 1 << 20]);
+        }
+        // Commands with nothing to do write nothing either.
+        ok(&with(&["rebuild"], &m, &[]));
+        ok(&with(&["check"], &m, &[]));
+        assert_unchanged(&m, &before, &format!("level {level}: rebuild and check"));
+        assert_eq!(read_back(&m, data.len()), data);
+    }
+}
+
+#[test]
+fn force_on_a_stale_member_does_what_it_says() {
+    let dir = TempDir::new("stale");
+    let m = raid5(&dir, &pattern(1 << 20, 1));
+    let old3 = std::fs::read(&m[3]).unwrap();
+    let data = pattern(1 << 20, 2);
+    let input = dir.0.join("new.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(&with(&["write", "--input", s(&input)], &m, &[]));
+    ok(&with(&["write", "--input", s(&input)], &m, &[]));
+    std::fs::write(&m[3], &old3).unwrap();
+    let (code, err) = fails(&with(&["detail"], &m, &[]));
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("--force") && err.contains("starts the array without it"),
+        "{err}"
+    );
+    // --force: the array can run without the stale member, so it is left out, and says so.
+    let out = raidkit(&with(&["detail", "--force"], &m, &[]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("{}: not used: stale", s(&m[3])))
+            && err.contains("the array runs without it"),
+        "{err}"
+    );
+    assert_eq!(read_back(&m[..3], data.len()), data);
+}
+
+#[test]
+fn remove_after_an_offline_fail_removes() {
+    let dir = TempDir::new("remove");
+    let m = raid5(&dir, &pattern(1 << 20, 4));
+    ok(&with(&["fail", "--member", s(&m[2])], &m, &[]));
+    let out = ok(&with(&["remove", "--member", s(&m[2])], &m, &[]));
+    assert!(out.contains("removed"), "{out}");
+    // An active member is still not removed.
+    let (code, err) = fails(&with(&["remove", "--member", s(&m[1])], &m, &[]));
+    assert_eq!(code, 2, "{err}");
+}

@@ -135,21 +135,36 @@ fn flock_holder(file: &std::fs::File) -> Holder {
     let Ok(meta) = file.metadata() else {
         return Holder::Unknown;
     };
-    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
-        return Holder::Unknown;
-    };
     let own = std::process::id();
-    let pid = locks_holding(&locks, meta.dev(), meta.ino())
-        .into_iter()
-        // Our own other opens of the member are holders too; another process is more telling.
-        .max_by_key(|&p| p != own);
-    match pid {
-        Some(pid) => Holder::Process {
-            pid,
-            argv: command_line(pid),
-        },
-        None => Holder::Unknown,
+    // The holder may be letting go right now: a few looks, then Unknown.
+    for _ in 0..3 {
+        let Some(locks) = read_proc_locks() else {
+            return Holder::Unknown;
+        };
+        let pid = locks_holding(&locks, meta.dev(), meta.ino())
+            .into_iter()
+            // Our own other opens of the member hold it too; another process is more telling.
+            .max_by_key(|&p| p != own);
+        if let Some(pid) = pid {
+            return Holder::Process {
+                pid,
+                argv: command_line(pid),
+            };
+        }
     }
+    Holder::Unknown
+}
+
+/// `/proc/locks` in one `read`: the kernel lists the locks under its lock-list lock within
+/// one read call, while successive small reads (what `read_to_string` starts with) restart
+/// the listing at an offset, and lines shift when other locks come and go in between.
+fn read_proc_locks() -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open("/proc/locks").ok()?;
+    let mut buf = vec![0u8; 1 << 20];
+    let n = f.read(&mut buf).ok()?;
+    buf.truncate(n);
+    String::from_utf8(buf).ok()
 }
 
 /// PIDs of the `flock` holders of the inode `(dev, ino)` listed in `locks` (the text of

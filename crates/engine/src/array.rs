@@ -1125,6 +1125,8 @@ impl Array {
         }
         let failed_now =
             |states: &[MemberState]| states.iter().map(|s| !s.usable()).collect::<Vec<bool>>();
+        // Stale members --force took back: their superblocks get the array's events.
+        let mut forced_back = false;
         if !stale.is_empty() {
             if !opts.force {
                 let i = stale[0];
@@ -1139,7 +1141,7 @@ impl Array {
                     report.excluded.push((
                         members[i].name().into(),
                         format!(
-                            "stale (events {} < {}); left out",
+                            "stale (events {} < {}); left out: the array runs without it, and --force takes a stale member back only where the array cannot start otherwise (as mdadm --force); `raidkit add` brings it back up to date",
                             found[i].sb.events, nsb.events
                         ),
                     ));
@@ -1150,15 +1152,17 @@ impl Array {
                 by_events.sort_by_key(|&i| std::cmp::Reverse(found[i].sb.events));
                 for i in by_events {
                     if geo.survives(&failed_now(&slot_state)) {
-                        report
-                            .excluded
-                            .push((members[i].name().into(), "stale; left out".into()));
+                        report.excluded.push((
+                            members[i].name().into(),
+                            "stale; left out (the array can start without it)".into(),
+                        ));
                         continue;
                     }
                     if let Some(slot) = slot_member.iter().position(|&m| m == Some(i)) {
                         slot_state[slot] = MemberState::InSync;
+                        forced_back = true;
                         report.notes.push(format!(
-                            "{}: stale (events {} < {}) but taken back because of --force",
+                            "{}: stale (events {} < {}) but taken back because of --force (the array cannot start without it; its events are raised to the array's, as mdadm does)",
                             members[i].name(),
                             found[i].sb.events,
                             nsb.events
@@ -1479,6 +1483,13 @@ impl Array {
                 "a resync is needed from sector {from} (parity or copies may disagree where writes were in flight)"
             ));
         }
+        if forced_back && !read_only {
+            // mdadm's force_array writes the raised event count at once, so the next
+            // assembly takes the member without --force.
+            let _g = lock(&array.sb_lock);
+            let mut st = lock(&array.state);
+            array.update_superblocks(&mut st, |_| {});
+        }
         if (degraded || !displaced.is_empty()) && !read_only {
             // Record the lost slots as faulty in the survivors, as md does when it starts
             // degraded (super_1_sync writes 0xfffe for every device it does not have).
@@ -1740,8 +1751,29 @@ impl Array {
     pub fn remove_member(&self, index: usize) -> Result<()> {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        if index >= st.members.len() || st.members[index].is_none() {
+        if index >= st.members.len() {
             return Err(EngineError::Invalid(format!("no member {index}")));
+        }
+        if st.members[index].is_none() {
+            // Left out at assembly or removed earlier: already out of the array if the
+            // superblocks record its device faulty (what md writes for a removed device too),
+            // so there is nothing left to write.
+            let dev_number = st.sbs[index].dev_number;
+            let recorded_faulty = st
+                .sbs
+                .iter()
+                .zip(&st.members)
+                .filter(|(_, m)| m.is_some())
+                .all(|(sb, _)| sb.role_of(dev_number) == DevRole::Faulty);
+            if recorded_faulty {
+                st.log.push(format!(
+                    "member {index} removed (it was already recorded faulty)"
+                ));
+                return Ok(());
+            }
+            return Err(EngineError::Invalid(format!(
+                "member {index} was left out of the array at assembly and is not recorded faulty; nothing to remove"
+            )));
         }
         if let Some(slot) = st.replacement.iter().position(|&r| r == Some(index)) {
             return Err(EngineError::Invalid(format!(

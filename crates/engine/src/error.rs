@@ -107,7 +107,7 @@ impl fmt::Display for EngineError {
             ),
             EngineError::Stale { member, events, newest_events } => write!(
                 f,
-                "{member}: out of date (events {events}, newest member has {newest_events}); its data is older than the array's. Leave it out, or use --force to accept it as md does"
+                "{member}: out of date (events {events}, newest member has {newest_events}); its data is older than the array's. Leave it out (then `raidkit add` brings it back up to date), or give --force: as mdadm --force, that starts the array without it where the array can run without it, and takes it back (its events raised to the array's) only where the array cannot start otherwise"
             ),
             EngineError::WrongLevel { asked, found } => write!(
                 f,

@@ -806,18 +806,23 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
     ))
 }
 
-/// Opens or creates image members for add and replace; returns the disks and whether all were
-/// new.
-pub fn open_for_create(
-    paths: &[PathBuf],
+/// Opens or creates the new member of add or replace, before the array is assembled, so
+/// that a member that cannot be used (held by someone, no disk, missing without a size)
+/// refuses the command before anything else is touched. A file created here is removed again
+/// unless the caller sets `keep` once the command succeeded.
+fn open_new_member(
+    path: &Path,
     image_bytes: Option<u64>,
-) -> Result<(Vec<Box<dyn Disk>>, bool), CliError> {
-    let all_new = paths.iter().all(|p| !p.exists());
-    let disks = paths
-        .iter()
-        .map(|p| open_or_create(p, image_bytes))
-        .collect::<Result<_, _>>()?;
-    Ok((disks, all_new))
+) -> Result<(Box<dyn Disk>, CreatedFiles), CliError> {
+    let mut created = CreatedFiles {
+        paths: Vec::new(),
+        keep: false,
+    };
+    if !path.exists() && image_bytes.is_some() {
+        created.paths.push(path.to_path_buf());
+    }
+    let disk = open_or_create(path, image_bytes)?;
+    Ok((disk, created))
 }
 
 /// A path's identity for "listed twice": the canonical path, or for a file still to be
@@ -1575,6 +1580,7 @@ fn add(args: AddArgs) -> Result<(), CliError> {
             args.member.display()
         )));
     }
+    let (disk, mut created) = open_new_member(&args.member, size)?;
     let (array, report) = assemble(
         &args.members,
         false,
@@ -1584,8 +1590,6 @@ fn add(args: AddArgs) -> Result<(), CliError> {
         },
     )?;
     report_notes(&report);
-    let (mut disks, _) = open_for_create(std::slice::from_ref(&args.member), size)?;
-    let disk = disks.remove(0);
     // A device that already holds an md superblock: a former member of this array comes
     // back through re-add (only what it missed is rebuilt, with a write-intent bitmap);
     // anything else is refused unless --force, as mdadm does, since adding it as a spare
@@ -1602,9 +1606,7 @@ fn add(args: AddArgs) -> Result<(), CliError> {
                     }
                     Err(e) if args.force => {
                         eprintln!("raidkit: re-add not possible ({e}); --force: adding it as a new spare");
-                        let (mut again, _) =
-                            open_for_create(std::slice::from_ref(&args.member), size)?;
-                        Some(again.remove(0))
+                        Some(open_or_create(&args.member, size)?)
                     }
                     Err(e) => {
                         return Err(CliError::new(
@@ -1636,6 +1638,7 @@ fn add(args: AddArgs) -> Result<(), CliError> {
             .add_spare(disk, random_uuid()?)
             .map_err(engine_error)?;
     }
+    created.keep = true;
     let rebuilding = array.pending_tasks().contains(&TaskKind::Rebuild);
     if !args.json {
         println!(
@@ -1672,6 +1675,7 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
             args.with.display()
         )));
     }
+    let (disk, mut created) = open_new_member(&args.with, size)?;
     let (array, report) = assemble(
         &args.members,
         false,
@@ -1681,10 +1685,10 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
         },
     )?;
     report_notes(&report);
-    let (mut disks, _) = open_for_create(std::slice::from_ref(&args.with), size)?;
     array
-        .replace_member(index, disks.remove(0), random_uuid()?)
+        .replace_member(index, disk, random_uuid()?)
         .map_err(engine_error)?;
+    created.keep = true;
     if !args.json {
         println!(
             "raidkit: copying {} onto {} while the array stays whole (Ctrl-C stops; `raidkit rebuild` with both resumes)",
