@@ -1240,7 +1240,12 @@ impl Server {
                     }
                     None => t.send_all(&[&out]),
                 };
-                sent.map_err(closed)?;
+                if let Err(e) = sent {
+                    // A client may abort and close without waiting for the acknowledgement.
+                    if hs.outcome() != Some(&Outcome::Aborted) {
+                        return Err(left_without_tls(&hs, closed(e)));
+                    }
+                }
             }
             if hs.outcome().is_some() {
                 break;
