@@ -587,3 +587,44 @@ fn the_observer_sees_each_connection_from_accept_to_close() {
         "{log:?}"
     );
 }
+
+/// An export with a 512-byte minimum block size refuses a client that did not ask for block
+/// sizes (NBD_REP_ERR_BLOCK_SIZE_REQD), over a real socket; the same client asking again with
+/// NBD_INFO_BLOCK_SIZE gets in.
+#[test]
+fn go_without_a_block_size_request_is_refused_at_negotiation() {
+    const NBD_REP_ERR_BLOCK_SIZE_REQD: u32 = 0x8000_0008;
+    let (_, exports) = exports();
+    let server = Running::start(exports);
+    let mut c = RawClient::connect(&server.socket);
+    c.greet();
+    let go = |infos: &[u16]| {
+        let mut data = 4u32.to_be_bytes().to_vec();
+        data.extend_from_slice(b"disk");
+        data.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+        for i in infos {
+            data.extend_from_slice(&i.to_be_bytes());
+        }
+        data
+    };
+    c.send_option(NBD_OPT_GO, &go(&[]));
+    let (option, reply, message) = c.option_reply();
+    assert_eq!((option, reply), (NBD_OPT_GO, NBD_REP_ERR_BLOCK_SIZE_REQD));
+    let message = String::from_utf8(message).unwrap();
+    assert!(
+        message.contains("512") && message.contains("disk"),
+        "{message}"
+    );
+    // Negotiation goes on; asking for block sizes gets the export.
+    c.send_option(NBD_OPT_GO, &go(&[1, 3]));
+    loop {
+        let (_, reply, _) = c.option_reply();
+        match reply {
+            1 => break,
+            3 => {}
+            other => panic!("NBD_OPT_GO failed with {other:#x}"),
+        }
+    }
+    c.request(0, READ, 1, 512, 512);
+    assert_eq!(c.simple_reply(), (0, 1));
+}
