@@ -36,6 +36,34 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Requiring TLS with client certificates, closing idle connections, and logging every
+//! refusal with its reason and peer:
+//!
+//! ```no_run
+//! use raidkit_nbd::{Listener, MemoryExport, Server, ServerEvent, TlsConfig, TlsMode};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let tls = TlsConfig::from_pem_files(
+//!     "/etc/pki/nbd/server-cert.pem".as_ref(),
+//!     "/etc/pki/nbd/server-key.pem".as_ref(),
+//!     Some("/etc/pki/nbd/ca-cert.pem".as_ref()),
+//! )?;
+//! let listener = Listener::bind_unix_with("/run/raidkit/nbd.sock".as_ref(), 0o660, Some(6))?;
+//! let server = Server::builder()
+//!     .export("md0", Arc::new(MemoryExport::new(1 << 30)))
+//!     .tls(TlsMode::Require, Some(Arc::new(tls)))
+//!     .idle_timeout(Some(Duration::from_secs(600)))
+//!     .observer(Arc::new(|event: &ServerEvent<'_>| {
+//!         if let ServerEvent::Refused { peer, reason, .. } = event {
+//!             eprintln!("refused {peer}: {reason}");
+//!         }
+//!     }))
+//!     .build()?;
+//! server.serve(&listener, raidkit_nbd::shutdown_on_signals()?)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod escape;
 pub mod export;

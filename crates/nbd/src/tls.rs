@@ -27,6 +27,12 @@
 //! always read lock, then writer lock, then TLS lock, and no writer takes the read lock, so
 //! this cannot deadlock. An error from rustls or a `close_notify` ends the stream: reads
 //! return an error or end-of-file, and the connection closes like any other.
+//!
+//! One wait is new with TLS: a reader that must send a key update answer waits for the
+//! writer lock, so while a sender is blocked on a client that is not reading, the reader
+//! stops reading too. A client that neither reads nor lets the server read is stuck either
+//! way (in clear the server stops reading once every worker waits to send); clients that
+//! read and write at once (libnbd, qemu) are not affected.
 
 pub use crate::handshake::TlsMode;
 use crate::server::Transport;
@@ -223,9 +229,14 @@ impl TlsConfig {
     }
 }
 
-/// Why a TLS stream ended or could not start, for the connection's end report.
-pub(crate) fn describe(e: &io::Error) -> String {
-    e.to_string()
+/// Why the TLS handshake failed, for the connection's end report.
+fn handshake_failure(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            "the TLS handshake did not finish within the handshake timeout".into()
+        }
+        _ => e.to_string(),
+    }
 }
 
 /// Ciphertext read from the socket and not yet handed to rustls.
@@ -273,7 +284,9 @@ impl TlsStream {
         // Nobody else uses the socket yet; a private writer lock keeps the helpers' rules.
         let writer = Mutex::new(());
         loop {
-            stream.flush_output(t, &writer).map_err(|e| describe(&e))?;
+            stream
+                .flush_output(t, &writer)
+                .map_err(|e| handshake_failure(&e))?;
             if !lock(&stream.conn).is_handshaking() {
                 return Ok(stream);
             }
@@ -282,7 +295,7 @@ impl TlsStream {
                 Ok(false) => {
                     return Err("client closed the connection during the TLS handshake".into())
                 }
-                Err(e) => return Err(describe(&e)),
+                Err(e) => return Err(handshake_failure(&e)),
             }
         }
     }
