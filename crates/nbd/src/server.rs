@@ -7,13 +7,13 @@
 //! vectored `sendmsg`. Reading the next request therefore overlaps with executing this one, and
 //! up to `threads_per_connection` requests run at once.
 //!
-//! A connection is a [`Link`]: the plain socket, or the socket wrapped in a TLS session after
+//! A connection is a `Link`: the plain socket, or the socket wrapped in a TLS session after
 //! `NBD_OPT_STARTTLS` (crate::tls owns how workers share one). The plain link calls the socket
 //! directly, so TLS costs the plain path one `match` per read and per reply, nothing more.
 //!
 //! Memory per connection is bounded by `inflight_bytes_per_connection`: every payload buffer a
 //! request holds (a WRITE's data as it is read, a READ's data until its reply is sent) is
-//! charged to the connection's [`Buffers`] from allocation until the reply is out, and so are
+//! charged to the connection's `Buffers` from allocation until the reply is out, and so are
 //! the buffers workers keep for reuse; a request that does not fit waits (under the read lock,
 //! so the client is not read further) until replies free enough, after idle kept buffers were
 //! freed first. One request larger than the cap runs alone. What is not charged is a small
@@ -2151,5 +2151,69 @@ mod tests {
             rb.read_exact(&src, &mut h).unwrap();
             assert_eq!(h, [0xab; REQUEST_HEADER_BYTES]);
         }
+    }
+
+    /// The payload budget charges every buffer, kept ones included; a request that does not
+    /// fit frees kept buffers before it waits, waits for in-flight ones otherwise, and one
+    /// larger than the whole budget runs alone; abandoning wakes every waiter.
+    #[test]
+    fn buffers_charge_every_byte_and_never_wait_for_kept_ones() {
+        let gauge = AtomicU64::new(0);
+        let charged = || gauge.load(Ordering::Relaxed);
+        let b = Buffers::new(4 << 20, 8, &gauge);
+        let (x, waited) = b.take(1 << 20).unwrap();
+        assert!(!waited);
+        let (y, _) = b.take(1 << 20).unwrap();
+        assert_eq!(charged(), 2 << 20);
+        b.give_back(x);
+        assert_eq!(charged(), 2 << 20, "a kept buffer stays charged");
+        // A kept buffer that is large enough is reused, at no new charge.
+        let (x, _) = b.take(512 << 10).unwrap();
+        assert_eq!(x.capacity(), 1 << 20);
+        assert_eq!(charged(), 2 << 20);
+        b.give_back(x);
+        // 3 MiB does not fit beside y and the kept 1 MiB: the kept one goes, nobody waits.
+        let (z, waited) = b.take(3 << 20).unwrap();
+        assert!(!waited);
+        assert_eq!(charged(), 4 << 20);
+        // Larger than the budget: waits for y and z, then runs alone.
+        std::thread::scope(|scope| {
+            let big = scope.spawn(|| b.take(8 << 20));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!big.is_finished());
+            b.give_back(y);
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!big.is_finished(), "y came back but z is still in flight");
+            b.give_back(z);
+            let (big, waited) = big.join().unwrap().unwrap();
+            assert!(waited);
+            assert_eq!(charged(), 8 << 20, "kept y and z were freed for it");
+            b.give_back(big);
+        });
+        assert_eq!(
+            charged(),
+            0,
+            "a buffer over RETAINED_BUFFER_BYTES is not kept"
+        );
+        assert_eq!(b.peak_bytes(), 8 << 20);
+        // Growing a buffer for write gathering never waits.
+        let (mut g, _) = b.take(3 << 20).unwrap();
+        assert!(!b.try_grow(&mut g, 5 << 20));
+        assert!(b.try_grow(&mut g, 4 << 20));
+        assert_eq!(charged(), 4 << 20);
+        // After a panic, a waiter is turned away instead of waiting forever.
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| b.take(1 << 20));
+            std::thread::sleep(Duration::from_millis(50));
+            b.abandon();
+            assert!(waiter.join().unwrap().is_none());
+        });
+        drop(g);
+        drop(b);
+        assert_eq!(
+            charged(),
+            0,
+            "the server-wide gauge forgets a dropped connection"
+        );
     }
 }
