@@ -227,6 +227,28 @@ fn optional_tls_lets_plain_and_tls_clients_in() {
     assert!(!seen.iter().any(|l| l.starts_with("refused")), "{seen:?}");
 }
 
+#[test]
+fn libnbd_over_tcp_with_tls_round_trips() {
+    if !client_available("nbdcopy", "libnbd-bin") {
+        return;
+    }
+    let Some(pki) = make_pki() else { return };
+    let server = Running::start_tcp_with(vec![("disk", memory(4 << 20))], |b| {
+        b.tls(TlsMode::Require, Some(tls_config(&pki, true)))
+    });
+    let dir = TempDir::new("tls-tcp");
+    let source = dir.path().join("source.img");
+    let back = dir.path().join("back.img");
+    let data = pattern(4 << 20, 5);
+    std::fs::write(&source, &data).unwrap();
+    // nbds://127.0.0.1:PORT: the certificate names 127.0.0.1.
+    let uri = server.tls_uri("disk", &pki.client);
+    assert!(uri.starts_with("nbds://127.0.0.1:"), "{uri}");
+    run(Command::new("nbdcopy").arg(&source).arg(&uri));
+    run(Command::new("nbdcopy").arg(&uri).arg(&back));
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+}
+
 fn qemu_tls_object(dir: &std::path::Path) -> String {
     format!(
         "tls-creds-x509,id=tls0,dir={},endpoint=client",
