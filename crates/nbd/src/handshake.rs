@@ -7,9 +7,34 @@
 //!
 //! Invariants: the bytes it holds for a partial unit never exceed
 //! [`MAX_OPTION_DATA_BYTES`] + header; option data it does not want (unknown options, oversized
-//! options) is skipped without being stored; it consumes no byte beyond the option that ends
-//! negotiation, so whatever follows belongs to the transmission phase.
+//! options, options refused until TLS is up) is skipped without being stored; it consumes no
+//! byte beyond the option that ends negotiation, or beyond an acknowledged
+//! `NBD_OPT_STARTTLS`, so whatever follows belongs to the next layer (the transmission phase,
+//! or the TLS handshake).
+//!
+//! TLS (`NBD_OPT_STARTTLS`), following the spec's server modes, chosen with [`TlsMode`]:
+//! `Off` is NOTLS (STARTTLS is answered `NBD_REP_ERR_POLICY`); `On` is SELECTIVETLS with no
+//! TLS-only export (a client may upgrade or not); `Require` is FORCEDTLS (until TLS is up,
+//! every option other than STARTTLS and ABORT is answered `NBD_REP_ERR_TLS_REQD` and its data
+//! skipped, and `NBD_OPT_EXPORT_NAME`, which cannot be answered with an error, ends the
+//! session). An acknowledged STARTTLS pauses the machine ([`Handshake::poll_start_tls`]): the
+//! driver sends the `NBD_REP_ACK`, runs the TLS handshake, and calls
+//! [`Handshake::tls_established`]; negotiation then goes on over TLS, a second STARTTLS is
+//! `NBD_REP_ERR_INVALID`, and structured replies negotiated in clear must be asked for again
+//! (the spec's rule, so a man in the middle cannot have changed them).
+//!
+//! Block sizes: an export whose minimum block size is larger than 1 (every raidkit array: 512)
+//! cannot honour the spec's default of byte-granular requests, so `NBD_OPT_GO` and
+//! `NBD_OPT_INFO` without an `NBD_INFO_BLOCK_SIZE` request are answered
+//! `NBD_REP_ERR_BLOCK_SIZE_REQD`: the client learns at negotiation that it must align its
+//! requests (libnbd and qemu always ask, so they are unaffected). `NBD_OPT_EXPORT_NAME`
+//! cannot carry that error (its only failure is a hang-up) and cannot learn the constraints,
+//! so old-style clients are still let in, and a misaligned request from one is refused
+//! with `NBD_EINVAL` by [`crate::transmission::Session::decide`], as it is for everyone.
+//! Hanging up on them would refuse clients (the kernel's `nbd-client` of old, which sends
+//! whole 512-byte sectors anyway) that never send a misaligned request in practice.
 
+use crate::escape::escape_for_log;
 use crate::export::BlockSize;
 use crate::proto::*;
 use std::fmt;
@@ -23,6 +48,20 @@ pub const MAX_OPTION_DISCARD_BYTES: u64 = 1 << 20;
 pub const MAX_OPTIONS: u32 = 4096;
 
 const UNSUPPORTED_MESSAGE: &str = "option not supported by this server";
+const TLS_REQUIRED_MESSAGE: &str = "this server requires TLS: send NBD_OPT_STARTTLS first";
+
+/// Whether the server offers TLS, and whether it insists on it (the spec's NOTLS,
+/// SELECTIVETLS and FORCEDTLS modes; qemu-nbd's and nbdkit's `--tls=off|on|require`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TlsMode {
+    /// No TLS: `NBD_OPT_STARTTLS` is answered `NBD_REP_ERR_POLICY`.
+    #[default]
+    Off,
+    /// TLS is offered; a client may use it or not.
+    On,
+    /// Every client must start TLS before anything else.
+    Require,
+}
 
 /// What the negotiation needs to know about an export, and what it advertises.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +156,8 @@ pub struct Negotiated {
     /// True if the client asked for `NBD_INFO_BLOCK_SIZE` in `NBD_OPT_GO`, and so promised to
     /// honour the constraints.
     pub block_size_agreed: bool,
+    /// The negotiation ended over TLS (the transmission phase continues over it).
+    pub tls: bool,
 }
 
 /// How negotiation ended.
@@ -145,6 +186,13 @@ pub enum HandshakeError {
     TooManyOptions,
     /// Bytes arrived after negotiation had ended.
     AlreadyFinished,
+    /// The server requires TLS and the client asked for an export without it by
+    /// `NBD_OPT_EXPORT_NAME` (which cannot be refused with an error), or cannot start TLS
+    /// because it did not negotiate fixed newstyle.
+    TlsRequired,
+    /// Plaintext bytes were fed after `NBD_OPT_STARTTLS` was acknowledged and before
+    /// [`Handshake::tls_established`]: they belong to the TLS handshake.
+    TlsPending,
 }
 
 impl fmt::Display for HandshakeError {
@@ -156,9 +204,11 @@ impl fmt::Display for HandshakeError {
             HandshakeError::BadOptionMagic(v) => {
                 write!(f, "option magic {v:#018x} is not IHAVEOPT")
             }
-            HandshakeError::UnknownExport(name) => {
-                write!(f, "NBD_OPT_EXPORT_NAME asked for unknown export {name:?}")
-            }
+            HandshakeError::UnknownExport(name) => write!(
+                f,
+                "NBD_OPT_EXPORT_NAME asked for unknown export \"{}\"",
+                escape_for_log(name)
+            ),
             HandshakeError::ExportNameTooLong(n) => {
                 write!(f, "export name of {n} bytes exceeds the 4096-byte string limit")
             }
@@ -170,6 +220,12 @@ impl fmt::Display for HandshakeError {
                 write!(f, "more than {MAX_OPTIONS} options in one negotiation")
             }
             HandshakeError::AlreadyFinished => write!(f, "data after negotiation ended"),
+            HandshakeError::TlsRequired => {
+                write!(f, "TLS is required and the client entered without it")
+            }
+            HandshakeError::TlsPending => {
+                write!(f, "plaintext option data after NBD_OPT_STARTTLS was acknowledged")
+            }
         }
     }
 }
@@ -189,6 +245,8 @@ enum State {
         remaining_bytes: u64,
         reply: u32,
     },
+    /// `NBD_OPT_STARTTLS` was acknowledged; waiting for the driver to bring TLS up.
+    StartTls,
     Finished,
 }
 
@@ -198,9 +256,13 @@ pub struct Handshake {
     unit: Vec<u8>,
     out: Vec<u8>,
     no_zeroes: bool,
+    fixed_newstyle: bool,
     structured_replies: bool,
     options_seen: u32,
     outcome: Option<Outcome>,
+    tls_mode: TlsMode,
+    tls_active: bool,
+    tls_refusals: u32,
 }
 
 impl Default for Handshake {
@@ -210,9 +272,14 @@ impl Default for Handshake {
 }
 
 impl Handshake {
-    /// A new negotiation; the greeting (`NBDMAGIC`, `IHAVEOPT`, handshake flags) is already
-    /// queued as output.
+    /// A new negotiation without TLS; the greeting (`NBDMAGIC`, `IHAVEOPT`, handshake flags)
+    /// is already queued as output.
     pub fn new() -> Handshake {
+        Handshake::with_tls(TlsMode::Off)
+    }
+
+    /// A new negotiation in the given TLS mode (see the module documentation).
+    pub fn with_tls(tls_mode: TlsMode) -> Handshake {
         let mut out = Vec::with_capacity(18);
         out.extend_from_slice(&NBDMAGIC.to_be_bytes());
         out.extend_from_slice(&IHAVEOPT.to_be_bytes());
@@ -222,10 +289,41 @@ impl Handshake {
             unit: Vec::new(),
             out,
             no_zeroes: false,
+            fixed_newstyle: false,
             structured_replies: false,
             options_seen: 0,
             outcome: None,
+            tls_mode,
+            tls_active: false,
+            tls_refusals: 0,
         }
+    }
+
+    /// True once `NBD_OPT_STARTTLS` has been acknowledged (the `NBD_REP_ACK` is in the
+    /// output): the driver sends the output in clear, runs the TLS handshake on the same
+    /// stream, then calls [`Handshake::tls_established`]. Until then nothing more is consumed.
+    pub fn poll_start_tls(&self) -> bool {
+        self.state == State::StartTls
+    }
+
+    /// The TLS handshake the driver ran after [`Handshake::poll_start_tls`] succeeded;
+    /// negotiation continues with the bytes that arrive over TLS.
+    pub fn tls_established(&mut self) {
+        if self.state == State::StartTls {
+            self.tls_active = true;
+            self.state = State::OptionHeader;
+        }
+    }
+
+    /// True once TLS is up on this connection.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// How many options were refused with `NBD_REP_ERR_TLS_REQD` (a client that leaves after
+    /// one was turned away for not using TLS).
+    pub fn tls_refusals(&self) -> u32 {
+        self.tls_refusals
     }
 
     /// Bytes queued for the client; the caller sends them all.
@@ -258,7 +356,7 @@ impl Handshake {
             State::Discard {
                 remaining_bytes, ..
             } => remaining_bytes.min(64 << 10) as usize,
-            State::Finished => 0,
+            State::StartTls | State::Finished => 0,
         }
     }
 
@@ -278,6 +376,12 @@ impl Handshake {
                     }
                     break;
                 }
+                State::StartTls => {
+                    if used == 0 {
+                        return Err(HandshakeError::TlsPending);
+                    }
+                    break;
+                }
                 State::Discard {
                     option,
                     remaining_bytes,
@@ -287,12 +391,7 @@ impl Handshake {
                     used += n as usize;
                     let remaining_bytes = remaining_bytes - n;
                     if remaining_bytes == 0 {
-                        let message = if reply == NBD_REP_ERR_UNSUP {
-                            UNSUPPORTED_MESSAGE
-                        } else {
-                            "option data too large"
-                        };
-                        self.reply(option, reply, message.as_bytes());
+                        self.reply(option, reply, refusal_message(reply).as_bytes());
                         self.state = State::OptionHeader;
                     } else {
                         self.state = State::Discard {
@@ -330,6 +429,11 @@ impl Handshake {
                     return Err(HandshakeError::UnknownClientFlags(flags));
                 }
                 self.no_zeroes = flags & NBD_FLAG_C_NO_ZEROES != 0;
+                self.fixed_newstyle = flags & NBD_FLAG_C_FIXED_NEWSTYLE != 0;
+                // TLS needs fixed newstyle; a client without it could never start TLS.
+                if self.tls_mode == TlsMode::Require && !self.fixed_newstyle {
+                    return Err(HandshakeError::TlsRequired);
+                }
                 self.state = State::OptionHeader;
             }
             State::OptionHeader => {
@@ -349,7 +453,7 @@ impl Handshake {
                 self.state = State::OptionHeader;
                 self.handle_option(option, &unit, catalog)?;
             }
-            State::Discard { .. } | State::Finished => {}
+            State::Discard { .. } | State::StartTls | State::Finished => {}
         }
         // Keep the allocation for the next unit.
         self.unit = unit;
@@ -363,6 +467,7 @@ impl Handshake {
             NBD_OPT_EXPORT_NAME
                 | NBD_OPT_ABORT
                 | NBD_OPT_LIST
+                | NBD_OPT_STARTTLS
                 | NBD_OPT_INFO
                 | NBD_OPT_GO
                 | NBD_OPT_STRUCTURED_REPLY
@@ -370,17 +475,28 @@ impl Handshake {
         if option == NBD_OPT_EXPORT_NAME && len_bytes as usize > MAX_STRING_BYTES {
             return Err(HandshakeError::ExportNameTooLong(len_bytes));
         }
-        if !known || len_bytes as usize > MAX_OPTION_DATA_BYTES {
+        // FORCEDTLS: before TLS only STARTTLS and ABORT are served. EXPORT_NAME cannot be
+        // answered with an error, so the spec has the server end the session.
+        let tls_refused = self.tls_mode == TlsMode::Require
+            && !self.tls_active
+            && !matches!(option, NBD_OPT_STARTTLS | NBD_OPT_ABORT);
+        if tls_refused && option == NBD_OPT_EXPORT_NAME {
+            return Err(HandshakeError::TlsRequired);
+        }
+        if tls_refused || !known || len_bytes as usize > MAX_OPTION_DATA_BYTES {
             if u64::from(len_bytes) > MAX_OPTION_DISCARD_BYTES {
                 return Err(HandshakeError::OptionTooLong { option, len_bytes });
             }
-            let reply = if known {
+            let reply = if tls_refused {
+                self.tls_refusals += 1;
+                NBD_REP_ERR_TLS_REQD
+            } else if known {
                 NBD_REP_ERR_TOO_BIG
             } else {
                 NBD_REP_ERR_UNSUP
             };
             if len_bytes == 0 {
-                self.reply(option, reply, UNSUPPORTED_MESSAGE.as_bytes());
+                self.reply(option, reply, refusal_message(reply).as_bytes());
                 return Ok(State::OptionHeader);
             }
             return Ok(State::Discard {
@@ -426,8 +542,10 @@ impl Handshake {
                     structured_replies: self.structured_replies,
                     transmission_flags: flags,
                     block_size_agreed: false,
+                    tls: self.tls_active,
                 })));
             }
+            NBD_OPT_STARTTLS => self.start_tls(option, data),
             NBD_OPT_ABORT => {
                 // The spec asks the server to ignore any data sent with ABORT.
                 self.reply(option, NBD_REP_ACK, &[]);
@@ -468,6 +586,32 @@ impl Handshake {
         Ok(())
     }
 
+    fn start_tls(&mut self, option: u32, data: &[u8]) {
+        if !data.is_empty() {
+            self.reply(
+                option,
+                NBD_REP_ERR_INVALID,
+                b"NBD_OPT_STARTTLS takes no data",
+            );
+        } else if self.tls_active {
+            self.reply(option, NBD_REP_ERR_INVALID, b"TLS is already active");
+        } else if self.tls_mode == TlsMode::Off || !self.fixed_newstyle {
+            // NOTLS (by configuration, or because the client did not negotiate fixed
+            // newstyle, which the spec makes a condition for TLS).
+            self.reply(
+                option,
+                NBD_REP_ERR_POLICY,
+                b"TLS is not enabled on this server",
+            );
+        } else {
+            self.reply(option, NBD_REP_ACK, &[]);
+            // Whatever was negotiated in clear is forgotten (the spec asks clients to
+            // negotiate structured replies again after STARTTLS).
+            self.structured_replies = false;
+            self.state = State::StartTls;
+        }
+    }
+
     fn info_or_go(&mut self, option: u32, data: &[u8], catalog: &dyn Catalog) {
         let Some(request) = parse_info_request(data) else {
             self.reply(
@@ -478,7 +622,7 @@ impl Handshake {
             return;
         };
         let Some(info) = catalog.find(&request.name) else {
-            let message = format!("no export named {:?}", request.name);
+            let message = format!("no export named \"{}\"", escape_for_log(&request.name));
             self.reply(
                 option,
                 NBD_REP_ERR_UNKNOWN,
@@ -486,6 +630,21 @@ impl Handshake {
             );
             return;
         };
+        if info.block_size.minimum_bytes > 1 && !request.wants_block_size {
+            // The client did not promise to honour block sizes; this export cannot take
+            // byte-granular requests (see the module documentation).
+            let message = format!(
+                "export \"{}\" needs requests aligned to {} bytes: ask for NBD_INFO_BLOCK_SIZE",
+                escape_for_log(&info.name),
+                info.block_size.minimum_bytes
+            );
+            self.reply(
+                option,
+                NBD_REP_ERR_BLOCK_SIZE_REQD,
+                truncate_str(&message).as_bytes(),
+            );
+            return;
+        }
         let flags = info.transmission_flags(self.structured_replies);
         let mut body = Vec::with_capacity(14);
         body.extend_from_slice(&NBD_INFO_EXPORT.to_be_bytes());
@@ -523,6 +682,7 @@ impl Handshake {
                 structured_replies: self.structured_replies,
                 transmission_flags: flags,
                 block_size_agreed: request.wants_block_size,
+                tls: self.tls_active,
             })));
         }
     }
@@ -530,6 +690,15 @@ impl Handshake {
     fn finish(&mut self, outcome: Outcome) {
         self.state = State::Finished;
         self.outcome = Some(outcome);
+    }
+}
+
+/// The message sent with an option refused before its data was read.
+fn refusal_message(reply: u32) -> &'static str {
+    match reply {
+        NBD_REP_ERR_TLS_REQD => TLS_REQUIRED_MESSAGE,
+        NBD_REP_ERR_TOO_BIG => "option data too large",
+        _ => UNSUPPORTED_MESSAGE,
     }
 }
 
@@ -740,7 +909,7 @@ mod tests {
         assert_eq!(
             types,
             vec![
-                (NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP),
+                (NBD_OPT_STARTTLS, NBD_REP_ERR_POLICY),
                 (0xdead, NBD_REP_ERR_UNSUP),
                 (NBD_OPT_SET_META_CONTEXT, NBD_REP_ERR_UNSUP),
                 (NBD_OPT_LIST, NBD_REP_ERR_INVALID),
@@ -827,5 +996,218 @@ mod tests {
             flags & (NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_DF),
             0
         );
+    }
+
+    fn negotiate_flags(hs: &mut Handshake, cat: &OneExport, flags: u32) {
+        hs.take_output();
+        assert_eq!(hs.receive(&flags.to_be_bytes(), cat), Ok(4));
+    }
+
+    fn types(out: &[u8]) -> Vec<(u32, u32)> {
+        replies(out).iter().map(|r| (r.0, r.1)).collect()
+    }
+
+    #[test]
+    fn go_and_info_without_a_block_size_request_are_refused_for_aligned_exports() {
+        let cat = catalog();
+        assert_eq!(cat.0.block_size.minimum_bytes, 512);
+        let mut hs = Handshake::new();
+        negotiate_flags(&mut hs, &cat, 3);
+        let mut input = option(NBD_OPT_INFO, &go_data("disk", &[NBD_INFO_NAME]));
+        input.extend(option(NBD_OPT_GO, &go_data("disk", &[])));
+        hs.receive(&input, &cat).unwrap();
+        let r = replies(&hs.take_output());
+        assert_eq!(
+            r.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+            vec![
+                (NBD_OPT_INFO, NBD_REP_ERR_BLOCK_SIZE_REQD),
+                (NBD_OPT_GO, NBD_REP_ERR_BLOCK_SIZE_REQD)
+            ]
+        );
+        let message = String::from_utf8(r[1].2.clone()).unwrap();
+        assert!(message.contains("512"), "{message}");
+        assert!(hs.outcome().is_none(), "negotiation goes on");
+        // Asking for block sizes gets the export.
+        hs.receive(
+            &option(NBD_OPT_GO, &go_data("disk", &[NBD_INFO_BLOCK_SIZE])),
+            &cat,
+        )
+        .unwrap();
+        assert_eq!(
+            types(&hs.take_output()).last(),
+            Some(&(NBD_OPT_GO, NBD_REP_ACK))
+        );
+        assert!(matches!(hs.outcome(), Some(Outcome::Transmission(n)) if n.block_size_agreed));
+
+        // An export that takes byte-granular requests does not insist.
+        let mut bytewise = catalog();
+        bytewise.0.block_size.minimum_bytes = 1;
+        let mut hs = Handshake::new();
+        negotiate_flags(&mut hs, &bytewise, 3);
+        hs.receive(&option(NBD_OPT_GO, &go_data("disk", &[])), &bytewise)
+            .unwrap();
+        assert!(matches!(hs.outcome(), Some(Outcome::Transmission(n)) if !n.block_size_agreed));
+    }
+
+    #[test]
+    fn starttls_when_off_is_refused_by_policy() {
+        let cat = catalog();
+        let mut hs = Handshake::new();
+        negotiate_flags(&mut hs, &cat, 3);
+        hs.receive(&option(NBD_OPT_STARTTLS, &[]), &cat).unwrap();
+        assert_eq!(
+            types(&hs.take_output()),
+            vec![(NBD_OPT_STARTTLS, NBD_REP_ERR_POLICY)]
+        );
+        assert!(!hs.poll_start_tls());
+    }
+
+    #[test]
+    fn starttls_pauses_then_negotiation_continues_over_tls() {
+        let cat = catalog();
+        for mode in [TlsMode::On, TlsMode::Require] {
+            let mut hs = Handshake::with_tls(mode);
+            negotiate_flags(&mut hs, &cat, 3);
+            let mut input = Vec::new();
+            if mode == TlsMode::On {
+                // Structured replies negotiated in clear do not survive STARTTLS.
+                input.extend(option(NBD_OPT_STRUCTURED_REPLY, &[]));
+            }
+            input.extend(option(NBD_OPT_STARTTLS, &[]));
+            let tls_hello = b"\x16\x03\x01 client hello";
+            input.extend_from_slice(tls_hello);
+            let used = hs.receive(&input, &cat).unwrap();
+            assert_eq!(used, input.len() - tls_hello.len(), "stops at STARTTLS");
+            assert!(hs.poll_start_tls());
+            assert_eq!(hs.bytes_wanted(), 0);
+            assert_eq!(
+                types(&hs.take_output()).last(),
+                Some(&(NBD_OPT_STARTTLS, NBD_REP_ACK))
+            );
+            assert_eq!(hs.receive(tls_hello, &cat), Err(HandshakeError::TlsPending));
+            hs.tls_established();
+            assert!(hs.tls_active() && !hs.poll_start_tls());
+            let mut input = option(NBD_OPT_STARTTLS, &[]);
+            input.extend(option(NBD_OPT_LIST, &[]));
+            input.extend(option(NBD_OPT_GO, &go_data("disk", &[NBD_INFO_BLOCK_SIZE])));
+            hs.receive(&input, &cat).unwrap();
+            let t = types(&hs.take_output());
+            assert_eq!(t[0], (NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID), "{mode:?}");
+            assert_eq!(t[1], (NBD_OPT_LIST, NBD_REP_SERVER));
+            assert!(!t.iter().any(|&(_, typ)| typ == NBD_REP_ERR_TLS_REQD));
+            match hs.outcome() {
+                Some(Outcome::Transmission(n)) => {
+                    assert!(n.tls);
+                    assert!(!n.structured_replies);
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(hs.tls_refusals(), 0);
+        }
+    }
+
+    #[test]
+    fn required_tls_refuses_everything_but_starttls_and_abort() {
+        let cat = catalog();
+        let mut hs = Handshake::with_tls(TlsMode::Require);
+        negotiate_flags(&mut hs, &cat, 3);
+        let mut input = option(NBD_OPT_LIST, &[]);
+        input.extend(option(NBD_OPT_GO, &go_data("disk", &[NBD_INFO_BLOCK_SIZE])));
+        input.extend(option(NBD_OPT_STRUCTURED_REPLY, &[]));
+        input.extend(option(0x4242, &[9u8; 5000]));
+        input.extend(option(NBD_OPT_INFO, &[1, 2, 3]));
+        let used = hs.receive(&input, &cat).unwrap();
+        assert_eq!(used, input.len());
+        assert_eq!(
+            hs.buffered_bytes(),
+            0,
+            "refused option data is skipped, not held"
+        );
+        let r = replies(&hs.take_output());
+        assert_eq!(r.len(), 5);
+        for (reply, opt) in r.iter().zip([
+            NBD_OPT_LIST,
+            NBD_OPT_GO,
+            NBD_OPT_STRUCTURED_REPLY,
+            0x4242,
+            NBD_OPT_INFO,
+        ]) {
+            assert_eq!((reply.0, reply.1), (opt, NBD_REP_ERR_TLS_REQD));
+            assert_eq!(reply.2, TLS_REQUIRED_MESSAGE.as_bytes());
+        }
+        assert_eq!(hs.tls_refusals(), 5);
+        assert!(hs.outcome().is_none());
+        // EXPORT_NAME cannot be refused with an error: the session ends.
+        let mut ended = Handshake::with_tls(TlsMode::Require);
+        negotiate_flags(&mut ended, &cat, 3);
+        assert_eq!(
+            ended.receive(&option(NBD_OPT_EXPORT_NAME, b"disk"), &cat),
+            Err(HandshakeError::TlsRequired)
+        );
+        // A client without fixed newstyle can never start TLS.
+        let mut old = Handshake::with_tls(TlsMode::Require);
+        old.take_output();
+        assert_eq!(
+            old.receive(&0u32.to_be_bytes(), &cat),
+            Err(HandshakeError::TlsRequired)
+        );
+        // ABORT is still served.
+        hs.receive(&option(NBD_OPT_ABORT, &[]), &cat).unwrap();
+        assert_eq!(types(&hs.take_output()), vec![(NBD_OPT_ABORT, NBD_REP_ACK)]);
+        assert_eq!(hs.outcome(), Some(&Outcome::Aborted));
+    }
+
+    #[test]
+    fn optional_tls_lets_clear_clients_in() {
+        let cat = catalog();
+        let mut hs = Handshake::with_tls(TlsMode::On);
+        negotiate_flags(&mut hs, &cat, 3);
+        hs.receive(
+            &option(NBD_OPT_GO, &go_data("disk", &[NBD_INFO_BLOCK_SIZE])),
+            &cat,
+        )
+        .unwrap();
+        assert!(matches!(hs.outcome(), Some(Outcome::Transmission(n)) if !n.tls));
+        // Without fixed newstyle, TLS cannot be started; the client may go on in clear.
+        let mut hs = Handshake::with_tls(TlsMode::On);
+        hs.take_output();
+        hs.receive(&0u32.to_be_bytes(), &cat).unwrap();
+        hs.receive(&option(NBD_OPT_STARTTLS, &[]), &cat).unwrap();
+        assert_eq!(
+            types(&hs.take_output()),
+            vec![(NBD_OPT_STARTTLS, NBD_REP_ERR_POLICY)]
+        );
+        // STARTTLS with data is malformed.
+        let mut hs = Handshake::with_tls(TlsMode::On);
+        negotiate_flags(&mut hs, &cat, 3);
+        hs.receive(&option(NBD_OPT_STARTTLS, &[0]), &cat).unwrap();
+        assert_eq!(
+            types(&hs.take_output()),
+            vec![(NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID)]
+        );
+        assert!(!hs.poll_start_tls());
+    }
+
+    #[test]
+    fn hostile_export_names_are_escaped_in_messages() {
+        let cat = catalog();
+        let mut hs = Handshake::new();
+        negotiate_flags(&mut hs, &cat, 3);
+        hs.receive(
+            &option(
+                NBD_OPT_INFO,
+                &go_data("x\n\u{1b}[31m\"", &[NBD_INFO_BLOCK_SIZE]),
+            ),
+            &cat,
+        )
+        .unwrap();
+        let r = replies(&hs.take_output());
+        assert_eq!(r[0].1, NBD_REP_ERR_UNKNOWN);
+        assert_eq!(
+            String::from_utf8(r[0].2.clone()).unwrap(),
+            "no export named \"x\\n\\u{1b}[31m\\\"\""
+        );
+        let e = HandshakeError::UnknownExport("a\nb".into()).to_string();
+        assert!(!e.contains('\n'), "{e}");
     }
 }

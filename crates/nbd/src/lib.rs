@@ -7,7 +7,11 @@
 //! - [`transmission`]: sans-IO request validation and reply encoding;
 //! - [`export`]: the [`Export`] trait an array implements, with [`MemoryExport`] and
 //!   [`FileExport`];
-//! - [`server`]: sockets and threads around the codec: [`Server::builder`] and [`serve`];
+//! - [`server`]: sockets and threads around the codec: [`Server::builder`] and [`serve`],
+//!   limits (connections, in-flight bytes, idle time) and the events that report refusals;
+//! - [`tls`]: `NBD_OPT_STARTTLS` with rustls: [`TlsConfig`] from PEM files, the TLS stream
+//!   the workers of a connection share;
+//! - [`escape`]: [`escape_for_log`], the one way client-supplied text reaches a message;
 //! - [`signal`]: SIGINT/SIGTERM as a shutdown flag.
 //!
 //! The codec never does I/O, so it is tested by feeding it bytes, including fuzzed ones; the
@@ -32,18 +36,51 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Requiring TLS with client certificates, closing idle connections, and logging every
+//! refusal with its reason and peer:
+//!
+//! ```no_run
+//! use raidkit_nbd::{Listener, MemoryExport, Server, ServerEvent, TlsConfig, TlsMode};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let tls = TlsConfig::from_pem_files(
+//!     "/etc/pki/nbd/server-cert.pem".as_ref(),
+//!     "/etc/pki/nbd/server-key.pem".as_ref(),
+//!     Some("/etc/pki/nbd/ca-cert.pem".as_ref()),
+//! )?;
+//! let listener = Listener::bind_unix_with("/run/raidkit/nbd.sock".as_ref(), 0o660, Some(6))?;
+//! let server = Server::builder()
+//!     .export("md0", Arc::new(MemoryExport::new(1 << 30)))
+//!     .tls(TlsMode::Require, Some(Arc::new(tls)))
+//!     .idle_timeout(Some(Duration::from_secs(600)))
+//!     .observer(Arc::new(|event: &ServerEvent<'_>| {
+//!         if let ServerEvent::Refused { peer, reason, .. } = event {
+//!             eprintln!("refused {peer}: {reason}");
+//!         }
+//!     }))
+//!     .build()?;
+//! server.serve(&listener, raidkit_nbd::shutdown_on_signals()?)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+pub mod escape;
 pub mod export;
 pub mod handshake;
 pub mod proto;
 pub mod server;
 pub mod signal;
+pub mod tls;
 pub mod transmission;
 
+pub use escape::escape_for_log;
 pub use export::{BlockSize, BlockSizeError, Export, FileExport, MemoryExport, ReadOnly};
+pub use handshake::TlsMode;
 pub use proto::NbdError;
 pub use server::{
-    serve, ConnectionEnd, Listener, Observer, ServeReport, Server, ServerBuilder, ServerConfig,
-    ServerError, ServerEvent, Transport,
+    serve, ConnectionEnd, Listener, Observer, Peer, RefusalReason, ServeReport, Server,
+    ServerBuilder, ServerConfig, ServerError, ServerEvent, Transport,
 };
 pub use signal::shutdown_on_signals;
+pub use tls::{TlsConfig, TlsError};

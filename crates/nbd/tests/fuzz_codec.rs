@@ -1,11 +1,14 @@
 //! Fuzz-style property tests: random and mutated byte streams through the sans-IO codec and
-//! through a whole connection, asserting no panic, bounded buffering, and that every request
-//! the codec lets through is one the export can take.
+//! through a whole connection, asserting no panic, bounded buffering, that every request
+//! the codec lets through is one the export can take, and that with TLS required no
+//! negotiation reaches the transmission phase without TLS.
 
 mod common;
 
 use proptest::prelude::*;
-use raidkit_nbd::handshake::{Catalog, ExportInfo, Handshake, Outcome, MAX_OPTION_DATA_BYTES};
+use raidkit_nbd::handshake::{
+    Catalog, ExportInfo, Handshake, Outcome, TlsMode, MAX_OPTION_DATA_BYTES,
+};
 use raidkit_nbd::proto::*;
 use raidkit_nbd::transmission::{Command, Decision, RequestHeader, Session, MAX_DISCARD_BYTES};
 use raidkit_nbd::{BlockSize, ConnectionEnd, Export, MemoryExport, Server};
@@ -78,10 +81,29 @@ fn valid_transcript() -> Vec<u8> {
     v
 }
 
+/// The same, with TLS started first (what a client of a TLS server sends in clear, then
+/// over TLS).
+fn valid_tls_transcript() -> Vec<u8> {
+    let mut v = 3u32.to_be_bytes().to_vec();
+    v.extend(option(NBD_OPT_STARTTLS, &[]));
+    v.extend(valid_transcript()[4..].iter().copied());
+    v
+}
+
+fn mode(n: u8) -> TlsMode {
+    [TlsMode::Off, TlsMode::On, TlsMode::Require][usize::from(n % 3)]
+}
+
 /// Feeds `input` in the given chunk sizes; checks the invariants after every step.
 fn feed(input: &[u8], chunks: &[usize]) -> Option<Outcome> {
+    feed_with_tls(input, chunks, TlsMode::Off)
+}
+
+/// Feeds `input` to a negotiation in TLS mode `tls`; when it acknowledges STARTTLS, the TLS
+/// handshake is taken to succeed and the rest of the input is what arrived over TLS.
+fn feed_with_tls(input: &[u8], chunks: &[usize], tls: TlsMode) -> Option<Outcome> {
     let cat = catalog();
-    let mut hs = Handshake::new();
+    let mut hs = Handshake::with_tls(tls);
     let mut pos = 0;
     let mut chunk = chunks.iter().cycle();
     while pos < input.len() {
@@ -100,7 +122,22 @@ fn feed(input: &[u8], chunks: &[usize]) -> Option<Outcome> {
                 assert!(out.len() <= 64 + 64 * input.len() + 8 * 4096);
                 if hs.outcome().is_some() {
                     assert_eq!(hs.bytes_wanted(), 0);
+                    if let Some(Outcome::Transmission(n)) = hs.outcome() {
+                        assert_eq!(n.tls, hs.tls_active());
+                        match tls {
+                            TlsMode::Off => assert!(!n.tls, "TLS without TLS configured"),
+                            TlsMode::Require => assert!(n.tls, "transmission without TLS"),
+                            TlsMode::On => {}
+                        }
+                    }
                     return hs.into_outcome();
+                }
+                if hs.poll_start_tls() {
+                    assert_ne!(tls, TlsMode::Off, "STARTTLS acknowledged with TLS off");
+                    assert!(!hs.tls_active(), "a second STARTTLS acknowledged");
+                    assert_eq!(hs.bytes_wanted(), 0);
+                    hs.tls_established();
+                    continue;
                 }
                 if used < n {
                     panic!("consumed {used} of {n} bytes without finishing");
@@ -143,6 +180,69 @@ proptest! {
             prop_assert_eq!(&real, &n.export);
             prop_assert_eq!(n.transmission_flags, real.transmission_flags(n.structured_replies));
         }
+    }
+
+    #[test]
+    fn random_bytes_never_panic_in_any_tls_mode(
+        input in proptest::collection::vec(any::<u8>(), 0..4096),
+        chunks in proptest::collection::vec(1usize..64, 1..8),
+        tls in any::<u8>(),
+    ) {
+        let mut input = input;
+        // Often a valid start, so the random part reaches option handling.
+        if input.first().is_some_and(|b| b % 2 == 0) {
+            let mut v = valid_tls_transcript()[..20].to_vec();
+            v.extend(input);
+            input = v;
+        }
+        feed_with_tls(&input, &chunks, mode(tls));
+    }
+
+    #[test]
+    fn mutated_tls_transcripts_never_panic_nor_skip_tls(
+        edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..6),
+        chunks in proptest::collection::vec(1usize..32, 1..8),
+        tls in any::<u8>(),
+        with_starttls in any::<bool>(),
+    ) {
+        let mut t = if with_starttls { valid_tls_transcript() } else { valid_transcript() };
+        for (at, byte, kind) in edits {
+            let at = at % (t.len() + 1);
+            match kind {
+                0 if at < t.len() => t[at] = byte,
+                1 => t.insert(at, byte),
+                _ if at < t.len() => { t.remove(at); }
+                _ => {}
+            }
+        }
+        // feed_with_tls asserts the TLS invariants at the outcome.
+        if let Some(Outcome::Transmission(n)) = feed_with_tls(&t, &chunks, mode(tls)) {
+            let real = catalog().find(&n.export.name).expect("negotiated export exists");
+            prop_assert_eq!(&real, &n.export);
+        }
+    }
+
+    #[test]
+    fn unmutated_tls_transcript_negotiates_in_every_mode(
+        chunks in proptest::collection::vec(1usize..40, 1..8),
+    ) {
+        for tls in [TlsMode::On, TlsMode::Require] {
+            match feed_with_tls(&valid_tls_transcript(), &chunks, tls) {
+                Some(Outcome::Transmission(n)) => {
+                    prop_assert!(n.tls);
+                    prop_assert!(n.structured_replies, "asked for again over TLS");
+                    prop_assert_eq!(n.export.name.as_str(), "disk");
+                }
+                other => prop_assert!(false, "unexpected {:?}", other),
+            }
+        }
+        // Without TLS configured, STARTTLS is refused and the clear negotiation goes on.
+        match feed_with_tls(&valid_tls_transcript(), &chunks, TlsMode::Off) {
+            Some(Outcome::Transmission(n)) => prop_assert!(!n.tls),
+            other => prop_assert!(false, "unexpected {:?}", other),
+        }
+        // A client that never starts TLS never gets in when it is required.
+        prop_assert!(feed_with_tls(&valid_transcript(), &chunks, TlsMode::Require).is_none());
     }
 
     #[test]

@@ -313,8 +313,27 @@ fn serve_connection_reports_how_it_ended() {
 
 #[test]
 fn too_many_connections_are_refused_without_harming_the_others() {
+    use raidkit_nbd::{Peer, RefusalReason, ServerEvent};
+    use std::sync::Mutex;
+    type Seen = Vec<(Option<u64>, Peer, RefusalReason)>;
+    let refusals: Arc<Mutex<Seen>> = Arc::default();
+    let sink = refusals.clone();
     let (_, exports) = exports();
-    let server = Running::start_with(exports, |b| b.max_connections(2));
+    let server = Running::start_with(exports, move |b| {
+        b.max_connections(2)
+            .observer(Arc::new(move |e: &ServerEvent<'_>| {
+                if let ServerEvent::Refused {
+                    connection,
+                    peer,
+                    reason,
+                } = e
+                {
+                    sink.lock()
+                        .unwrap()
+                        .push((*connection, (*peer).clone(), (*reason).clone()));
+                }
+            }))
+    });
     let mut first = RawClient::connect(&server.socket);
     first.go("disk", false);
     let mut second = RawClient::connect(&server.socket);
@@ -332,6 +351,15 @@ fn too_many_connections_are_refused_without_harming_the_others() {
     good_client_works(&server.socket, 0, 9);
     let report = server.stop();
     assert_eq!(report.connections_refused, 1);
+    let refusals = refusals.lock().unwrap().clone();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    let (connection, peer, reason) = &refusals[0];
+    assert_eq!(*connection, None, "refused before it got an id");
+    assert_eq!(*reason, RefusalReason::TooManyConnections { limit: 2 });
+    assert!(
+        matches!(peer, Peer::Unix { pid, .. } if *pid == std::process::id() as i32),
+        "the refusal says who: {peer}"
+    );
 }
 
 #[test]
@@ -524,7 +552,14 @@ fn the_observer_sees_each_connection_from_accept_to_close() {
     let server = Running::start_with(exports, move |b| {
         b.observer(Arc::new(move |e: &raidkit_nbd::ServerEvent<'_>| {
             let line = match e {
-                raidkit_nbd::ServerEvent::Accepted { connection } => {
+                raidkit_nbd::ServerEvent::Accepted { connection, peer } => {
+                    // The client is this process, and the kernel says so.
+                    let me = raidkit_nbd::Peer::Unix {
+                        pid: std::process::id() as i32,
+                        uid: unsafe { libc::geteuid() },
+                        gid: unsafe { libc::getegid() },
+                    };
+                    assert_eq!(**peer, me);
                     format!("accepted {connection}")
                 }
                 raidkit_nbd::ServerEvent::Negotiated {
@@ -535,7 +570,10 @@ fn the_observer_sees_each_connection_from_accept_to_close() {
                 raidkit_nbd::ServerEvent::Closed { connection, end } => {
                     format!("closed {connection} {end:?}")
                 }
-                raidkit_nbd::ServerEvent::Refused => "refused".to_string(),
+                raidkit_nbd::ServerEvent::Refused { reason, .. } => format!("refused {reason}"),
+                raidkit_nbd::ServerEvent::Throttled { connection, .. } => {
+                    format!("throttled {connection}")
+                }
             };
             sink.lock().unwrap().push(line);
         }))
@@ -548,4 +586,45 @@ fn the_observer_sees_each_connection_from_accept_to_close() {
         vec!["accepted 0", "negotiated 0 disk", "closed 0 Closed"],
         "{log:?}"
     );
+}
+
+/// An export with a 512-byte minimum block size refuses a client that did not ask for block
+/// sizes (NBD_REP_ERR_BLOCK_SIZE_REQD), over a real socket; the same client asking again with
+/// NBD_INFO_BLOCK_SIZE gets in.
+#[test]
+fn go_without_a_block_size_request_is_refused_at_negotiation() {
+    const NBD_REP_ERR_BLOCK_SIZE_REQD: u32 = 0x8000_0008;
+    let (_, exports) = exports();
+    let server = Running::start(exports);
+    let mut c = RawClient::connect(&server.socket);
+    c.greet();
+    let go = |infos: &[u16]| {
+        let mut data = 4u32.to_be_bytes().to_vec();
+        data.extend_from_slice(b"disk");
+        data.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+        for i in infos {
+            data.extend_from_slice(&i.to_be_bytes());
+        }
+        data
+    };
+    c.send_option(NBD_OPT_GO, &go(&[]));
+    let (option, reply, message) = c.option_reply();
+    assert_eq!((option, reply), (NBD_OPT_GO, NBD_REP_ERR_BLOCK_SIZE_REQD));
+    let message = String::from_utf8(message).unwrap();
+    assert!(
+        message.contains("512") && message.contains("disk"),
+        "{message}"
+    );
+    // Negotiation goes on; asking for block sizes gets the export.
+    c.send_option(NBD_OPT_GO, &go(&[1, 3]));
+    loop {
+        let (_, reply, _) = c.option_reply();
+        match reply {
+            1 => break,
+            3 => {}
+            other => panic!("NBD_OPT_GO failed with {other:#x}"),
+        }
+    }
+    c.request(0, READ, 1, 512, 512);
+    assert_eq!(c.simple_reply(), (0, 1));
 }

@@ -1,9 +1,13 @@
-//! Arbitrary bytes, in arbitrary chunks, into the sans-IO negotiation: it must never panic,
-//! must keep its buffering bounded, and must consume nothing after negotiation ends.
+//! Arbitrary bytes, in arbitrary chunks, into the sans-IO negotiation in any TLS mode: it
+//! must never panic, must keep its buffering bounded, must consume nothing after negotiation
+//! ends or after acknowledging STARTTLS (the fuzzer then plays a TLS handshake that
+//! succeeded), and with TLS required must never reach the transmission phase without TLS.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use raidkit_nbd::handshake::{Catalog, ExportInfo, Handshake, MAX_OPTION_DATA_BYTES};
+use raidkit_nbd::handshake::{
+    Catalog, ExportInfo, Handshake, Outcome, TlsMode, MAX_OPTION_DATA_BYTES,
+};
 use raidkit_nbd::BlockSize;
 
 struct One;
@@ -32,8 +36,15 @@ fuzz_target!(|data: &[u8]| {
     let Some((&chunk, mut rest)) = data.split_first() else {
         return;
     };
-    let chunk = usize::from(chunk).max(1);
-    let mut hs = Handshake::new();
+    // Low bits: chunk size; the two top bits: the TLS mode.
+    let tls = [
+        TlsMode::Off,
+        TlsMode::On,
+        TlsMode::Require,
+        TlsMode::Require,
+    ][usize::from(chunk >> 6)];
+    let chunk = usize::from(chunk & 0x3f).max(1);
+    let mut hs = Handshake::with_tls(tls);
     while !rest.is_empty() {
         let n = chunk.min(rest.len());
         match hs.receive(&rest[..n], &One) {
@@ -41,8 +52,18 @@ fuzz_target!(|data: &[u8]| {
                 assert!(used <= n);
                 assert!(hs.buffered_bytes() <= MAX_OPTION_DATA_BYTES + 16);
                 hs.take_output();
-                if hs.outcome().is_some() {
+                if let Some(outcome) = hs.outcome() {
+                    if let Outcome::Transmission(negotiated) = outcome {
+                        assert!(tls != TlsMode::Require || negotiated.tls);
+                        assert!(tls != TlsMode::Off || !negotiated.tls);
+                    }
                     return;
+                }
+                if hs.poll_start_tls() {
+                    assert!(tls != TlsMode::Off && !hs.tls_active());
+                    hs.tls_established();
+                    rest = &rest[used..];
+                    continue;
                 }
                 assert_eq!(used, n);
                 rest = &rest[n..];

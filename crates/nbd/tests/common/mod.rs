@@ -41,7 +41,10 @@ impl Drop for TempDir {
 
 /// A server running in a background thread; `stop` (or drop) shuts it down cleanly.
 pub struct Running {
+    /// The unix socket (for a TCP server, a path nobody listens on).
     pub socket: PathBuf,
+    /// `host:port` of a TCP server.
+    pub tcp: Option<String>,
     shutdown: Arc<AtomicBool>,
     thread: Option<JoinHandle<ServeReport>>,
     _dir: TempDir,
@@ -59,6 +62,28 @@ impl Running {
         let dir = TempDir::new("srv");
         let socket = dir.path().join("nbd.sock");
         let listener = Listener::bind_unix(&socket).unwrap();
+        Self::start_on(listener, dir, exports, configure)
+    }
+
+    /// A server on TCP at 127.0.0.1, on a free port.
+    pub fn start_tcp_with(
+        exports: Vec<(&str, Arc<dyn Export>)>,
+        configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
+    ) -> Running {
+        let listener = Listener::bind_localhost(0).unwrap();
+        Self::start_on(listener, TempDir::new("srv-tcp"), exports, configure)
+    }
+
+    fn start_on(
+        listener: Listener,
+        dir: TempDir,
+        exports: Vec<(&str, Arc<dyn Export>)>,
+        configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
+    ) -> Running {
+        let (socket, tcp) = match &listener {
+            Listener::Unix { path, .. } => (path.clone(), None),
+            Listener::Tcp(_) => (dir.path().join("not-listening"), Some(listener.describe())),
+        };
         let mut builder = Server::builder();
         for (name, export) in exports {
             builder = builder.export(name, export);
@@ -69,6 +94,7 @@ impl Running {
         let thread = std::thread::spawn(move || server.serve(&listener, &flag).unwrap());
         Running {
             socket,
+            tcp,
             shutdown,
             thread: Some(thread),
             _dir: dir,
@@ -78,6 +104,23 @@ impl Running {
     /// The nbd+unix URI of an export.
     pub fn uri(&self, export: &str) -> String {
         format!("nbd+unix:///{export}?socket={}", self.socket.display())
+    }
+
+    /// The URI of an export with TLS (libnbd's `nbds`), trusting and presenting the
+    /// certificates in `certs` (libnbd's layout: ca-cert.pem, client-cert.pem,
+    /// client-key.pem).
+    pub fn tls_uri(&self, export: &str, certs: &Path) -> String {
+        match &self.tcp {
+            Some(addr) => format!(
+                "nbds://{addr}/{export}?tls-certificates={}",
+                certs.display()
+            ),
+            None => format!(
+                "nbds+unix:///{export}?socket={}&tls-certificates={}",
+                self.socket.display(),
+                certs.display()
+            ),
+        }
     }
 
     pub fn stop(mut self) -> ServeReport {
@@ -277,4 +320,169 @@ impl RawClient {
         let mut b = [0u8; 1];
         matches!(self.stream.read(&mut b), Ok(0) | Err(_))
     }
+}
+
+/// Test certificates made with the openssl CLI (EC P-256), in libnbd's and qemu's directory
+/// layout: `ca` is the CA's own directory (ca-cert.pem, ca-key.pem, server-cert.pem,
+/// server-key.pem); each client directory holds the CA certificate to check the server
+/// with, and maybe a client certificate: `client` from the same CA, `rogue` from another CA,
+/// `anonymous` none.
+pub struct Pki {
+    pub ca: PathBuf,
+    pub client: PathBuf,
+    pub rogue: PathBuf,
+    pub anonymous: PathBuf,
+    _dir: TempDir,
+}
+
+impl Pki {
+    pub fn server_cert(&self) -> PathBuf {
+        self.ca.join("server-cert.pem")
+    }
+    pub fn server_key(&self) -> PathBuf {
+        self.ca.join("server-key.pem")
+    }
+    pub fn ca_cert(&self) -> PathBuf {
+        self.ca.join("ca-cert.pem")
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    run(Command::new("openssl").current_dir(dir).args(args));
+}
+
+/// A self-signed CA in `dir` (ca-cert.pem, ca-key.pem).
+fn make_ca(dir: &Path, name: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+            "-days",
+            "3",
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+}
+
+/// A certificate `name`-cert.pem and key `name`-key.pem in `out`, issued by the CA in `ca`.
+fn issue(ca: &Path, out: &Path, name: &str, subject: &str, extensions: &str, serial: u32) {
+    std::fs::create_dir_all(out).unwrap();
+    let ext = out.join(format!("{name}.ext"));
+    std::fs::write(&ext, extensions).unwrap();
+    let key = out.join(format!("{name}-key.pem"));
+    let csr = out.join(format!("{name}.csr"));
+    let cert = out.join(format!("{name}-cert.pem"));
+    let p = |p: &Path| p.display().to_string();
+    openssl(
+        ca,
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &p(&key),
+            "-out",
+            &p(&csr),
+            "-subj",
+            subject,
+        ],
+    );
+    openssl(
+        ca,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &p(&csr),
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-set_serial",
+            &serial.to_string(),
+            "-days",
+            "3",
+            "-out",
+            &p(&cert),
+            "-extfile",
+            &p(&ext),
+        ],
+    );
+}
+
+const SERVER_EXTENSIONS: &str = "basicConstraints=critical,CA:FALSE\n\
+    keyUsage=digitalSignature,keyEncipherment\n\
+    extendedKeyUsage=serverAuth\n\
+    subjectAltName=DNS:localhost,IP:127.0.0.1\n";
+const CLIENT_EXTENSIONS: &str = "basicConstraints=critical,CA:FALSE\n\
+    keyUsage=digitalSignature,keyEncipherment\n\
+    extendedKeyUsage=clientAuth\n";
+
+/// Makes the certificates, or `None` (skip) if openssl is missing and
+/// RAIDKIT_SKIP_CLIENTS=1.
+pub fn make_pki() -> Option<Pki> {
+    if !client_available("openssl", "openssl") {
+        return None;
+    }
+    let dir = TempDir::new("pki");
+    let ca = dir.path().join("ca");
+    let rogue_ca = dir.path().join("rogue-ca");
+    make_ca(&ca, "raidkit test CA");
+    make_ca(&rogue_ca, "someone else's CA");
+    issue(&ca, &ca, "server", "/CN=localhost", SERVER_EXTENSIONS, 2);
+    let client = dir.path().join("client");
+    let rogue = dir.path().join("rogue");
+    let anonymous = dir.path().join("anonymous");
+    issue(
+        &ca,
+        &client,
+        "client",
+        "/CN=raidkit test client",
+        CLIENT_EXTENSIONS,
+        3,
+    );
+    issue(
+        &rogue_ca,
+        &rogue,
+        "client",
+        "/CN=rogue client",
+        CLIENT_EXTENSIONS,
+        4,
+    );
+    std::fs::create_dir_all(&anonymous).unwrap();
+    for d in [&client, &anonymous] {
+        std::fs::copy(ca.join("ca-cert.pem"), d.join("ca-cert.pem")).unwrap();
+    }
+    // The rogue client trusts both CAs: ours to check the server, its own because qemu
+    // refuses to present a certificate its CA file cannot vouch for.
+    let mut both = std::fs::read(ca.join("ca-cert.pem")).unwrap();
+    both.extend(std::fs::read(rogue_ca.join("ca-cert.pem")).unwrap());
+    std::fs::write(rogue.join("ca-cert.pem"), both).unwrap();
+    Some(Pki {
+        ca,
+        client,
+        rogue,
+        anonymous,
+        _dir: dir,
+    })
 }
