@@ -343,3 +343,151 @@ fn remove_after_an_offline_fail_removes() {
     let (code, err) = fails(&with(&["remove", "--member", s(&m[1])], &m, &[]));
     assert_eq!(code, 2, "{err}");
 }
+
+/// Remounts the tmpfs at `path` with a new size.
+fn resize(fs: &SmallFs, bytes: u64) {
+    let st = std::process::Command::new("mount")
+        .args(["-o"])
+        .arg(format!("remount,size={bytes}"))
+        .arg(fs.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "remount failed");
+}
+
+#[test]
+fn a_full_filesystem_fails_the_write_not_the_members() {
+    let Some(fs) = SmallFs::mount("fullfs", 12 << 20) else {
+        return;
+    };
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| fs.path().join(format!("m{i}.img")))
+        .collect();
+    let out = raidkit(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--chunk",
+            "64K",
+            "--image-size",
+            "8M",
+        ],
+        &m,
+        &[],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("could outgrow") && err.contains(s(fs.path())),
+        "create does not warn that sparse members may not fit: {err}"
+    );
+    let dir = TempDir::new("fullfs-input");
+    let data = pattern(16 << 20, 8);
+    let input = dir.0.join("data.bin");
+    std::fs::write(&input, &data).unwrap();
+    let (code, err) = fails(&with(&["write", "--input", s(&input)], &m, &[]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no space left on its filesystem") && err.contains(s(fs.path())),
+        "the error does not say the filesystem is full: {err}"
+    );
+    assert!(
+        !err.contains("array failed") && !err.contains("faulty"),
+        "{err}"
+    );
+    // Not one member was failed, and parity agrees with data where the write got to.
+    let detail = ok(&with(&["detail", "--json"], &m, &[]));
+    assert!(
+        detail.contains("\"degraded\": false") && !detail.contains("\"faulty\""),
+        "{detail}"
+    );
+    ok(&with(&["check"], &m, &[]));
+    // Writing works again once there is room.
+    resize(&fs, 64 << 20);
+    ok(&with(&["write", "--input", s(&input)], &m, &[]));
+    assert_eq!(read_back(&m, data.len()), data);
+    ok(&with(&["check"], &m, &[]));
+}
+
+#[test]
+fn a_served_array_on_a_full_filesystem_answers_enospc_and_stays_up() {
+    let Some(fs) = SmallFs::mount("fullserve", 12 << 20) else {
+        return;
+    };
+    let m: Vec<PathBuf> = (0..4)
+        .map(|i| fs.path().join(format!("m{i}.img")))
+        .collect();
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--chunk",
+            "64K",
+            "--image-size",
+            "8M",
+        ],
+        &m,
+        &[],
+    ));
+    let dir = TempDir::new("fullserve-sock");
+    let mut server = Server::start(&dir.0, "md0", &with(&["--name", "md0"], &m, &[]));
+    let qemu_io = |cmd: &str| {
+        std::process::Command::new("qemu-io")
+            .arg("--image-opts")
+            .arg(format!(
+                "driver=raw,file.driver=nbd,file.server.type=unix,file.server.path={},file.export=md0",
+                s(&server.socket)
+            ))
+            .args(["-c", cmd])
+            .output()
+            .expect("qemu-io runs (Debian package qemu-utils)")
+    };
+    // 1 MiB fits; 16 MiB does not.
+    let out = qemu_io("write -P 0x61 0 1M");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = qemu_io("write -P 0x62 1M 16M");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("No space left on device"),
+        "the client was not told ENOSPC: {text}"
+    );
+    // The array is up and whole, and what was written reads back.
+    let detail = ok(&["detail", "--control", s(&server.control), "--json"]);
+    assert!(
+        detail.contains("\"degraded\": false") && detail.contains("\"failed\": false"),
+        "{detail}"
+    );
+    let out = qemu_io("read -P 0x61 0 1M");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Room again: the same write goes through.
+    resize(&fs, 64 << 20);
+    let out = qemu_io("write -P 0x62 1M 16M");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = qemu_io("read -P 0x62 1M 16M");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    ok(&with(&["check"], &m, &[]));
+}

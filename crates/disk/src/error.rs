@@ -18,6 +18,17 @@ pub enum DiskErrorKind {
     /// Someone else holds the member ([`crate::Claim`]): for writing, or at all when
     /// `exclusive` (we wanted to write).
     Claimed { exclusive: bool, holder: Holder },
+    /// The filesystem that holds the member (an image file) is full, or the user's quota
+    /// on it is used up: not a fault of the member, and writing works again once there is
+    /// room.
+    NoSpace {
+        /// Where the filesystem is mounted, and its type ("/mnt/small (ext4)").
+        filesystem: String,
+        /// Bytes still free on it for this user, when known.
+        free_bytes: Option<u64>,
+        /// EDQUOT rather than ENOSPC.
+        quota: bool,
+    },
 }
 
 /// An error on one member, naming it.
@@ -33,6 +44,11 @@ pub struct DiskError {
 }
 
 impl DiskError {
+    /// True for a full filesystem or quota ([`DiskErrorKind::NoSpace`]).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self.kind, DiskErrorKind::NoSpace { .. })
+    }
+
     pub fn new(member: &str, op: &'static str, offset_bytes: u64, kind: DiskErrorKind) -> Self {
         DiskError {
             member: member.to_string(),
@@ -79,6 +95,21 @@ impl fmt::Display for DiskError {
                 "{}: in use by {holder}; a member is changed by one process at a time, so nothing was done",
                 self.member
             ),
+            DiskErrorKind::NoSpace {
+                filesystem,
+                free_bytes,
+                quota,
+            } => write!(
+                f,
+                "{}: {} at byte {} failed: {} on its filesystem, {filesystem}{}; the member is fine, and writing works again once there is room",
+                self.member,
+                self.op,
+                self.offset_bytes,
+                if *quota { "disk quota exceeded" } else { "no space left" },
+                free_bytes
+                    .map(|b| format!(" ({b} bytes free)"))
+                    .unwrap_or_default()
+            ),
             DiskErrorKind::Claimed {
                 exclusive: false,
                 holder,
@@ -108,6 +139,12 @@ impl From<DiskError> for io::Error {
             DiskErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
             DiskErrorKind::NotADisk => io::ErrorKind::InvalidInput,
             DiskErrorKind::Claimed { .. } => io::ErrorKind::ResourceBusy,
+            // The errno itself, so that callers (the NBD server's NBD_ENOSPC) can tell.
+            DiskErrorKind::NoSpace { quota, .. } => {
+                let errno = if *quota { libc::EDQUOT } else { libc::ENOSPC };
+                let os = io::Error::from_raw_os_error(errno);
+                return io::Error::new(os.kind(), format!("{err} ({os})"));
+            }
         };
         io::Error::new(kind, err.to_string())
     }

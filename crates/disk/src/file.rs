@@ -15,10 +15,10 @@ use crate::claim::{self, Claim};
 use crate::mapped::Mapping;
 use crate::{check_range, AlignedBuf, Disk, DiskError, DiskErrorKind};
 use std::fs::{File, OpenOptions as StdOpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Whether to bypass the page cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -58,6 +58,52 @@ pub struct FileDisk {
     punch_supported: AtomicBool,
     /// The file's pages mapped into memory ([`OpenOptions::map_memory`]).
     map: Option<Mapping>,
+    /// Regions of a writable image file known to have their blocks allocated
+    /// ([`Disk::reserve`]); `None` for block devices and read-only opens.
+    allocated: Option<Regions>,
+}
+
+/// Bytes per region of [`Regions`]: a reservation allocates whole regions, so a sparse image
+/// costs one `fallocate` per MiB written for the first time, and nothing after.
+const REGION_BYTES: u64 = 1 << 20;
+
+/// One bit per [`REGION_BYTES`] of an image file: set once the region's blocks are known to
+/// be allocated. Lock-free, so a reservation of allocated space is a few loads.
+#[derive(Debug)]
+struct Regions {
+    bits: Box<[AtomicU64]>,
+    /// `fallocate` is not supported by the filesystem: nothing can be reserved (writes then
+    /// find out on their own).
+    unsupported: AtomicBool,
+}
+
+impl Regions {
+    fn new(size_bytes: u64, all_set: bool) -> Regions {
+        let regions = size_bytes.div_ceil(REGION_BYTES);
+        let words = regions.div_ceil(64) as usize;
+        let fill = if all_set { u64::MAX } else { 0 };
+        Regions {
+            bits: (0..words).map(|_| AtomicU64::new(fill)).collect(),
+            unsupported: AtomicBool::new(false),
+        }
+    }
+
+    fn is_set(&self, region: u64) -> bool {
+        self.bits[(region / 64) as usize].load(Ordering::Relaxed) & (1 << (region % 64)) != 0
+    }
+
+    fn set(&self, region: u64) {
+        self.bits[(region / 64) as usize].fetch_or(1 << (region % 64), Ordering::Relaxed);
+    }
+
+    fn clear(&self, region: u64) {
+        self.bits[(region / 64) as usize].fetch_and(!(1 << (region % 64)), Ordering::Relaxed);
+    }
+
+    /// The regions `[offset, offset + len)` touches.
+    fn span(offset: u64, len: u64) -> std::ops::Range<u64> {
+        offset / REGION_BYTES..(offset + len).div_ceil(REGION_BYTES)
+    }
 }
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -178,7 +224,14 @@ impl FileDisk {
             is_block_device,
             punch_supported: AtomicBool::new(true),
             map: None,
+            allocated: None,
         };
+        if !is_block_device && !opts.read_only {
+            // Every block allocated already (a written or fallocated image): nothing to reserve
+            // until a discard punches a hole.
+            let all = (meta.blocks()).saturating_mul(512) >= size_bytes;
+            disk.allocated = Some(Regions::new(size_bytes, all));
+        }
         if opts.map_memory && !is_block_device && !disk.direct {
             disk.map =
                 Mapping::of_tmpfs_file(disk.file.as_raw_fd(), disk.size_bytes, !disk.read_only);
@@ -206,7 +259,18 @@ impl FileDisk {
             disk.file
                 .set_len(size_bytes)
                 .map_err(|e| DiskError::io(&name, "create", 0, e))?;
+            let before = disk.size_bytes;
             disk.size_bytes = size_bytes;
+            // The old last region and everything past it are holes now.
+            let regions = Regions::new(size_bytes, false);
+            if let Some(old) = &disk.allocated {
+                for r in 0..before / REGION_BYTES {
+                    if old.is_set(r) {
+                        regions.set(r);
+                    }
+                }
+            }
+            disk.allocated = Some(regions);
         }
         Ok(disk)
     }
@@ -278,6 +342,36 @@ impl FileDisk {
         Ok(())
     }
 
+    /// The error of a write-like `op` that failed with `err`: a full filesystem or quota
+    /// becomes [`DiskErrorKind::NoSpace`], naming the filesystem; anything else stays I/O.
+    fn write_error(&self, op: &'static str, offset: u64, err: std::io::Error) -> DiskError {
+        let quota = match err.raw_os_error() {
+            Some(libc::ENOSPC) => false,
+            Some(libc::EDQUOT) => true,
+            _ => return DiskError::io(&self.name, op, offset, err),
+        };
+        let (filesystem, free_bytes) = filesystem_of(&self.file);
+        DiskError::new(
+            &self.name,
+            op,
+            offset,
+            DiskErrorKind::NoSpace {
+                filesystem,
+                free_bytes,
+                quota,
+            },
+        )
+    }
+
+    /// Forgets that `[offset, offset + len)` is allocated (a hole was punched there).
+    fn forget_allocated(&self, offset: u64, len: u64) {
+        if let Some(regions) = &self.allocated {
+            for r in Regions::span(offset, len) {
+                regions.clear(r);
+            }
+        }
+    }
+
     fn block_range_ioctl(&self, req: libc::c_ulong, offset: u64, len: u64) -> bool {
         let range: [u64; 2] = [offset, len];
         // SAFETY: the ioctl reads two u64s from a valid pointer.
@@ -296,6 +390,70 @@ pub fn allocate_in_full(path: impl AsRef<Path>) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// How far an image file may still grow into its filesystem ([`sparse_growth`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SparseGrowth {
+    /// The filesystem's device number: images with the same one share its free space.
+    pub device: u64,
+    /// Where it is mounted and its type ("/mnt/small (ext4)").
+    pub filesystem: String,
+    /// Bytes free on it for this user.
+    pub free_bytes: u64,
+    /// Bytes of the file not allocated yet (its holes), which writes will allocate.
+    pub unallocated_bytes: u64,
+}
+
+/// For a regular file: its filesystem, the space free there and how much of the file is
+/// still holes. `None` for anything else (a block device's blocks all exist).
+pub fn sparse_growth(path: impl AsRef<Path>) -> Option<SparseGrowth> {
+    let file = File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.file_type().is_file() {
+        return None;
+    }
+    let (filesystem, free) = filesystem_of(&file);
+    Some(SparseGrowth {
+        device: meta.dev(),
+        filesystem,
+        free_bytes: free?,
+        unallocated_bytes: meta.len().saturating_sub(meta.blocks().saturating_mul(512)),
+    })
+}
+
+/// Where the filesystem holding `file` is mounted and its type ("/mnt/small (ext4)", from
+/// `/proc/self/mountinfo`), and the bytes free on it for this user (`fstatvfs`).
+fn filesystem_of(file: &File) -> (String, Option<u64>) {
+    let free = {
+        // SAFETY: fstatvfs writes one struct through a valid pointer.
+        let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+        (unsafe { libc::fstatvfs(file.as_raw_fd(), &mut vfs) } == 0)
+            .then(|| (vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64))
+    };
+    let Ok(meta) = file.metadata() else {
+        return ("(unknown)".into(), free);
+    };
+    let id = format!("{}:{}", libc::major(meta.dev()), libc::minor(meta.dev()));
+    let described = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|info| {
+            // Fields: id parent major:minor root mountpoint options ... - fstype source ...
+            info.lines().find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 5 || f[2] != id {
+                    return None;
+                }
+                let fstype = f
+                    .iter()
+                    .position(|&x| x == "-")
+                    .and_then(|dash| f.get(dash + 1))
+                    .copied()
+                    .unwrap_or("?");
+                Some(format!("{} ({fstype})", f[4]))
+            })
+        });
+    (described.unwrap_or_else(|| format!("device {id}")), free)
 }
 
 impl Disk for FileDisk {
@@ -356,11 +514,11 @@ impl Disk for FileDisk {
             return self
                 .file
                 .write_all_at(&bounce[..len], start)
-                .map_err(|e| DiskError::io(&self.name, "write", offset_bytes, e));
+                .map_err(|e| self.write_error("write", offset_bytes, e));
         }
         self.file
             .write_all_at(buf, offset_bytes)
-            .map_err(|e| DiskError::io(&self.name, "write", offset_bytes, e))
+            .map_err(|e| self.write_error("write", offset_bytes, e))
     }
 
     fn flush(&self) -> Result<(), DiskError> {
@@ -402,6 +560,7 @@ impl Disk for FileDisk {
                 )
             };
             if rc == 0 {
+                self.forget_allocated(offset_bytes, len_bytes);
                 return Ok(());
             }
             let err = std::io::Error::last_os_error();
@@ -443,6 +602,10 @@ impl Disk for FileDisk {
         if rc == 0 {
             return Ok(());
         }
+        let err = std::io::Error::last_os_error();
+        if matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            return Err(self.write_error("write-zeroes", offset_bytes, err));
+        }
         // Not every filesystem zeroes ranges; punching a hole reads back as zeroes too.
         self.discard(offset_bytes, len_bytes)
     }
@@ -461,5 +624,62 @@ impl Disk for FileDisk {
 
     fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        self.refuse_if_read_only("reserve", offset_bytes)?;
+        check_range(
+            &self.name,
+            "reserve",
+            offset_bytes,
+            len_bytes,
+            self.size_bytes,
+        )?;
+        let Some(regions) = &self.allocated else {
+            return Ok(());
+        };
+        if len_bytes == 0 || regions.unsupported.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let span = Regions::span(offset_bytes, len_bytes);
+        let mut r = span.start;
+        while r < span.end {
+            if regions.is_set(r) {
+                r += 1;
+                continue;
+            }
+            // A run of regions not known allocated, in one call.
+            let first = r;
+            while r < span.end && !regions.is_set(r) {
+                r += 1;
+            }
+            let start = first * REGION_BYTES;
+            let end = (r * REGION_BYTES).min(self.size_bytes);
+            // SAFETY: fallocate on a valid descriptor with plain integer arguments; mode 0
+            // inside the file's size allocates without changing the size or the contents.
+            let rc = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    0,
+                    start as libc::off_t,
+                    (end - start) as libc::off_t,
+                )
+            };
+            if rc != 0 {
+                let err = std::io::Error::last_os_error();
+                if matches!(
+                    err.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                ) {
+                    regions.unsupported.store(true, Ordering::Relaxed);
+                    return Ok(());
+                }
+                return Err(self.write_error("reserve", offset_bytes, err));
+            }
+            for k in first..r {
+                regions.set(k);
+            }
+        }
+        Ok(())
     }
 }

@@ -28,7 +28,7 @@ mod mem;
 pub use aligned::AlignedBuf;
 pub use claim::{Claim, Holder};
 pub use error::{DiskError, DiskErrorKind};
-pub use file::{allocate_in_full, DirectIo, FileDisk, OpenOptions};
+pub use file::{allocate_in_full, sparse_growth, DirectIo, FileDisk, OpenOptions, SparseGrowth};
 pub use mem::MemDisk;
 
 use std::fmt;
@@ -58,6 +58,14 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn name(&self) -> &str;
     /// True when opened read-only: every mutation fails with [`DiskErrorKind::ReadOnly`].
     fn is_read_only(&self) -> bool;
+    /// Makes sure a later write of the range cannot fail for want of space: a sparse image
+    /// file gets the blocks allocated now, so that a full filesystem is found (as
+    /// [`DiskErrorKind::NoSpace`]) before anything is written rather than half-way through a
+    /// stripe. Devices whose every block exists already do nothing (the default).
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        let _ = (offset_bytes, len_bytes);
+        Ok(())
+    }
 }
 
 /// Checks that `[offset, offset+len)` lies inside a disk of `size` bytes.
@@ -110,6 +118,9 @@ impl<D: Disk + ?Sized> Disk for Box<D> {
     fn is_read_only(&self) -> bool {
         (**self).is_read_only()
     }
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        (**self).reserve(offset_bytes, len_bytes)
+    }
 }
 
 impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
@@ -139,5 +150,8 @@ impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
     }
     fn is_read_only(&self) -> bool {
         (**self).is_read_only()
+    }
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        (**self).reserve(offset_bytes, len_bytes)
     }
 }

@@ -507,3 +507,54 @@ fn a_file_truncated_under_its_mapping_gives_errors_and_right_bytes_not_a_crash()
     drop(disk);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn a_full_filesystem_is_found_when_space_is_reserved() {
+    // A 4 MiB tmpfs holding a 16 MiB sparse image.
+    let point = temp_path("smallfs");
+    std::fs::create_dir_all(&point).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "raidkit-test"])
+        .arg(&point)
+        .status()
+        .expect("mount runs");
+    assert!(
+        mounted.success(),
+        "mounting a tmpfs failed (tests run as root)"
+    );
+    let result = std::panic::catch_unwind(|| {
+        let path = point.join("m.img");
+        let disk = FileDisk::create(&path, 16 << 20).unwrap();
+        // 2 MiB fit: reserved, then written without allocating anything more.
+        disk.reserve(1 << 20, 2 << 20).unwrap();
+        disk.write_at(&pattern(2 << 20, 1), 1 << 20).unwrap();
+        // 8 MiB do not: refused before a byte is written, naming the filesystem.
+        let err = disk.reserve(4 << 20, 8 << 20).unwrap_err();
+        match &err.kind {
+            DiskErrorKind::NoSpace {
+                filesystem, quota, ..
+            } => {
+                assert!(filesystem.contains(point.to_str().unwrap()), "{err}");
+                assert!(filesystem.contains("tmpfs"), "{err}");
+                assert!(!quota);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("no space left"), "{err}");
+        // As an io::Error it keeps its meaning (what an NBD server turns into NBD_ENOSPC).
+        let io: std::io::Error = err.into();
+        assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
+        // Freed space (a discard punches a hole) is found again on the next reservation.
+        disk.discard(1 << 20, 2 << 20).unwrap();
+        disk.reserve(4 << 20, 3 << 20).unwrap();
+        let full = disk.reserve(1 << 20, 2 << 20).unwrap_err();
+        assert!(full.is_no_space(), "{full}");
+        drop(disk);
+        let _ = std::fs::remove_file(&path);
+    });
+    let _ = Command::new("umount").arg(&point).status();
+    let _ = std::fs::remove_dir(&point);
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}

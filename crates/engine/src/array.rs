@@ -601,6 +601,23 @@ impl Array {
             }
             sbs.push(sb);
         }
+        // Space for everything that is not data (superblock, bitmap, bad-block log, partial
+        // parity log, the whole journal device), before anything is written: metadata writes
+        // then never meet a full filesystem, and create fails cleanly when there is no room.
+        for (disk, sb) in members.iter().zip(&sbs) {
+            let size = disk.size_bytes();
+            let start = (sb.data_offset_sectors * 512).min(size);
+            let end = if sb.role() == DevRole::Journal {
+                start
+            } else {
+                ((sb.data_offset_sectors + sb.data_size_sectors) * 512).min(size)
+            };
+            disk.reserve(0, start)?;
+            // Metadata after the data: v1.0's superblock at the end of the device.
+            if sb.super_offset_sectors * 512 >= end {
+                disk.reserve(end, size - end)?;
+            }
+        }
         // Make the array consistent: zero data areas unless known zero already.
         if !opts.members_zeroed {
             for (i, disk) in members.iter().enumerate().take(opts.raid_devices) {
@@ -2065,6 +2082,14 @@ impl Array {
                 ),
             });
         }
+        // Space for all of it before anything is written: its metadata now, and the data a
+        // rebuild onto it writes, so a full filesystem refuses the add rather than failing
+        // the rebuild half-way.
+        let used_end = (dl.data_offset_sectors + self.geo.member_data_sectors) * 512;
+        disk.reserve(0, used_end.min(disk.size_bytes()))?;
+        if dl.super_offset_sectors * 512 >= used_end {
+            disk.reserve(used_end, disk.size_bytes() - used_end)?;
+        }
         let mut sb = template;
         sb.device_uuid = Uuid(device_uuid);
         sb.dev_number = dev_number;
@@ -2878,6 +2903,13 @@ impl Array {
             if ios.is_empty() {
                 return Ok(());
             }
+            // Space first: on sparse image files every block this phase writes is allocated
+            // before anything is written, so a full filesystem fails the request here, with
+            // every stripe whole, instead of half-way through a stripe (and it is not a member
+            // failure: writing works again once there is room).
+            if dir == Dir::Write {
+                self.reserve_phase(&ios, &states, &members, &replacements)?;
+            }
             // The partial parity log goes first: bands about to be written are logged on
             // their parity members before any of their data or parity is.
             let writing: Vec<bool> = (0..ops.len())
@@ -2992,8 +3024,17 @@ impl Array {
                 hold.finish();
             }
             let mut replan: Vec<usize> = skipped_reads;
+            let mut no_space = None;
             for (tag, err) in errors {
                 let (k, slot, replacement, ms, n) = submitted[tag];
+                if err.is_no_space() {
+                    // Only where space could not be reserved (a copy-on-write filesystem
+                    // full on an overwrite): the member is fine, but the stripe may now hold
+                    // new data beside old parity, so it is resynced, as after a crash.
+                    self.needs_resync_from(ms);
+                    no_space.get_or_insert(err);
+                    continue;
+                }
                 if replacement {
                     self.replacement_failed(slot, &err.to_string());
                     continue;
@@ -3028,10 +3069,62 @@ impl Array {
                     done[k] = false;
                 }
             }
+            if let Some(err) = no_space {
+                return Err(EngineError::Disk(err));
+            }
             if dir == Dir::Write {
                 self.check_failed()?;
             }
         }
+    }
+
+    /// Reserves the space of a write phase on every member (and replacement) it writes; the
+    /// first member without room ends the request with its [`DiskError`] (`NoSpace`), before
+    /// anything of the phase is written. Other errors are left to the writes themselves.
+    fn reserve_phase(
+        &self,
+        ios: &[(usize, core::MemberIo)],
+        states: &[MemberState],
+        members: &[Option<Arc<Member>>],
+        replacements: &[Option<Arc<Member>>],
+    ) -> Result<()> {
+        for (_, io) in ios {
+            if io.dir != Dir::Write || !states[io.member].writable() {
+                continue;
+            }
+            let len = io.sectors * SECTOR as u64;
+            let targets = [
+                &members[io.member],
+                replacements.get(io.member).unwrap_or(&None),
+            ];
+            for m in targets.into_iter().flatten() {
+                let at = m.data_offset_bytes + io.member_sector * SECTOR as u64;
+                if let Err(e) = m.disk.reserve(at, len) {
+                    if e.is_no_space() {
+                        return Err(EngineError::Disk(e));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A write left stripes at member sector `ms` (array sector for RAID 10) possibly
+    /// inconsistent without a crash: a resync from there is pending, as after an unclean stop.
+    fn needs_resync_from(&self, ms: u64) {
+        if self.geo.level == 0 {
+            return;
+        }
+        let at = if self.geo.level == 10 {
+            // RAID 10's resync runs over array sectors: from the start is always safe.
+            0
+        } else {
+            ms
+        };
+        let mut st = lock(&self.state);
+        st.resync_from = Some(st.resync_from.map_or(at, |r| r.min(at)));
+        self.resync_pending
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

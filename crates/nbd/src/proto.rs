@@ -158,6 +158,9 @@ impl NbdError {
                 std::io::ErrorKind::InvalidInput => NbdError::Inval,
                 std::io::ErrorKind::OutOfMemory => NbdError::NoMem,
                 std::io::ErrorKind::Unsupported => NbdError::NotSup,
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                    NbdError::NoSpc
+                }
                 _ => NbdError::Io,
             },
         }

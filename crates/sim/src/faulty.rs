@@ -297,6 +297,9 @@ impl<D: Disk> Disk for FaultyDisk<D> {
     fn is_read_only(&self) -> bool {
         self.inner.is_read_only()
     }
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
+        self.inner.reserve(offset_bytes, len_bytes)
+    }
 }
 
 #[cfg(test)]

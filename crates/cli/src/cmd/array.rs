@@ -1049,6 +1049,7 @@ fn create(args: CreateArgs) -> Result<(), CliError> {
         status.members.len(),
         status.uuid
     );
+    warn_if_sparse_members_may_not_fit(&paths);
     let policy = status.consistency_policy.name();
     if (4..=6).contains(&status.level) && policy != "journal" && policy != "ppl" {
         eprintln!(
@@ -1057,6 +1058,39 @@ fn create(args: CreateArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// Warns when sparse image members could grow past the free space of their filesystem:
+/// writes would then fail with "no space left" (the members are not failed for it, but the
+/// array cannot take the data).
+fn warn_if_sparse_members_may_not_fit(paths: &[PathBuf]) {
+    let mut by_fs: Vec<(raidkit_disk::SparseGrowth, u64, usize)> = Vec::new();
+    for p in paths {
+        let Some(g) = raidkit_disk::sparse_growth(p) else {
+            continue;
+        };
+        match by_fs.iter_mut().find(|(f, _, _)| f.device == g.device) {
+            Some((_, grow, count)) => {
+                *grow += g.unallocated_bytes;
+                *count += 1;
+            }
+            None => {
+                let grow = g.unallocated_bytes;
+                by_fs.push((g, grow, 1));
+            }
+        }
+    }
+    for (fs, grow, count) in by_fs {
+        if grow > fs.free_bytes {
+            eprintln!(
+                "raidkit: warning: {count} sparse member image{} on {} could outgrow it: {} MiB still to allocate, {} MiB free. Once it is full, writes fail with \"no space left\" (the members are not failed); allocate the images in full (fallocate -l SIZE FILE) or make room",
+                if count == 1 { "" } else { "s" },
+                fs.filesystem,
+                grow >> 20,
+                fs.free_bytes >> 20
+            );
+        }
+    }
 }
 
 fn examine(args: ExamineArgs) -> Result<(), CliError> {

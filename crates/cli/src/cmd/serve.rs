@@ -155,8 +155,14 @@ impl ArrayExport {
     }
 }
 
+/// An engine error as the NBD server's export reports it: a member without room keeps its
+/// errno (the client gets NBD_ENOSPC and may retry once there is space); anything else is an
+/// I/O error (NBD_EIO).
 fn io_error(err: EngineError) -> io::Error {
-    io::Error::other(err.to_string())
+    match err {
+        EngineError::Disk(d) if d.is_no_space() => io::Error::from(d),
+        other => io::Error::other(other.to_string()),
+    }
 }
 
 impl Export for ArrayExport {
@@ -544,7 +550,9 @@ mod tests {
             s.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
             let mut data = (export.len() as u32).to_be_bytes().to_vec();
             data.extend_from_slice(export.as_bytes());
-            data.extend_from_slice(&0u16.to_be_bytes());
+            // One information request: NBD_INFO_BLOCK_SIZE (the server requires it).
+            data.extend_from_slice(&1u16.to_be_bytes());
+            data.extend_from_slice(&3u16.to_be_bytes());
             let mut opt = b"IHAVEOPT".to_vec();
             opt.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
             opt.extend_from_slice(&(data.len() as u32).to_be_bytes());

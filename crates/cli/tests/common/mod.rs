@@ -180,3 +180,59 @@ impl Drop for Server {
         }
     }
 }
+
+/// A tmpfs of `bytes` mounted on a fresh folder (a filesystem that fills up on purpose),
+/// unmounted when dropped. `None`, with a note, where mounting needs root and we are not.
+pub struct SmallFs {
+    pub dir: TempDir,
+}
+
+impl SmallFs {
+    pub fn mount(tag: &str, bytes: u64) -> Option<SmallFs> {
+        let dir = TempDir::new(tag);
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={bytes}"))
+            .arg("raidkit-test")
+            .arg(&dir.0)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                eprintln!("skipped: mounting a small tmpfs needs root");
+                return None;
+            }
+            panic!(
+                "mount tmpfs failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Some(SmallFs { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// Fills the filesystem to the brim with a file `name`; returns its path.
+    pub fn fill(&self, name: &str) -> PathBuf {
+        let p = self.dir.0.join(name);
+        let mut f = std::fs::File::create(&p).unwrap();
+        let chunk = vec![0x5au8; 64 << 10];
+        loop {
+            use std::io::Write;
+            if f.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = f.sync_all();
+        p
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir.0).status();
+    }
+}
