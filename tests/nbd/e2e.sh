@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end through real kernels and tools.
 #
-#   tests/nbd/e2e.sh [memory|file|array|faults]...     (default: all four)
+#   tests/nbd/e2e.sh [memory|file|array|faults|tls]...     (default: all five)
 #
 # memory, file: the raidkit-nbd `serve` example -> nbdfuse (FUSE file) -> losetup (loop device)
 #   -> mkfs.ext4 -> mount -> write files -> umount -> e2fsck -fn -> mount again -> checksums;
@@ -24,18 +24,23 @@
 #   pool is empty). After SIGTERM, offline `raidkit read` of A's members equals the data, also
 #   with two members left out (the rebuilt spare's contents take part); degraded B refuses to
 #   read with "data unavailable" where b2's bad range has no redundancy left.
+# tls: `raidkit serve --tls require` with a client CA, certificates made by openssl: a RAID 5
+#   through nbdfuse over TLS (libnbd's nbds+unix URI with tls-certificates) -> loop -> ext4,
+#   written, checked and read back; a client without TLS and one whose certificate another CA
+#   signed are refused, and the server logs both refusals with their reasons (JSON log).
 #
 # Needs root, /dev/fuse and loop devices. Exit codes: 0 pass, 1 fail, 2 cannot run here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [ "$#" -gt 0 ]; then kinds=("$@"); else kinds=(memory file array faults); fi
+if [ "$#" -gt 0 ]; then kinds=("$@"); else kinds=(memory file array faults tls); fi
 
 if [ "$(id -u)" -ne 0 ]; then echo "e2e.sh: needs root (loop devices, mount)"; exit 2; fi
 if [ ! -e /dev/fuse ]; then echo "e2e.sh: needs /dev/fuse"; exit 2; fi
 missing=()
 for pair in nbdfuse:nbdfuse fusermount3:fuse3 losetup:mount mkfs.ext4:e2fsprogs e2fsck:e2fsprogs \
-    sha256sum:coreutils fsfreeze:util-linux fallocate:util-linux jq:jq mdadm:mdadm; do
+    sha256sum:coreutils fsfreeze:util-linux fallocate:util-linux jq:jq mdadm:mdadm \
+    openssl:openssl nbdinfo:libnbd-bin; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -377,11 +382,104 @@ run_faults() {
     echo "== faults: ok"
 }
 
+# make_pki DIR: a CA, a server certificate for localhost, and two client directories in
+# libnbd's layout (ca-cert.pem, client-cert.pem, client-key.pem): DIR/client signed by the CA,
+# DIR/rogue by another CA.
+make_pki() {
+    local dir=$1
+    mkdir -p "$dir/ca" "$dir/client" "$dir/rogue-ca" "$dir/rogue"
+    ossl() { openssl "$@" > /dev/null 2>&1 || fail "openssl $1 failed"; }
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    for ca in ca rogue-ca; do
+        ossl req -x509 "${ec[@]}" -keyout "$dir/$ca/ca-key.pem" -out "$dir/$ca/ca-cert.pem" \
+            -days 2 -subj "/CN=raidkit e2e $ca" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+    done
+    printf 'basicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$dir/server.ext"
+    printf 'basicConstraints=critical,CA:FALSE\nextendedKeyUsage=clientAuth\n' > "$dir/client.ext"
+    # issue CA-DIR OUT-DIR NAME SUBJECT EXT
+    issue() {
+        ossl req -new "${ec[@]}" -keyout "$2/$3-key.pem" -out "$2/$3.csr" -subj "$4"
+        ossl x509 -req -in "$2/$3.csr" -CA "$1/ca-cert.pem" -CAkey "$1/ca-key.pem" \
+            -set_serial "$RANDOM" -days 2 -out "$2/$3-cert.pem" -extfile "$5"
+    }
+    issue "$dir/ca" "$dir/ca" server /CN=localhost "$dir/server.ext"
+    issue "$dir/ca" "$dir/client" client /CN=raidkit-e2e-client "$dir/client.ext"
+    issue "$dir/rogue-ca" "$dir/rogue" client /CN=raidkit-e2e-rogue "$dir/client.ext"
+    cp "$dir/ca/ca-cert.pem" "$dir/client/ca-cert.pem"
+    cp "$dir/ca/ca-cert.pem" "$dir/rogue/ca-cert.pem"
+}
+
+run_tls() {
+    echo "== tls: raidkit serve --tls require with client certificates, ext4 through nbdfuse over TLS"
+    local d="$work/tls" pki="$work/pki"
+    mkdir -p "$d"
+    make_pki "$pki"
+    local m=("$d/m0.img" "$d/m1.img" "$d/m2.img" "$d/m3.img")
+    "$raidkit" create --level 5 --chunk 64K --image-size 128M "${m[@]}" > /dev/null
+    rm -f "$work/nbd.sock"
+    "$raidkit" serve --socket "$work/nbd.sock" --name md0 --log-format json \
+        --tls require --tls-cert "$pki/ca/server-cert.pem" --tls-key "$pki/ca/server-key.pem" \
+        --tls-client-ca "$pki/ca/ca-cert.pem" "${m[@]}" 2> "$work/serve.log" &
+    server_pid=$!
+    ctl="$work/nbd.sock.ctl"
+    wait_for "$ctl" "control socket"
+    local uri="nbds+unix:///md0?socket=$work/nbd.sock&tls-certificates=$pki/client"
+    # A client in the clear, and one with a certificate from another CA, are refused.
+    if nbdinfo "nbd+unix:///md0?socket=$work/nbd.sock" > /dev/null 2>&1; then
+        fail "a client without TLS got in"
+    fi
+    if nbdinfo "nbds+unix:///md0?socket=$work/nbd.sock&tls-certificates=$pki/rogue" > /dev/null 2>&1; then
+        fail "a client with another CA's certificate got in"
+    fi
+    nbdinfo "$uri" > "$work/info.out" || fail "nbdinfo over TLS"
+    local size
+    size=$("$raidkit" detail --control "$ctl" --json | jq -r '.status.array_bytes')
+    grep -q "export-size: $size " "$work/info.out" || { cat "$work/info.out"; fail "nbdinfo: not the array's size ($size)"; }
+    # ext4 over TLS: nbdfuse -> loop device -> mount, written, checked, read back.
+    mkdir -p "$work/fuse" "$work/mnt"
+    rm -f "$work/nbdfuse.pid"
+    # nbdfuse does not let a URI name certificate files (and as root libnbd's default is
+    # /etc/pki/libnbd), so nbdfuse runs nbdkit's nbd plugin, whose libnbd is the TLS client
+    # of raidkit serve with the client certificate; nbdfuse speaks to it over a pipe.
+    nbdfuse -P "$work/nbdfuse.pid" "$work/fuse/disk" --command nbdkit -s nbd \
+        socket="$work/nbd.sock" export=md0 tls=require tls-certificates="$pki/client" &
+    wait_for "$work/nbdfuse.pid" "nbdfuse"
+    fuse_mounted=1
+    wait_for "$work/fuse/disk" "nbdfuse file"
+    loop=$(losetup --find --show "$work/fuse/disk")
+    mkfs.ext4 -q -F "$loop"
+    mount "$loop" "$work/mnt"; mounted=1
+    write_files "$work/mnt/dir" 16 3
+    head -c $((16 << 20)) /dev/urandom > "$work/mnt/big"
+    checksum_all
+    umount "$work/mnt"; mounted=""
+    e2fsck -fn "$loop" > /dev/null || fail "e2fsck over TLS"
+    mount -o ro "$loop" "$work/mnt"; mounted=1
+    verify_mounted "over TLS"
+    umount "$work/mnt"; mounted=""
+    detach
+    stop_server
+    jq -s -e 'any(.[]; .event == "connection-refused" and ((.reason // "") | test("TLS")))' "$work/serve.log" > /dev/null \
+        || fail "the refusal of the client in the clear is not logged with its reason"
+    [ "$(jq -s '[.[] | select(.event == "connection-refused")] | length' "$work/serve.log")" -ge 2 ] \
+        || fail "the refusal of the other CA's client is not logged"
+    jq -s -e 'any(.[]; .event == "connection-negotiated" and .tls == true)' "$work/serve.log" > /dev/null \
+        || fail "no connection logged as negotiated over TLS"
+    # What went over TLS is on the members: offline, e2fsck finds the file system whole.
+    "$raidkit" read --output "$d/offline.img" "${m[@]}" 2> /dev/null
+    e2fsck -fn "$d/offline.img" > /dev/null 2>&1 || fail "e2fsck of the array read offline"
+    rm -f "$work/serve.log"
+    rm -rf "$d" "$pki"
+    echo "== tls: ok ($(wc -l < "$work/sums") files verified over TLS; clear and foreign-CA clients refused and logged)"
+}
+
 for kind in "${kinds[@]}"; do
     case "$kind" in
         memory|file) run_simple_kind "$kind" ;;
         array) run_array ;;
         faults) run_faults ;;
+        tls) run_tls ;;
         *) echo "e2e.sh: unknown kind $kind"; exit 2 ;;
     esac
 done

@@ -25,6 +25,8 @@ Exit codes:
   5  a check found mismatches or a verification failed
   6  interrupted by SIGINT/SIGTERM: background work stopped at a recorded checkpoint; run the
      same command again to resume
+141  standard output or error was closed before everything was written (`| head`), as a
+     process ended by SIGPIPE; nothing is printed about it
 
 With --control (detail, fail, remove, add on an array that `raidkit serve` is serving) the
 server checks the request and the command exits with the same codes.";
@@ -66,12 +68,37 @@ fn cli_command() -> clap::Command {
     with_exit_codes(Cli::command())
 }
 
+/// Exit code of a command whose output was cut off (128 + SIGPIPE, what a shell shows for a
+/// process SIGPIPE ended).
+const OUTPUT_CLOSED: u8 = 141;
+
+/// Whether a panic is `print!`'s on a closed stdout or stderr. Rust ignores SIGPIPE, so a
+/// write to a pipe whose reader left (`raidkit detail --json | head -1`) returns EPIPE, and
+/// `println!` panics on it. Restoring SIGPIPE instead would also let a client that drops a
+/// socket kill the server, which writes to sockets outside the NBD code too.
+fn output_closed(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    text.starts_with("failed printing to std") && text.contains("Broken pipe")
+}
+
 fn main() -> std::process::ExitCode {
     let matches = cli_command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(err) => err.exit(),
     };
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if output_closed(info.payload()) {
+            // Quiet: whoever read the output stopped reading; there is no one to tell.
+            std::process::exit(OUTPUT_CLOSED.into());
+        }
+        default_hook(info)
+    }));
     let result = match cli.command {
         Command::Layout(args) => cmd::layout::run(args),
         Command::Bench(args) => cmd::bench::run(args),

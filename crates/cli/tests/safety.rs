@@ -489,5 +489,208 @@ fn a_served_array_on_a_full_filesystem_answers_enospc_and_stays_up() {
     );
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("no space left on its filesystem") && log.contains("writes go through again"),
+        "the server did not log the full filesystem and its end: {log}"
+    );
     ok(&with(&["check"], &m, &[]));
+}
+
+#[test]
+fn serve_logs_every_state_change_with_a_timestamp() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("serve-log");
+    let m = raid5(&dir, &pattern(1 << 20, 12));
+    let spare = dir.0.join("spare.img");
+    let mut server = Server::start(
+        &dir.0,
+        "md0",
+        &with(
+            &[
+                "--name",
+                "md0",
+                "--log-format",
+                "json",
+                "--max-connections",
+                "1",
+                "--spare",
+                s(&spare),
+                "--spare-size",
+                "8M",
+            ],
+            &m,
+            &[],
+        ),
+    );
+    // The socket's mode is set, not left to the umask.
+    let mode = std::fs::metadata(&server.socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o660, "socket mode {mode:o}");
+    // detail --control names where clients connect.
+    let detail = ok(&["detail", "--control", s(&server.control)]);
+    assert!(
+        detail.contains(&format!("Served : md0 on {}", s(&server.socket))),
+        "{detail}"
+    );
+    // One client holds the only slot (it never negotiates); the next is refused.
+    let holder = std::os::unix::net::UnixStream::connect(&server.socket).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let refused = std::os::unix::net::UnixStream::connect(&server.socket).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    drop((holder, refused));
+    // A member fails; the global spare takes its slot and is rebuilt.
+    ok(&[
+        "fail",
+        "--control",
+        s(&server.control),
+        "--member",
+        s(&m[2]),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let d = ok(&["detail", "--control", s(&server.control), "--json"]);
+        if d.contains("\"degraded\": false") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never rebuilt: {d}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    for l in &lines {
+        let time = l["time"].as_str().unwrap_or_default();
+        assert!(
+            time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+            "no RFC 3339 time: {l}"
+        );
+        assert!(l["message"].is_string() && l["level"].is_string(), "{l}");
+    }
+    let find = |event: &str| -> Vec<&serde_json::Value> {
+        lines.iter().filter(|l| l["event"] == event).collect()
+    };
+    let refusal = find("connection-refused");
+    assert!(
+        refusal.iter().any(|l| l["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("connections"))),
+        "refused connection not logged with its reason: {log}"
+    );
+    let faulty = find("member-faulty");
+    assert!(
+        faulty
+            .iter()
+            .any(|l| l["member"].as_str() == Some(s(&m[2])) && l["level"] == "warning"),
+        "member failure not logged: {log}"
+    );
+    assert!(!find("array-degraded").is_empty(), "{log}");
+    assert!(
+        find("spare-taken").len() >= 2,
+        "the spare taken is logged by the pool and by the array: {log}"
+    );
+    assert!(
+        find("task-started").iter().any(|l| l["task"] == "rebuild"),
+        "{log}"
+    );
+    assert!(
+        find("task-finished")
+            .iter()
+            .any(|l| l["task"] == "rebuild" && l["completed"] == true),
+        "{log}"
+    );
+    assert!(!find("rebuilt").is_empty(), "{log}");
+    assert!(!find("array-stopped").is_empty(), "{log}");
+}
+
+#[test]
+fn create_over_a_filesystem_or_partition_table_needs_force() {
+    let dir = TempDir::new("foreign");
+    let m = dir.members("m", 3);
+    for p in &m {
+        std::fs::File::create(p).unwrap().set_len(16 << 20).unwrap();
+    }
+    // A real ext4 (mkfs.ext4), a real swap area (mkswap) and an MBR with one partition.
+    let mkfs = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&m[0])
+        .status()
+        .expect("mkfs.ext4 runs (e2fsprogs)");
+    assert!(mkfs.success());
+    let mkswap = std::process::Command::new("mkswap")
+        .arg(&m[1])
+        .output()
+        .expect("mkswap runs (util-linux)");
+    assert!(mkswap.status.success());
+    let mut mbr = vec![0u8; 512];
+    mbr[446 + 4] = 0x83;
+    mbr[446 + 8] = 0x08;
+    mbr[446 + 12] = 0x00;
+    mbr[446 + 13] = 0x40;
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    {
+        use std::os::unix::fs::FileExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&m[2])
+            .unwrap()
+            .write_all_at(&mbr, 0)
+            .unwrap();
+    }
+    let before = contents(&m);
+    let (code, err) = fails(&with(
+        &["create", "--level", "5", "--chunk", "64K"],
+        &m,
+        &[],
+    ));
+    assert_eq!(code, 3, "{err}");
+    for (p, what) in m.iter().zip([
+        "an ext2/ext3/ext4 filesystem",
+        "a swap area",
+        "an MBR partition table",
+    ]) {
+        assert!(
+            err.contains(&format!("{}: holds {what}", s(p))),
+            "create does not name {what} on {}: {err}",
+            s(p)
+        );
+    }
+    assert_unchanged(&m, &before, "refused create");
+    let out = raidkit(&with(
+        &["create", "--force", "--level", "5", "--chunk", "64K"],
+        &m,
+        &[],
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("--force: overwriting what"), "{err}");
+}
+
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    let dir = TempDir::new("pipe");
+    let m = raid5(&dir, &pattern(1 << 20, 6));
+    // A pipe whose reader is gone before the command writes a byte.
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two descriptors; the read end is closed at once, the write end is
+    // handed to the child.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    unsafe { libc::close(fds[0]) };
+    use std::os::unix::io::FromRawFd;
+    let stdout = unsafe { std::process::Stdio::from_raw_fd(fds[1]) };
+    let out = std::process::Command::new(RAIDKIT)
+        .args(with(&["detail", "--json"], &m, &[]))
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(out.status.code(), Some(141));
 }

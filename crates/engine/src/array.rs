@@ -46,6 +46,7 @@ mod health;
 mod journal;
 mod ppl;
 use crate::error::AbsentMember;
+use crate::events::{ArrayEvent, EventLog};
 pub use health::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 
 /// Memory and concurrency bounds of the driver.
@@ -234,7 +235,8 @@ pub struct Status {
     pub finished_tasks: Vec<TaskReport>,
     /// Where a resync after an unclean stop stands (member or array sectors, see the task).
     pub resync_from_sectors: Option<u64>,
-    /// What happened to the array since assembly (member failures and such), oldest first.
+    /// What happened to the array since assembly (member failures and such), oldest first,
+    /// as sentences: the newest [`crate::events::EVENTS_KEPT`] of [`Array::events_since`].
     pub log: Vec<String>,
 }
 
@@ -254,7 +256,7 @@ struct State {
     slot_state: Vec<MemberState>,
     dirty: bool,
     failed: Option<String>,
-    log: Vec<String>,
+    events: EventLog,
     /// Per slot: a member being copied from the slot's member (md's replacement).
     replacement: Vec<Option<usize>>,
     /// Per slot: read errors corrected from redundancy since the slot's member joined; past
@@ -302,6 +304,8 @@ pub struct Array {
     ppl: Option<ppl::Ppl>,
     /// md's write journal (RAID 4/5/6 with a journal device), when the array has one.
     journal: Option<journal::Journal>,
+    /// A write was refused for want of space and none has succeeded since.
+    no_space: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -789,7 +793,7 @@ impl Array {
                 slot_state,
                 dirty,
                 failed: None,
-                log: Vec::new(),
+                events: EventLog::default(),
                 replacement: vec![None; geo.raid_disks],
                 read_errors: vec![0; geo.raid_disks],
                 resync_from: None,
@@ -803,6 +807,7 @@ impl Array {
             resync_pending: AtomicBool::new(false),
             has_replacement: AtomicBool::new(false),
             has_bad: AtomicBool::new(false),
+            no_space: AtomicBool::new(false),
             bitmap: None,
             bitmap_io: Mutex::new(()),
             ppl,
@@ -1551,6 +1556,25 @@ impl Array {
         Ok((array, report))
     }
 
+    /// Events numbered `since` and later (see [`crate::events`]): the number of the first
+    /// one returned (past `since` when older ones were dropped from the bounded log), and the
+    /// events. Waits up to `wait` for one to happen when there is none yet.
+    pub fn events_since(
+        &self,
+        since: u64,
+        wait: std::time::Duration,
+    ) -> (u64, Vec<crate::events::ArrayEvent>) {
+        let mut st = lock(&self.state);
+        if st.events.next_seq() <= since && !wait.is_zero() {
+            let cv = st.events.pushed.clone();
+            st = match cv.wait_timeout(st, wait) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        st.events.since(since)
+    }
+
     pub fn geometry(&self) -> &Geo {
         &self.geo
     }
@@ -1647,6 +1671,15 @@ impl Array {
         }
         if fua {
             self.flush()?;
+        }
+        if self.no_space.load(std::sync::atomic::Ordering::Relaxed)
+            && self
+                .no_space
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            lock(&self.state).events.push(ArrayEvent::Note {
+                text: "writes go through again: there is room on the members' filesystems".into(),
+            });
         }
         Ok(())
     }
@@ -1783,9 +1816,8 @@ impl Array {
                 .filter(|(_, m)| m.is_some())
                 .all(|(sb, _)| sb.role_of(dev_number) == DevRole::Faulty);
             if recorded_faulty {
-                st.log.push(format!(
-                    "member {index} removed (it was already recorded faulty)"
-                ));
+                let member = format!("member {index}");
+                st.events.push(ArrayEvent::MemberRemoved { member });
                 return Ok(());
             }
             return Err(EngineError::Invalid(format!(
@@ -1813,7 +1845,7 @@ impl Array {
             .map(|m| m.disk.name().to_string())
             .unwrap_or_default();
         st.members[index] = None;
-        st.log.push(format!("{name}: removed"));
+        st.events.push(ArrayEvent::MemberRemoved { member: name });
         self.update_superblocks(&mut st, |sb| {
             let _ = sb.set_role(dev_number, DevRole::Faulty);
         });
@@ -1830,7 +1862,9 @@ impl Array {
             let _g = lock(&self.sb_lock);
             let mut st = lock(&self.state);
             let (_, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
-            st.log.push(format!("{}: added as spare", disk.name()));
+            st.events.push(ArrayEvent::SpareAdded {
+                member: disk.name().to_string(),
+            });
             let assigned = self.assign_spare_locked(&mut st);
             self.update_superblocks(&mut st, |sb| {
                 let _ = sb.set_role(dev_number, DevRole::Spare);
@@ -1962,10 +1996,11 @@ impl Array {
         st.slot_member[slot] = Some(index);
         st.slot_state[slot] = MemberState::Rebuilding;
         st.bitmap_recovery[slot] = true;
-        st.log.push(format!(
-            "{name}: re-added into slot {slot}; {} bitmap regions to bring up to date",
-            wi.set_bits()
-        ));
+        st.events.push(ArrayEvent::ReAdded {
+            member: name.clone(),
+            slot,
+            bitmap_regions: wi.set_bits(),
+        });
         self.update_superblocks(&mut st, |sb| {
             let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
         });
@@ -2017,10 +2052,10 @@ impl Array {
             st.sbs[new].set_recovery_offset(0);
             st.replacement[slot] = Some(new);
             self.note_replacements(&st);
-            st.log.push(format!(
-                "{}: replaces slot {slot}; the copy starts",
-                disk.name()
-            ));
+            st.events.push(ArrayEvent::ReplaceStarted {
+                member: disk.name().to_string(),
+                slot,
+            });
             self.update_superblocks(&mut st, |sb| {
                 let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
             });
@@ -2160,8 +2195,8 @@ impl Array {
                 .as_ref()
                 .map(|m| m.disk.name().to_string())
                 .unwrap_or_default();
-            st.log
-                .push(format!("{name}: spare takes slot {slot}; rebuild starts"));
+            st.events
+                .push(ArrayEvent::SpareTaken { member: name, slot });
             out.push((slot, d));
         }
         out
@@ -2280,7 +2315,7 @@ impl Array {
             pending: Vec::new(),
             finished_tasks: self.bg.history(),
             resync_from_sectors: st.resync_from,
-            log: st.log.clone(),
+            log: st.events.sentences(),
         };
         drop(st);
         out.pending = self.pending_tasks();
@@ -2327,8 +2362,8 @@ impl Array {
             st.dirty = true;
             return Ok(());
         }
-        for note in self.ppl_reset_before_dirty(&mut st) {
-            st.log.push(note);
+        for text in self.ppl_reset_before_dirty(&mut st) {
+            st.events.push(ArrayEvent::Note { text });
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));
         st.dirty = true;
@@ -2478,9 +2513,11 @@ impl Array {
         self.has_bad
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let name = member.disk.name().to_string();
-        st.log.push(format!(
-            "{name}: sectors {first}..{last} recorded in the bad-block log; served from redundancy"
-        ));
+        st.events.push(ArrayEvent::BadBlocksRecorded {
+            member: name,
+            first_sector: first,
+            last_sector: last,
+        });
         self.update_superblocks(&mut st, |_| {});
         Ok(true)
     }
@@ -2538,8 +2575,11 @@ impl Array {
             .as_ref()
             .map(|m| m.disk.name().to_string())
             .unwrap_or_default();
-        st.log
-            .push(format!("{name}: replacement marked faulty ({why})"));
+        st.events.push(ArrayEvent::MemberFaulty {
+            member: name,
+            slot: None,
+            reason: format!("replacement: {why}"),
+        });
         self.update_superblocks(&mut st, |sb| {
             let _ = sb.set_role(d, DevRole::Faulty);
         });
@@ -2566,9 +2606,11 @@ impl Array {
             st.resync_from = None;
             self.resync_pending
                 .store(false, std::sync::atomic::Ordering::Relaxed);
-            st.log.push(format!(
-                "resync skipped: {lost} member(s) missing, parity is their only copy (md skips it too)"
-            ));
+            st.events.push(ArrayEvent::Note {
+                text: format!(
+                    "resync skipped: {lost} member(s) missing, parity is their only copy (md skips it too)"
+                ),
+            });
         }
     }
 
@@ -2587,7 +2629,11 @@ impl Array {
             ),
             None => (format!("slot {slot}"), None),
         };
-        st.log.push(format!("{name}: marked faulty ({why})"));
+        st.events.push(ArrayEvent::MemberFaulty {
+            member: name.clone(),
+            slot: Some(slot),
+            reason: why.to_string(),
+        });
         st.read_errors[slot] = 0; // the count belongs to the member leaving the slot
         let failed: Vec<bool> = st.slot_state.iter().map(|s| !s.usable()).collect();
         if !self.geo.survives(&failed) && st.failed.is_none() {
@@ -2596,8 +2642,14 @@ impl Array {
                 "RAID {} over {} devices has lost slots {:?}, more than it can; no further writes",
                 self.geo.level, self.geo.raid_disks, lost
             );
-            st.log.push(detail.clone());
+            st.events.push(ArrayEvent::ArrayFailed {
+                detail: detail.clone(),
+            });
             st.failed = Some(detail);
+        }
+        if st.failed.is_none() {
+            let missing_slots = (0..failed.len()).filter(|&s| failed[s]).collect();
+            st.events.push(ArrayEvent::ArrayDegraded { missing_slots });
         }
         st.slot_member[slot] = None;
         // A replacement being copied from the failed member carries on as a normal rebuild
@@ -2613,9 +2665,8 @@ impl Array {
             }
             st.slot_member[slot] = Some(r);
             st.slot_state[slot] = MemberState::Rebuilding;
-            st.log.push(format!(
-                "replacement for slot {slot} continues as its rebuild"
-            ));
+            st.events
+                .push(ArrayEvent::ReplacementContinuesAsRebuild { slot });
             assigned.push((slot, d));
         }
         assigned.extend(self.assign_spare_locked(st));
@@ -2702,15 +2753,12 @@ impl Array {
                     );
                     continue;
                 }
-                st.log.push(format!(
-                    "{name}: read error in member sectors {ms}..{}; served from redundancy{}",
-                    ms + n,
-                    if self.read_only {
-                        " (read-only: not rewritten)"
-                    } else {
-                        ", rewriting"
-                    }
-                ));
+                st.events.push(ArrayEvent::ReadError {
+                    member: name.clone(),
+                    first_sector: ms,
+                    end_sector: ms + n,
+                    repaired: !self.read_only,
+                });
                 name
             };
             if self.read_only || self.check_writable().is_err() {
@@ -2719,9 +2767,11 @@ impl Array {
             match self.patrol_narrow(slot, ms, n, layout.as_ref()) {
                 Ok((fixed, bad)) => {
                     let mut st = lock(&self.state);
-                    st.log.push(format!(
-                        "{name}: {fixed} sectors rewritten and readable again, {bad} sent to the bad-block log"
-                    ));
+                    st.events.push(ArrayEvent::ReadErrorsRepaired {
+                        member: name,
+                        rewritten_sectors: fixed,
+                        bad_block_sectors: bad,
+                    });
                 }
                 Err(e) => self.member_failed(slot, &format!("repairing a read error failed: {e}")),
             }
@@ -3032,6 +3082,7 @@ impl Array {
                     // full on an overwrite): the member is fine, but the stripe may now hold
                     // new data beside old parity, so it is resynced, as after a crash.
                     self.needs_resync_from(ms);
+                    self.report_no_space(&err);
                     no_space.get_or_insert(err);
                     continue;
                 }
@@ -3101,12 +3152,27 @@ impl Array {
                 let at = m.data_offset_bytes + io.member_sector * SECTOR as u64;
                 if let Err(e) = m.disk.reserve(at, len) {
                     if e.is_no_space() {
+                        self.report_no_space(&e);
                         return Err(EngineError::Disk(e));
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Records a write refused for want of space, once until writing works again (a client
+    /// retrying into a full filesystem does not flood the log).
+    fn report_no_space(&self, err: &raidkit_disk::DiskError) {
+        if !self
+            .no_space
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            lock(&self.state).events.push(ArrayEvent::NoSpace {
+                member: err.member.clone(),
+                detail: err.to_string(),
+            });
+        }
     }
 
     /// A write left stripes at member sector `ms` (array sector for RAID 10) possibly

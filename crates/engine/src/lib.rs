@@ -15,6 +15,7 @@ pub mod bench;
 mod buffers;
 pub mod core;
 pub mod error;
+pub mod events;
 pub mod geo;
 pub mod gf;
 mod meta;
@@ -27,5 +28,6 @@ pub use array::{
     EngineConfig, MemberStatus, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
 pub use error::{AbsentMember, EngineError, Result};
+pub use events::ArrayEvent;
 pub use geo::Geo;
 pub use meta::{read_superblock, write_superblock, FoundSuperblock};

@@ -481,14 +481,16 @@ pub fn open_or_create(path: &Path, image_bytes: Option<u64>) -> Result<Box<dyn D
 }
 
 /// Opens members; read-only ones never get a write. `map_memory`: long-lived users (the
-/// server) map fully allocated tmpfs members ([`OpenOptions::map_memory`]).
-pub fn open_members(
+/// server) map fully allocated tmpfs members ([`OpenOptions::map_memory`]); the paths mapped
+/// are returned beside the disks, for the caller to say so.
+pub fn open_members_mapped(
     paths: &[PathBuf],
     read_only: bool,
     map_memory: bool,
-) -> Result<Vec<Box<dyn Disk>>, CliError> {
+) -> Result<(Members, Vec<PathBuf>), CliError> {
     let mut seen = Vec::new();
     let mut out: Vec<Box<dyn Disk>> = Vec::new();
+    let mut mapped = Vec::new();
     for p in paths {
         let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
         if let Some(prev) = seen.iter().find(|(c, _): &&(PathBuf, PathBuf)| *c == canon) {
@@ -513,14 +515,19 @@ pub fn open_members(
         )
         .map_err(disk_error)?;
         if d.is_mapped() {
-            eprintln!(
-                "raidkit: {}: on tmpfs, fully allocated: mapped into memory",
-                p.display()
-            );
+            mapped.push(p.clone());
         }
         out.push(Box::new(d));
     }
-    Ok(out)
+    Ok((out, mapped))
+}
+
+/// Opened members, in the order given.
+pub type Members = Vec<Box<dyn Disk>>;
+
+/// [`open_members_mapped`] without mapping.
+pub fn open_members(paths: &[PathBuf], read_only: bool) -> Result<Vec<Box<dyn Disk>>, CliError> {
+    Ok(open_members_mapped(paths, read_only, false)?.0)
 }
 
 /// mdadm's insisting flags of a command that assembles.
@@ -543,7 +550,7 @@ fn assemble(
     read_only: bool,
     insist: Insist,
 ) -> Result<(Array, AssembleReport), CliError> {
-    let disks = open_members(paths, read_only, false)?;
+    let disks = open_members(paths, read_only)?;
     Array::assemble(
         disks,
         AssembleOptions {
@@ -929,6 +936,8 @@ pub fn create_array_checked(
         .map_err(disk_error)?;
         if let Some(owner) = util::md_owner(&disk)? {
             in_use.push(format!("{}: {owner}", p.display()));
+        } else if let Some(what) = util::foreign_content(&disk)? {
+            in_use.push(format!("{}: holds {what}", p.display()));
         }
         before.push(Before::Exists {
             size_bytes: disk.size_bytes(),
@@ -939,12 +948,15 @@ pub fn create_array_checked(
         return Err(CliError::new(
             ExitCode::Refused,
             format!(
-                "refusing to create: {} already {} an md superblock, and create would overwrite it; nothing was written (give --force to overwrite)\n  {}",
+                "refusing to create: {} already {} an md superblock or other data (a filesystem, a partition table), and create would overwrite it; nothing was written (give --force to overwrite)\n  {}",
                 if in_use.len() == 1 { "a member" } else { "members" },
                 if in_use.len() == 1 { "holds" } else { "hold" },
                 in_use.join("\n  ")
             ),
         ));
+    }
+    for line in &in_use {
+        eprintln!("raidkit: --force: overwriting what {line}");
     }
     let all_new = before.iter().all(|b| matches!(b, Before::Missing { .. }));
     let options = |disks: &[Box<dyn Disk>]| -> Result<CreateOptions, CliError> {
@@ -1094,7 +1106,7 @@ fn warn_if_sparse_members_may_not_fit(paths: &[PathBuf]) {
 }
 
 fn examine(args: ExamineArgs) -> Result<(), CliError> {
-    let disks = open_members(&args.members, true, false)?;
+    let disks = open_members(&args.members, true)?;
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     for d in &disks {

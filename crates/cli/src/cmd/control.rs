@@ -144,6 +144,8 @@ pub struct ServedArray {
     pub read_only: bool,
     /// Shared with the array's NBD export; held while a spare is added (see [`WriteGate`]).
     pub gate: Arc<WriteGate>,
+    /// Where NBD clients reach it: the socket path or the TCP address.
+    pub nbd_address: String,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -585,6 +587,7 @@ fn result_of(served: &ServedArray, member: Option<&str>) -> serde_json::Value {
     let status: Status = served.array.status();
     let mut v = serde_json::json!({
         "array": served.name,
+        "nbd": served.nbd_address,
         "read_only": served.read_only,
         "status": status,
     });
@@ -719,7 +722,7 @@ pub fn detail(control: &Path, array: Option<&str>, json: bool) -> Result<(), Cli
     println!(
         "         Served : {} on {}{}",
         result["array"].as_str().unwrap_or_default(),
-        control.display(),
+        result["nbd"].as_str().unwrap_or("?"),
         if result["read_only"].as_bool() == Some(true) {
             " (read-only)"
         } else {

@@ -22,13 +22,15 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use raidkit_engine::{Array, AssembleOptions, EngineError};
-use raidkit_nbd::{BlockSize, Export, Listener, Server};
+use raidkit_nbd::{BlockSize, Export, Listener, Server, ServerEvent, TlsConfig, TlsMode};
 use raidkit_sim::{FaultSpec, FaultyDisk};
 
-use super::array::{engine_error, open_members, parse_size_bytes};
+use super::array::{engine_error, open_members_mapped, parse_size_bytes};
 use super::control::{ControlListener, ControlServer, ServedArray};
+use super::log::{LogFormat, ServerLog};
 use super::spares::GlobalSpares;
 use crate::{CliError, ExitCode};
 
@@ -91,6 +93,140 @@ pub struct ServeArgs {
     /// NBD requests executed at once per connection.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
+    /// Log lines as text, or as one JSON object per line for log collectors. Every state
+    /// change is logged with a timestamp: members failing and why, spares taken, tasks
+    /// started and finished, the array degraded or failed, clients and why any was refused.
+    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// NBD's STARTTLS: off, on (offered; clients choose) or require (every client must use
+    /// TLS before it may see an export). Default: require when --tls-cert is given, else off.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub tls: Option<TlsArg>,
+    /// The server's certificate chain (PEM), for TLS.
+    #[arg(long = "tls-cert", value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key (PEM), for TLS.
+    #[arg(long = "tls-key", value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Certificate authority (PEM) whose client certificates are accepted: with it, every
+    /// TLS client must present a certificate it signed (authentication, as qemu-nbd's
+    /// verify-peer and nbdkit's --tls-verify-peer).
+    #[arg(long = "tls-client-ca", value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Clients served at once; one more is refused (and logged).
+    #[arg(long = "max-connections", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_connections: u32,
+    /// Close a client connection that sends nothing for this many seconds while none of its
+    /// requests is in flight (and log it). Off by default: an idle mounted filesystem sends
+    /// nothing for hours, and NBD clients do not reconnect.
+    #[arg(long = "idle-timeout", value_name = "SECONDS")]
+    pub idle_timeout: Option<u64>,
+    /// Payload bytes one connection may hold in the server at once (write data read, read
+    /// data not yet sent; K, M, G suffix): a client that never reads its replies cannot make
+    /// the server hold more.
+    #[arg(long = "max-inflight", value_name = "SIZE", default_value = "32M")]
+    pub max_inflight: String,
+    /// Mode of the NBD unix socket (octal), set explicitly whatever the umask.
+    #[arg(long = "socket-mode", value_name = "OCTAL", default_value = "0660")]
+    pub socket_mode: String,
+    /// Group of the NBD unix socket (name or number): with mode 0660, its members may
+    /// connect.
+    #[arg(long = "socket-group", value_name = "GROUP", requires = "socket")]
+    pub socket_group: Option<String>,
+}
+
+/// `--tls`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsArg {
+    Off,
+    On,
+    Require,
+}
+
+/// The server's settings beyond the arrays, checked before a member is opened.
+struct Settings {
+    tls_mode: TlsMode,
+    tls: Option<Arc<TlsConfig>>,
+    max_inflight: u64,
+    socket_mode: u32,
+    socket_group: Option<u32>,
+}
+
+/// Parses the TLS, limit and socket flags.
+fn settings(args: &ServeArgs) -> Result<Settings, CliError> {
+    let tls_mode = match (args.tls, &args.tls_cert) {
+        (Some(TlsArg::Off), Some(_)) => {
+            return Err(CliError::usage(
+                "--tls off with --tls-cert: drop one of them",
+            ))
+        }
+        (Some(TlsArg::On | TlsArg::Require), None) => {
+            return Err(CliError::usage(
+                "--tls on|require needs --tls-cert PEM and --tls-key PEM",
+            ))
+        }
+        (Some(TlsArg::Off), None) | (None, None) => TlsMode::Off,
+        (Some(TlsArg::On), Some(_)) => TlsMode::On,
+        (Some(TlsArg::Require), Some(_)) | (None, Some(_)) => TlsMode::Require,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            TlsConfig::from_pem_files(cert, key, args.tls_client_ca.as_deref())
+                .map_err(|e| CliError::new(ExitCode::Refused, format!("TLS: {e}")))?,
+        )),
+        _ => None,
+    };
+    let max_inflight = parse_size_bytes(&args.max_inflight, 1)?;
+    if max_inflight < 1 << 20 {
+        return Err(CliError::usage(format!(
+            "--max-inflight {}: at least 1M",
+            args.max_inflight
+        )));
+    }
+    let socket_mode = u32::from_str_radix(args.socket_mode.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "--socket-mode {}: an octal mode such as 0660",
+                args.socket_mode
+            ))
+        })?;
+    let socket_group = match &args.socket_group {
+        None => None,
+        Some(g) => Some(match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => group_id(g)
+                .ok_or_else(|| CliError::usage(format!("--socket-group {g}: no such group")))?,
+        }),
+    };
+    Ok(Settings {
+        tls_mode,
+        tls,
+        max_inflight,
+        socket_mode,
+        socket_group,
+    })
+}
+
+/// The id of the group named `name` (`getgrnam_r`).
+fn group_id(name: &str) -> Option<u32> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; buf outlives it; the result is read
+    // only when getgrnam_r reports one.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            cname.as_ptr(),
+            &mut grp,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    (rc == 0 && !result.is_null()).then_some(grp.gr_gid)
 }
 
 /// The control socket's path: `--control`, else the NBD socket's path plus ".ctl".
@@ -254,6 +390,27 @@ impl Export for ArrayExport {
     }
 }
 
+/// Logs `array`'s events from number `next` on, waiting up to `wait` for the first; returns
+/// the number of the next event to log.
+fn log_events(log: &ServerLog, name: &str, array: &Array, next: u64, wait: Duration) -> u64 {
+    let (first, events) = array.events_since(next, wait);
+    if first > next {
+        log.warning(
+            "events-missed",
+            Some(name),
+            &format!(
+                "{} events were missed (the array keeps the newest {})",
+                first - next,
+                raidkit_engine::events::EVENTS_KEPT
+            ),
+        );
+    }
+    for event in &events {
+        log.array_event(name, event);
+    }
+    first + events.len() as u64
+}
+
 /// Parses `NAME=MEMBER,MEMBER,…`.
 fn parse_array_spec(spec: &str) -> Result<(String, Vec<PathBuf>), CliError> {
     let (name, members) = spec
@@ -297,6 +454,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         ));
     }
     let control_path = control_path(&args)?;
+    let settings = settings(&args)?;
+    let log = Arc::new(ServerLog::new(args.log_format));
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let mut injections: Vec<(PathBuf, String, FaultSpec)> = Vec::new();
     for item in &args.inject {
@@ -363,18 +522,33 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             }
         })?;
         spares.offer(path, disk)?;
-        eprintln!("raidkit: global spare {}", path.display());
+        log.info(
+            "server-spare",
+            None,
+            &format!("global spare {}", path.display()),
+        );
     }
 
     let mut arrays = Vec::new();
     for (name, members) in &specs {
-        let mut disks = open_members(members, args.read_only, !args.no_map)?;
+        let (mut disks, mapped) = open_members_mapped(members, args.read_only, !args.no_map)?;
+        for p in mapped {
+            log.info(
+                "member-mapped",
+                Some(name),
+                &format!(
+                    "{}: on tmpfs, fully allocated: mapped into memory",
+                    p.display()
+                ),
+            );
+        }
         for (disk, path) in disks.iter_mut().zip(members) {
             let target = canon(path);
             if let Some((_, text, spec)) = injections.iter().find(|(t, _, _)| *t == target) {
-                eprintln!(
-                    "raidkit: {name}: injecting faults into {}: {text}",
-                    path.display()
+                log.warning(
+                    "server-inject",
+                    Some(name),
+                    &format!("injecting faults into {}: {text}", path.display()),
                 );
                 let inner = std::mem::replace(disk, Box::new(raidkit_disk::MemDisk::new("-", 0)));
                 *disk = Box::new(FaultyDisk::new(inner, spec.rules.clone(), spec.seed));
@@ -391,23 +565,33 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         )
         .map_err(|e| super::array::assembly_error(e, members))?;
         for (member, why) in &report.excluded {
-            eprintln!("raidkit: {name}: {member}: not used: {why}");
+            log.warning(
+                "member-excluded",
+                Some(name),
+                &format!("{member}: not used: {why}"),
+            );
         }
         for note in &report.notes {
-            eprintln!("raidkit: {name}: {note}");
+            log.info("array-assembled", Some(name), note);
         }
         let array = Arc::new(array);
         // Rebuilds onto spares, resync after an unclean stop and requested checks run in the
         // background while the array is served.
         array.start_background().map_err(engine_error)?;
         for kind in array.pending_tasks() {
-            eprintln!("raidkit: {name}: {kind} pending; it runs in the background");
+            log.info(
+                "task-pending",
+                Some(name),
+                &format!("{kind} pending; it runs in the background"),
+            );
         }
         arrays.push((name.clone(), array, Arc::new(WriteGate::default())));
     }
 
     let listener = match (&args.socket, args.port) {
-        (Some(path), _) => Listener::bind_unix(path),
+        (Some(path), _) => {
+            Listener::bind_unix_with(path, settings.socket_mode, settings.socket_group)
+        }
         (None, Some(port)) => Listener::bind_tcp(SocketAddr::new(args.bind, port)),
         (None, None) => unreachable!("checked above"),
     }
@@ -423,7 +607,26 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         None => None,
     };
 
-    let mut builder = Server::builder().threads_per_connection(args.threads as usize);
+    if !args.bind.is_loopback() && args.port.is_some() && settings.tls_mode != TlsMode::Require {
+        log.warning(
+            "server-insecure",
+            None,
+            &format!(
+                "listening on {} without --tls require: anyone who reaches it can read and write the arrays, in the clear",
+                args.bind
+            ),
+        );
+    }
+    let observer_log = log.clone();
+    let mut builder = Server::builder()
+        .threads_per_connection(args.threads as usize)
+        .max_connections(args.max_connections as usize)
+        .inflight_bytes_per_connection(settings.max_inflight)
+        .idle_timeout(args.idle_timeout.map(std::time::Duration::from_secs))
+        .tls(settings.tls_mode, settings.tls.clone())
+        .observer(Arc::new(move |e: &ServerEvent<'_>| {
+            observer_log.server_event(e)
+        }));
     for (name, array, gate) in &arrays {
         let export: Arc<dyn Export> = Arc::new(ArrayExport::new(
             array.clone(),
@@ -442,14 +645,27 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::failure(format!("cannot install signal handlers: {e}")))?;
 
     for (name, array, _) in &arrays {
-        eprintln!(
-            "raidkit: serving {name} ({} bytes) on {}",
-            array.size_bytes(),
-            listener.describe()
+        log.info(
+            "server-serving",
+            Some(name),
+            &format!(
+                "serving {} bytes on {}{}",
+                array.size_bytes(),
+                listener.describe(),
+                match settings.tls_mode {
+                    TlsMode::Off => "",
+                    TlsMode::On => " (TLS offered)",
+                    TlsMode::Require => " (TLS required)",
+                }
+            ),
         );
     }
     if let Some(l) = &control_listener {
-        eprintln!("raidkit: control socket {}", l.path().display());
+        log.info(
+            "server-control",
+            None,
+            &format!("control socket {}", l.path().display()),
+        );
     }
     let served: Vec<ServedArray> = arrays
         .iter()
@@ -458,41 +674,73 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             array: array.clone(),
             read_only: args.read_only,
             gate: gate.clone(),
+            nbd_address: listener.describe(),
         })
         .collect();
     let control = ControlServer::new(served.clone()).with_spares(spares.clone());
-    let (report, control_report) = std::thread::scope(|scope| {
+    let (report, control_report, logged) = std::thread::scope(|scope| {
         let control_thread = control_listener
             .as_ref()
             .map(|l| scope.spawn(|| control.serve(l, shutdown)));
         if !args.spares.is_empty() {
-            let (spares, served) = (&spares, &served);
+            let (spares, served, log) = (&spares, &served, &log);
             scope.spawn(move || {
                 while !shutdown.load(std::sync::atomic::Ordering::SeqCst) {
                     for line in spares.tend(served) {
-                        eprintln!("raidkit: {line}");
+                        log.info("spare-taken", None, &line);
                     }
                     std::thread::sleep(std::time::Duration::from_millis(200));
                 }
             });
         }
+        // Every array's events, logged as they happen (from the first: assembly records
+        // none, and a task started at once must not be missed).
+        let watchers: Vec<_> = arrays
+            .iter()
+            .map(|(name, array, _)| {
+                let log = &log;
+                scope.spawn(move || {
+                    let mut next = 0;
+                    while !shutdown.load(std::sync::atomic::Ordering::SeqCst) {
+                        next = log_events(log, name, array, next, Duration::from_millis(200));
+                    }
+                    next
+                })
+            })
+            .collect();
         let report = server.serve(&listener, shutdown);
         // The NBD server may also end on an error: the control server must end with it.
         shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
         let control_report = control_thread.map(|t| t.join());
-        (report, control_report)
+        let logged: Vec<u64> = watchers
+            .into_iter()
+            .map(|w| w.join().unwrap_or(0))
+            .collect();
+        (report, control_report, logged)
     });
     let report = report.map_err(|e| CliError::failure(format!("server failed: {e}")))?;
-    eprintln!(
-        "raidkit: shutting down after {} connections",
-        report.connections_accepted
+    log.info(
+        "server-stopping",
+        None,
+        &format!(
+            "shutting down after {} connections ({} refused)",
+            report.connections_accepted, report.connections_refused
+        ),
     );
     match control_report {
-        Some(Ok(c)) => eprintln!(
-            "raidkit: control socket: {} connections, {} requests, {} refused",
-            c.connections, c.requests, c.refused
+        Some(Ok(c)) => log.info(
+            "server-control",
+            None,
+            &format!(
+                "control socket: {} connections, {} requests, {} refused",
+                c.connections, c.requests, c.refused
+            ),
         ),
-        Some(Err(_)) => eprintln!("raidkit: the control server ended abnormally"),
+        Some(Err(_)) => log.warning(
+            "server-control",
+            None,
+            "the control server ended abnormally",
+        ),
         None => {}
     }
 
@@ -500,18 +748,19 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     for (name, err) in &report.flush_failures {
         failed.push(format!("{name}: flush failed: {err}"));
     }
-    for (name, array, _) in &arrays {
-        if args.read_only {
-            continue;
-        }
-        if report.flush_failures.iter().any(|(n, _)| n == name) {
-            // Not flushed: leave it marked dirty so the next assembly resyncs.
-            continue;
-        }
-        if let Err(e) = array.stop() {
-            failed.push(format!("{name}: stop failed: {e}"));
+    for ((name, array, _), next) in arrays.iter().zip(logged) {
+        let stopped = if args.read_only || report.flush_failures.iter().any(|(n, _)| n == name) {
+            // Not flushed: left marked dirty so the next assembly resyncs.
+            None
         } else {
-            eprintln!("raidkit: {name}: flushed and marked clean");
+            Some(array.stop())
+        };
+        // What stopping did (a task stopped at its checkpoint), then how it ended.
+        log_events(&log, name, array, next, Duration::ZERO);
+        match stopped {
+            Some(Err(e)) => failed.push(format!("{name}: stop failed: {e}")),
+            Some(Ok(())) => log.info("array-stopped", Some(name), "flushed and marked clean"),
+            None => {}
         }
     }
     if failed.is_empty() {

@@ -610,6 +610,9 @@ impl Array {
             }
             bg.running = Some(progress.clone());
         }
+        lock(&self.state)
+            .events
+            .push(ArrayEvent::TaskStarted { task: kind });
         self.bg.cancel.store(false, Ordering::Relaxed);
         let mut walk = Walk {
             progress,
@@ -681,7 +684,11 @@ impl Array {
                 TaskOutcome::Nothing => format!("{kind}: nothing to do"),
                 TaskOutcome::Failed { error } => format!("{kind} failed: {error}"),
             };
-            st.log.push(line);
+            st.events.push(ArrayEvent::TaskFinished {
+                task: kind,
+                completed: report.outcome == TaskOutcome::Completed,
+                summary: line,
+            });
         }
         Ok(report)
     }
@@ -1504,10 +1511,11 @@ impl Array {
             }
         }
         if !lost_blocks.is_empty() {
-            lock(&self.state).log.push(format!(
+            let text = format!(
                 "rebuild: {} sectors near member sector {ms} have no readable source left (bad blocks); recorded as bad blocks on the rebuilt member",
                 lost_blocks.iter().map(|(_, l)| l).sum::<u64>()
-            ));
+            );
+            lock(&self.state).events.push(ArrayEvent::Note { text });
         }
         Ok(alive)
     }
@@ -1746,7 +1754,7 @@ impl Array {
                     .as_ref()
                     .map(|m| m.disk.name().to_string())
                     .unwrap_or_default();
-                st.log.push(format!("{name}: rebuilt into slot {slot}"));
+                st.events.push(ArrayEvent::Rebuilt { member: name, slot });
             } else {
                 st.sbs[index].set_recovery_offset(cursor);
             }
@@ -2049,12 +2057,12 @@ impl Array {
                         .map(|m| m.disk.name().to_string())
                         .unwrap_or_default()
                 };
-                let line = format!(
-                    "{}: replaced {} in slot {slot}; the old member is marked faulty",
-                    name(r),
-                    old.map(name).unwrap_or_default()
-                );
-                st.log.push(line);
+                let event = ArrayEvent::Replaced {
+                    member: name(r),
+                    old: old.map(name).unwrap_or_default(),
+                    slot,
+                };
+                st.events.push(event);
             } else {
                 st.sbs[r].set_recovery_offset(cursor);
             }

@@ -18,6 +18,7 @@
 
 use super::{lock, Array, EngineError, Member, Result};
 use crate::core::{BufRef, Dir, MemberIo, MemberState, PieceOp, SECTOR};
+use crate::events::ArrayEvent;
 use raidkit_metadata::journal::{
     page_checksum, uuid_checksum, MetaBlock, Payload, JOURNAL_BLOCK_BYTES, JOURNAL_BLOCK_SECTORS,
 };
@@ -643,9 +644,9 @@ impl Array {
     fn journal_failed(&self, j: &Journal, e: raidkit_disk::DiskError) -> EngineError {
         let why = format!("{}: {e}", j.disk.disk.name());
         lock(&j.st).failed = Some(why.clone());
-        lock(&self.state).log.push(format!(
-            "write journal failed ({why}); the array takes no more writes"
-        ));
+        lock(&self.state).events.push(ArrayEvent::ArrayFailed {
+            detail: format!("write journal failed ({why}); the array takes no more writes"),
+        });
         EngineError::ArrayFailed {
             detail: format!("the write journal failed: {why}"),
         }

@@ -152,6 +152,52 @@ pub fn md_owner(disk: &dyn Disk) -> Result<Option<String>, CliError> {
     })
 }
 
+/// What a device that holds no md superblock holds instead, if it is something create would
+/// destroy: a filesystem, swap, an encrypted or LVM volume, or a partition table, by the
+/// signatures blkid and mdadm look for (mdadm's create checks for filesystems and partition
+/// tables the same way and asks before it goes on). Only the first 68 KiB are read.
+pub fn foreign_content(disk: &dyn Disk) -> Result<Option<&'static str>, CliError> {
+    const HEAD: usize = 68 << 10;
+    let len = (disk.size_bytes() as usize).min(HEAD) / 512 * 512;
+    let mut b = vec![0u8; len];
+    disk.read_at(&mut b, 0)
+        .map_err(|e| CliError::failure(e.to_string()))?;
+    Ok(signature(&b))
+}
+
+/// The content `head` (the start of a device) announces, if any.
+fn signature(head: &[u8]) -> Option<&'static str> {
+    let at = |off: usize, magic: &[u8]| head.get(off..off + magic.len()) == Some(magic);
+    // (offset, magic, what): the magic numbers of the kernel and of libblkid.
+    const SIGNATURES: &[(usize, &[u8], &str)] = &[
+        (1080, &[0x53, 0xef], "an ext2/ext3/ext4 filesystem"),
+        (0, b"XFSB", "an XFS filesystem"),
+        (0x10040, b"_BHRfS_M", "a btrfs filesystem"),
+        (4086, b"SWAPSPACE2", "a swap area"),
+        (4086, b"SWAP-SPACE", "a swap area"),
+        (0, b"LUKS\xba\xbe", "a LUKS encrypted volume"),
+        (512, b"LABELONE", "an LVM physical volume"),
+        (24, b"LABELONE", "an LVM physical volume"),
+        (3, b"NTFS    ", "an NTFS filesystem"),
+        (0x52, b"FAT32   ", "a FAT filesystem"),
+        (0x36, b"FAT16   ", "a FAT filesystem"),
+        (0x36, b"FAT12   ", "a FAT filesystem"),
+        (0x8001, b"CD001", "an ISO 9660 filesystem"),
+        (0, b"\x1f\x8b", "gzip data"),
+        (512, b"EFI PART", "a GPT partition table"),
+        (4096, b"EFI PART", "a GPT partition table"),
+    ];
+    if let Some((_, _, what)) = SIGNATURES.iter().find(|(off, magic, _)| at(*off, magic)) {
+        return Some(what);
+    }
+    // An MBR: the boot signature and at least one partition entry with a type.
+    if at(510, &[0x55, 0xaa]) && (0..4).any(|i| head.get(446 + 16 * i + 4).is_some_and(|&t| t != 0))
+    {
+        return Some("an MBR partition table");
+    }
+    None
+}
+
 /// A device that has only a name and a size: reads see zeroes and writes vanish. `create`
 /// runs the engine's create on these before touching anything, so every rule the engine
 /// checks is checked first.
@@ -216,6 +262,30 @@ impl Disk for DryRunDisk {
     }
     fn is_read_only(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod signature_tests {
+    use super::signature;
+
+    #[test]
+    fn signatures_are_found_at_their_places_and_zeroes_are_nothing() {
+        let mut head = vec![0u8; 68 << 10];
+        assert_eq!(signature(&head), None);
+        head[1080] = 0x53;
+        head[1081] = 0xef;
+        assert_eq!(signature(&head), Some("an ext2/ext3/ext4 filesystem"));
+        let mut head = vec![0u8; 68 << 10];
+        head[510] = 0x55;
+        head[511] = 0xaa;
+        // A boot signature alone (an empty MBR) is not a partition table.
+        assert_eq!(signature(&head), None);
+        head[446 + 4] = 0x83;
+        assert_eq!(signature(&head), Some("an MBR partition table"));
+        // A short device does not read past its end.
+        assert_eq!(signature(&head[..600]), Some("an MBR partition table"));
+        assert_eq!(signature(&[0u8; 100]), None);
     }
 }
 
