@@ -6,66 +6,12 @@
 //!
 //! mdadm must be installed (`apt-get install -y mdadm`; scripts/test does it).
 
+mod common;
+
+use common::*;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-const RAIDKIT: &str = env!("CARGO_BIN_EXE_raidkit");
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let p = std::env::temp_dir().join(format!(
-            "raidkit-array-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    fn members(&self, prefix: &str, n: usize) -> Vec<PathBuf> {
-        (0..n)
-            .map(|i| self.path(&format!("{prefix}{i}.img")))
-            .collect()
-    }
-
-    /// File names in the folder, sorted.
-    fn listing(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn raidkit(args: &[&str]) -> Output {
-    Command::new(RAIDKIT)
-        .args(args)
-        .env("TZ", "UTC")
-        .output()
-        .unwrap()
-}
+use std::process::{Command, Stdio};
 
 fn with_members<'a>(args: &[&'a str], members: &'a [PathBuf]) -> Vec<&'a str> {
     let mut v = args.to_vec();
@@ -73,7 +19,6 @@ fn with_members<'a>(args: &[&'a str], members: &'a [PathBuf]) -> Vec<&'a str> {
     v
 }
 
-/// Runs raidkit and fails the test unless it exits 0; returns stdout.
 /// `raidkit create` of image files of `image_size` at `level` with `chunk`; must succeed.
 fn create(members: &[PathBuf], level: &str, chunk: &str, image_size: &str) -> String {
     ok(&with_members(
@@ -88,26 +33,6 @@ fn create(members: &[PathBuf], level: &str, chunk: &str, image_size: &str) -> St
         ],
         members,
     ))
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = raidkit(args);
-    assert!(
-        out.status.success(),
-        "raidkit {args:?} exited {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs raidkit expecting a failure; returns (exit code, stderr).
-fn fails(args: &[&str]) -> (i32, String) {
-    let out = raidkit(args);
-    let code = out.status.code().unwrap_or(-1);
-    assert_ne!(code, 0, "raidkit {args:?} succeeded but should not");
-    (code, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// FNV-1a of a file's bytes: members are compared before and after a refused command.

@@ -3,80 +3,15 @@
 //! hostile clients get error replies or a closed connection without touching the array, only
 //! the owner may connect, and after SIGTERM the members are clean and hold what was written.
 
+mod common;
+
+use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const RAIDKIT: &str = env!("CARGO_BIN_EXE_raidkit");
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let p = std::env::temp_dir().join(format!(
-            "raidkit-control-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn raidkit(args: &[&str]) -> Output {
-    Command::new(RAIDKIT).args(args).output().unwrap()
-}
-
-/// Runs raidkit and fails the test unless it exits 0; returns stdout.
-fn ok(args: &[&str]) -> String {
-    let out = raidkit(args);
-    assert!(
-        out.status.success(),
-        "raidkit {args:?} exited {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn exit_code(args: &[&str]) -> (i32, String) {
-    let out = raidkit(args);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Deterministic bytes.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
 
 /// A RAID 6 of five 16 MiB image files holding `data` at offset 0, and `raidkit serve` on it.
 struct Served {

@@ -4,55 +4,15 @@
 //! and md's check finds nothing. A check stopped by a signal says where to go on with
 //! `--from`.
 
+mod common;
+
+use common::*;
 use raidkit_disk::{FileDisk, OpenOptions};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const RAIDKIT: &str = env!("CARGO_BIN_EXE_raidkit");
 const MEMBER_BYTES: u64 = 24 << 20;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let p = std::env::temp_dir().join(format!(
-            "raidkit-tasks-{tag}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(RAIDKIT).args(args).output().unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "raidkit {args:?} exited {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn images(dir: &TempDir, names: &[&str]) -> Vec<String> {
     names
@@ -136,7 +96,7 @@ fn json_tasks(text: &str) -> Vec<serde_json::Value> {
 }
 
 fn read_back(members: &[String], len: usize) -> Vec<u8> {
-    let out = run(&args(&["read"], members, &["--length", &len.to_string()]));
+    let out = raidkit(&args(&["read"], members, &["--length", &len.to_string()]));
     assert!(
         out.status.success(),
         "read: {}",
@@ -350,12 +310,12 @@ fn a_stopped_check_says_where_to_go_on_and_from_starts_there() {
     let tasks = json_tasks(&report);
     assert_eq!(tasks[0]["start_sectors"], (at + 3) / 8 * 8, "{report}");
     assert_eq!(tasks[0]["outcome"], "completed", "{report}");
-    let past = run(&args(&["check", "--from", "999999999999"], &members, &[]));
+    let past = raidkit(&args(&["check", "--from", "999999999999"], &members, &[]));
     assert_eq!(past.status.code(), Some(2), "{past:?}");
     assert!(
         String::from_utf8_lossy(&past.stderr).contains("past the end"),
         "{past:?}"
     );
-    let rebuild = run(&args(&["rebuild", "--from", "0"], &members, &[]));
+    let rebuild = raidkit(&args(&["rebuild", "--from", "0"], &members, &[]));
     assert_eq!(rebuild.status.code(), Some(2), "{rebuild:?}");
 }

@@ -210,3 +210,131 @@ fn raid1_read_error_falls_back_to_another_mirror() {
         Err(EngineError::ArrayFailed { .. })
     ));
 }
+
+/// A member whose filesystem is full where reservation cannot help (a copy-on-write
+/// filesystem full on an overwrite): its writes fail with `NoSpace` while `full` is set.
+#[derive(Debug, Clone)]
+struct FullFs {
+    inner: MemDisk,
+    full: Arc<AtomicBool>,
+}
+
+impl Disk for FullFs {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<(), DiskError> {
+        self.inner.read_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> Result<(), DiskError> {
+        if self.full.load(Ordering::SeqCst) {
+            return Err(DiskError::new(
+                self.inner.name(),
+                "write",
+                off,
+                DiskErrorKind::NoSpace {
+                    filesystem: "/full (btrfs)".into(),
+                    free_bytes: Some(0),
+                    quota: false,
+                },
+            ));
+        }
+        self.inner.write_at(buf, off)
+    }
+    fn flush(&self) -> Result<(), DiskError> {
+        Ok(())
+    }
+    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.inner.discard(off, len)
+    }
+    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), DiskError> {
+        self.inner.write_zeroes(off, len)
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn logical_block_size(&self) -> u32 {
+        512
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn is_read_only(&self) -> bool {
+        false
+    }
+}
+
+/// A write that meets a full filesystem on one member (past any reservation) fails with the
+/// member's no-space error; no member is failed, the stripe is marked for resync (it may hold
+/// new data beside old parity), reads still work, and once there is room the resync makes
+/// the array consistent and writes go through again.
+#[test]
+fn a_member_out_of_space_fails_the_write_not_the_member() {
+    let full = Arc::new(AtomicBool::new(false));
+    let disks: Vec<FullFs> = (0..4)
+        .map(|i| FullFs {
+            inner: MemDisk::new(&format!("d{i}"), 4 << 20),
+            full: full.clone(),
+        })
+        .collect();
+    let array = Array::create(
+        disks
+            .iter()
+            .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+            .collect(),
+        CreateOptions {
+            level: 5,
+            layout: None,
+            chunk_sectors: 16,
+            raid_devices: 4,
+            metadata: SuperblockVersion::V1_2,
+            size_sectors: None,
+            name: "f".into(),
+            set_uuid: [9; 16],
+            device_uuids: (0..4).map(|i| [i as u8 + 1; 16]).collect(),
+            ctime_seconds: 1,
+            members_zeroed: true,
+            consistency: raidkit_engine::ConsistencyPolicy::Resync,
+            config: EngineConfig::default(),
+        },
+    )
+    .unwrap();
+    let old = pattern(64 << 10, 1);
+    array.write_at(&old, 0, false).unwrap();
+    full.store(true, Ordering::SeqCst);
+    let err = array
+        .write_at(&pattern(8 << 10, 2), 4096, false)
+        .unwrap_err();
+    match &err {
+        EngineError::Disk(e) => assert!(e.is_no_space(), "{err}"),
+        other => panic!("not the member's no-space error: {other}"),
+    }
+    let status = array.status();
+    assert!(!status.degraded && !status.failed, "{:?}", status.log);
+    assert!(
+        array
+            .pending_tasks()
+            .contains(&raidkit_engine::TaskKind::Resync),
+        "the stripe written half-way is not marked for resync"
+    );
+    assert!(
+        status.log.iter().any(|l| l.contains("no space left")),
+        "{:?}",
+        status.log
+    );
+    let mut back = vec![0u8; 4096];
+    array.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, old[..4096]);
+    // Room again: the resync runs, check finds nothing, and writes go through.
+    full.store(false, Ordering::SeqCst);
+    let stop = AtomicBool::new(false);
+    let r = array
+        .run_task(raidkit_engine::TaskKind::Resync, &mut |_| {}, &stop)
+        .unwrap();
+    assert_eq!(r.outcome, raidkit_engine::TaskOutcome::Completed);
+    let r = array
+        .run_task(raidkit_engine::TaskKind::Check, &mut |_| {}, &stop)
+        .unwrap();
+    assert_eq!(r.progress.mismatch_sectors, 0);
+    array.write_at(&pattern(8 << 10, 3), 4096, false).unwrap();
+    let mut back = vec![0u8; 8 << 10];
+    array.read_at(&mut back, 4096).unwrap();
+    assert_eq!(back, pattern(8 << 10, 3));
+}

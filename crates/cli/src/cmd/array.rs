@@ -545,6 +545,15 @@ impl Insist {
     }
 }
 
+/// A writable assembly with the command's `--force` and `--run`.
+fn assemble_writable(
+    paths: &[PathBuf],
+    force: bool,
+    run: bool,
+) -> Result<(Array, AssembleReport), CliError> {
+    assemble(paths, false, Insist { force, run })
+}
+
 fn assemble(
     paths: &[PathBuf],
     read_only: bool,
@@ -1425,14 +1434,7 @@ fn write(args: WriteArgs) -> Result<(), CliError> {
         let len = meta.file_type().is_file().then_some(meta.len());
         (Box::new(file), len)
     };
-    let (array, report) = assemble(
-        &args.members,
-        false,
-        Insist {
-            force: args.force,
-            run: args.run,
-        },
-    )?;
+    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     if !args.json {
         report_notes(&report);
     }
@@ -1540,14 +1542,7 @@ fn fail(args: FailArgs) -> Result<(), CliError> {
             return Err(CliError::new(ExitCode::Refused, why));
         }
     }
-    let (array, report) = assemble(
-        &args.members,
-        false,
-        Insist {
-            force: args.force,
-            run: args.run,
-        },
-    )?;
+    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
     array.fail_member(index).map_err(engine_error)?;
     // A spare attached to the array takes the slot at once; rebuild it now (md would start
@@ -1593,14 +1588,7 @@ fn remove(args: MemberArgs) -> Result<(), CliError> {
         return super::control::remove(control, array, &args.member, args.json);
     }
     let index = member_index(&args.members, &args.member)?;
-    let (array, report) = assemble(
-        &args.members,
-        false,
-        Insist {
-            force: args.force,
-            run: args.run,
-        },
-    )?;
+    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
     array.remove_member(index).map_err(engine_error)?;
     array.stop().map_err(engine_error)?;
@@ -1627,14 +1615,7 @@ fn add(args: AddArgs) -> Result<(), CliError> {
         )));
     }
     let (disk, mut created) = open_new_member(&args.member, size)?;
-    let (array, report) = assemble(
-        &args.members,
-        false,
-        Insist {
-            force: args.force,
-            run: args.run,
-        },
-    )?;
+    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
     // A device that already holds an md superblock: a former member of this array comes
     // back through re-add (only what it missed is rebuilt, with a write-intent bitmap);
@@ -1722,14 +1703,7 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
         )));
     }
     let (disk, mut created) = open_new_member(&args.with, size)?;
-    let (array, report) = assemble(
-        &args.members,
-        false,
-        Insist {
-            force: args.force,
-            run: args.run,
-        },
-    )?;
+    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
     array
         .replace_member(index, disk, random_uuid()?)
@@ -1747,14 +1721,7 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
 }
 
 fn stop(args: MembersArgs) -> Result<(), CliError> {
-    let (array, report) = assemble(
-        &args.members,
-        false,
-        Insist {
-            force: args.force,
-            run: args.run,
-        },
-    )?;
+    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
     array.stop().map_err(engine_error)?;
     if args.json {

@@ -29,8 +29,27 @@ impl TempDir {
     /// `n` member paths named `{prefix}{i}.img` in the folder.
     pub fn members(&self, prefix: &str, n: usize) -> Vec<PathBuf> {
         (0..n)
-            .map(|i| self.0.join(format!("{prefix}{i}.img")))
+            .map(|i| self.path(&format!("{prefix}{i}.img")))
             .collect()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The path of `name` in the folder, as a string.
+    pub fn file(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+
+    /// File names in the folder, sorted.
+    pub fn listing(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
     }
 }
 
@@ -44,8 +63,13 @@ pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Runs the binary (in UTC, so printed times compare with mdadm's).
 pub fn raidkit(args: &[&str]) -> Output {
-    Command::new(RAIDKIT).args(args).output().unwrap()
+    Command::new(RAIDKIT)
+        .args(args)
+        .env("TZ", "UTC")
+        .output()
+        .unwrap()
 }
 
 /// Runs raidkit and fails the test unless it exits 0; returns stdout.
@@ -59,6 +83,15 @@ pub fn ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs raidkit; returns its exit code (-1 when a signal ended it) and stderr.
+pub fn exit_code(args: &[&str]) -> (i32, String) {
+    let out = raidkit(args);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Runs raidkit expecting a failure; returns its exit code and stderr.
