@@ -694,3 +694,59 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
     assert!(err.is_empty(), "{err}");
     assert_eq!(out.status.code(), Some(141));
 }
+
+#[test]
+fn serving_beyond_loopback_without_tls_is_warned_about() {
+    let dir = TempDir::new("bind");
+    let m = raid5(&dir, &pattern(1 << 20, 13));
+    let ctl = dir.path("c.ctl");
+    let mut child = std::process::Command::new(RAIDKIT)
+        .args(["serve", "--port", "0", "--bind", "0.0.0.0", "--control"])
+        .arg(&ctl)
+        .args(&m)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ctl.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: kill with our child's pid and a valid signal.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{err}");
+    assert!(
+        err.contains("warning: listening on 0.0.0.0 without --tls require"),
+        "{err}"
+    );
+    // Bad TLS flags are refused before anything is opened.
+    let (code, err) = fails(&with(
+        &["serve", "--port", "0", "--tls", "require"],
+        &m,
+        &[],
+    ));
+    assert_eq!(code, 2, "{err}");
+    let missing = dir.path("missing.pem");
+    let (code, err) = fails(&with(
+        &[
+            "serve",
+            "--port",
+            "0",
+            "--tls-cert",
+            s(&missing),
+            "--tls-key",
+            s(&missing),
+        ],
+        &m,
+        &[],
+    ));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("missing.pem"), "{err}");
+}
