@@ -15,7 +15,7 @@
 //! width is capped by the caller's `max_band_sectors`, so memory does not depend on request size.
 
 use crate::geo::{Geo, Scheme, StripeInfo};
-use crate::gf;
+use raidkit_parity::ParityError;
 
 pub const SECTOR: usize = 512;
 
@@ -108,6 +108,19 @@ pub enum PieceKind {
 pub enum PlanError {
     /// More members of this piece are lost than the level can rebuild from.
     Unrecoverable { lost_members: Vec<usize> },
+}
+
+/// Checks a parity kernel call on blocks the planner built. The kernels refuse only blocks of
+/// unequal lengths, more syndrome slots than GF(2^8) has coefficients and impossible
+/// recoveries: every block of a band has the band's length, [`Geo::new`] refuses stripes with
+/// more slots than the kernels take, and [`PieceOp::new`] refuses bands with more lost members
+/// than parity. A refusal is therefore a planner bug, and going on would hand out wrong data
+/// or write wrong parity, so it stops here.
+#[track_caller]
+pub(crate) fn kernel_ok(result: Result<(), ParityError>) {
+    if let Err(e) = result {
+        panic!("the parity kernel refused blocks the planner built (a planner bug): {e}");
+    }
 }
 
 /// The array sectors one lock key of a mirror level covers (`lock_key = sector / unit`).
@@ -1049,7 +1062,7 @@ impl PieceOp {
                             (Some(pb), None) => {
                                 let srcs: Vec<&[u8]> =
                                     olds.iter().chain(&news).map(|&(_, b)| b).collect();
-                                gf::xor_sources_into(pb, &srcs);
+                                kernel_ok(raidkit_parity::xor_into(pb, &srcs));
                             }
                             (pb, Some(qb)) => {
                                 // With P lost, new P's block takes the P side of the syndrome
@@ -1061,12 +1074,20 @@ impl PieceOp {
                                         None => return,
                                     },
                                 };
-                                for set in [&olds, &news] {
-                                    let mut slots: Vec<&[u8]> = vec![&[]; nslots];
-                                    for &(slot, b) in set.iter() {
-                                        slots[slot] = b;
+                                // The written slots, lowest to highest: md's xor_syndrome
+                                // range (slots outside it are not read).
+                                let first = written.iter().map(|w| w.2).min();
+                                let last = written.iter().map(|w| w.2).max();
+                                if let (Some(first), Some(last)) = (first, last) {
+                                    for set in [&olds, &news] {
+                                        let mut slots: Vec<&[u8]> = vec![&[]; nslots];
+                                        for &(slot, b) in set.iter() {
+                                            slots[slot] = b;
+                                        }
+                                        kernel_ok(raidkit_parity::xor_syndrome(
+                                            &slots, first, last, pb, qb,
+                                        ));
                                     }
-                                    gf::xor_syndrome_into(&slots, pb, qb);
                                 }
                             }
                             (None, None) => {}
@@ -1113,14 +1134,17 @@ impl PieceOp {
                                     }
                                 }
                             };
-                            if nq.is_some() {
-                                let refs: Vec<Option<&[u8]>> =
-                                    slot_of.iter().map(|e| e.map(block_of)).collect();
-                                gf::gen_pq(&refs, &mut np, nq.as_deref_mut());
+                            if let Some(nq) = nq.as_deref_mut() {
+                                // Zero slots (DDF) are empty blocks, as the kernels take them.
+                                let refs: Vec<&[u8]> = slot_of
+                                    .iter()
+                                    .map(|e| e.map_or(&[][..], block_of))
+                                    .collect();
+                                kernel_ok(raidkit_parity::gen_syndrome(&refs, &mut np, nq));
                             } else {
                                 let refs: Vec<&[u8]> =
                                     (0..ctx.info.data_members.len()).map(block_of).collect();
-                                gf::gen_p(&refs, &mut np);
+                                kernel_ok(raidkit_parity::gen_p(&refs, &mut np));
                             }
                         }
                         scratch[*new_p] = np;
@@ -1178,7 +1202,7 @@ fn rebuild(
         let Some(dst) = blocks[*x].take() else { return };
         let mut srcs: Vec<&[u8]> = blocks.iter().flatten().map(|b| &**b).collect();
         srcs.push(p);
-        gf::gen_p(&srcs, dst);
+        kernel_ok(raidkit_parity::gen_p(&srcs, dst));
         return;
     }
     let (Some(p), Some(q)) = (p.or(spare), q) else {
@@ -1197,7 +1221,7 @@ fn rebuild(
     }
     list.push(p);
     list.push(q);
-    gf::recover_in_place(&mut list, &missing);
+    kernel_ok(raidkit_parity::recover(&mut list, &missing));
 }
 
 #[cfg(test)]

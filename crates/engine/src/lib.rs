@@ -1,10 +1,10 @@
 //! raidkit-engine: the array engine, on-disk compatible with Linux md.
 //!
 //! - [`core`]: the sans-IO core. Requests are split into per-stripe pieces and each piece is a
-//!   small state machine that hands out member I/O and computes parity; no threads, files or
+//!   small state machine that hands out member I/O and computes parity with
+//!   `raidkit_parity`'s kernels (their only user in the engine); no threads, files or
 //!   clock, so simulated drivers can reuse it unchanged.
 //! - [`geo`]: md's placement formulas as the planner uses them.
-//! - [`gf`]: XOR and RAID-6 P+Q arithmetic with md's slot order.
 //! - [`array`]: the real driver: [`Array`] runs the core on worker threads over [`Disk`]s and
 //!   keeps md's superblocks (create, assemble, clean/dirty, faulty members, spares).
 //!
@@ -17,7 +17,6 @@ pub mod core;
 pub mod error;
 pub mod events;
 pub mod geo;
-pub mod gf;
 mod meta;
 mod pool;
 pub mod ppl;

@@ -42,9 +42,8 @@
 //! checked against the geometry: an entry that does not fit is refused (counted as a mismatch,
 //! as md counts a bad checksum), never a panic.
 
-use crate::core::{BandWriteView, PlanKind, SECTOR};
+use crate::core::{kernel_ok, BandWriteView, PlanKind, SECTOR};
 use crate::geo::Geo;
-use crate::gf;
 use raidkit_metadata::ppl::{pp_checksum, PplEntry, PplHeader, PPL_HEADER_SECTORS};
 use raidkit_metadata::ppl::{PPL_HDR_MAX_ENTRIES, PPL_HEADER_SIZE};
 
@@ -97,7 +96,7 @@ impl LogBuilder {
             let pp = &mut self.pp[at..];
             for dd in band.dd_first..=band.dd_last {
                 let off = band.user_offset_bytes + (dd - band.dd_first) * band.chunk_bytes;
-                gf::xor_into(pp, &user[off..off + len]);
+                kernel_ok(raidkit_parity::xor_into(pp, &[&user[off..off + len]]));
             }
             entry.pp_size_bytes = len as u32;
             entry.checksum = pp_checksum(pp);
@@ -285,12 +284,15 @@ impl EntryRecovery {
         let to = self.rows as usize * SECTOR;
         let mut out = vec![0u8; to - from];
         if self.has_pp {
-            gf::xor_into(&mut out, &pp?[from..to]);
+            kernel_ok(raidkit_parity::xor_into(&mut out, &[&pp?[from..to]]));
         }
         for ((_, n), b) in self.data.iter().zip(data) {
             let end = (*n as usize * SECTOR).min(to);
             if end > from {
-                gf::xor_into(&mut out[..end - from], &(*b)?[from..end]);
+                kernel_ok(raidkit_parity::xor_into(
+                    &mut out[..end - from],
+                    &[&(*b)?[from..end]],
+                ));
             }
         }
         Some((first, out))
@@ -406,7 +408,7 @@ mod tests {
                         let len = chunk as usize * SECTOR;
                         let mut x = members[info.p_member][at..at + len].to_vec();
                         for &m in &info.data_members {
-                            gf::xor_into(&mut x, &members[m][at..at + len]);
+                            raidkit_parity::xor_into(&mut x, &[&members[m][at..at + len]]).unwrap();
                         }
                         assert!(
                             x.iter().all(|&b| b == 0),

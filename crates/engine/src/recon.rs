@@ -116,7 +116,7 @@ pub fn parity_recover(
                     continue;
                 };
                 let sources: Vec<&[u8]> = views.iter().flatten().map(|v| &**v).collect();
-                gen_p(&sources, target);
+                raidkit_parity::gen_p(&sources, target).map_err(arithmetic(seg.stripe))?;
             }
             Some(q_member) => {
                 // RAID 6: data in md's syndrome order, then P, then Q.
@@ -141,18 +141,17 @@ pub fn parity_recover(
                     }
                     blocks.push(views[m].take().unwrap_or(&mut []));
                 }
-                raidkit_parity::recover(&mut blocks, &missing)
-                    .map_err(|e| ReconError::Arithmetic(format!("stripe {}: {e}", seg.stripe)))?;
+                raidkit_parity::recover(&mut blocks, &missing).map_err(arithmetic(seg.stripe))?;
             }
         }
     }
     Ok(())
 }
 
-fn gen_p(sources: &[&[u8]], p: &mut [u8]) {
-    if raidkit_parity::gen_p(sources, p).is_err() {
-        crate::gf::gen_p(sources, p);
-    }
+/// A refusal of the parity kernel, which only happens when the buffers break the rules the
+/// caller promised (one length for every slot): surfaced as an error naming the stripe.
+fn arithmetic(stripe: u64) -> impl Fn(raidkit_parity::ParityError) -> ReconError {
+    move |e| ReconError::Arithmetic(format!("stripe {stripe}: {e}"))
 }
 
 /// What a check of one range found.
@@ -191,7 +190,7 @@ pub fn parity_check(
             match info.q_member {
                 None => {
                     let data: Vec<&[u8]> = info.data_members.iter().map(|&m| view(m)).collect();
-                    gen_p(&data, p);
+                    raidkit_parity::gen_p(&data, p).map_err(arithmetic(seg.stripe))?;
                 }
                 Some(_) => {
                     let data: Vec<&[u8]> = info
@@ -202,14 +201,7 @@ pub fn parity_check(
                             None => &[][..],
                         })
                         .collect();
-                    if raidkit_parity::gen_syndrome(&data, p, q).is_err() {
-                        let opt: Vec<Option<&[u8]>> = info
-                            .syndrome_slots
-                            .iter()
-                            .map(|e| e.map(|dd| view(info.data_members[dd])))
-                            .collect();
-                        crate::gf::gen_pq(&opt, p, Some(q));
-                    }
+                    raidkit_parity::gen_syndrome(&data, p, q).map_err(arithmetic(seg.stripe))?;
                 }
             }
         }
