@@ -1,5 +1,7 @@
 //! Prints how many `map` and `unmap` calls per second this machine does for a few geometries
-//! (one thread, 4 KiB steps across a 1 TiB-per-member array). A figure, not a test.
+//! (one thread, 4 KiB steps across a 1 TiB-per-member array), and what the planner's
+//! allocation-free questions cost: `placements` (every copy and the run) and, for raid4/5/6,
+//! `stripe` (walking its data members and syndrome slots). A figure, not a test.
 //!
 //! Run: `cargo run --release -p raidkit-layout --example map_rate`
 
@@ -31,8 +33,38 @@ fn rate(name: &str, g: &Geometry) {
         }
     }
     let unmap_ns = start.elapsed().as_nanos() as f64 / CALLS as f64;
+    // The planner's questions, answered without allocating: every copy and the run length,
+    // and (raid4/5/6) the stripe with its members in data and syndrome order.
+    let start = Instant::now();
+    for i in 0..CALLS {
+        let x = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % span) * step;
+        if let Ok(p) = g.placements(black_box(x)) {
+            acc = acc.wrapping_add(p.run_sectors());
+            for place in p {
+                acc = acc.wrapping_add(place.member_sector);
+            }
+        }
+    }
+    let placements_ns = start.elapsed().as_nanos() as f64 / CALLS as f64;
+    let stripes = g.stripe_count().unwrap_or(0);
+    let stripe = if stripes > 0 {
+        let start = Instant::now();
+        for i in 0..CALLS {
+            let s = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % stripes;
+            if let Ok(st) = g.stripe(black_box(s)) {
+                acc = acc.wrapping_add(st.data_members().map(u64::from).sum::<u64>());
+                for slot in st.syndrome_slots().flatten() {
+                    acc = acc.wrapping_add(u64::from(slot));
+                }
+            }
+        }
+        let ns = start.elapsed().as_nanos() as f64 / CALLS as f64;
+        format!("   stripe {ns:6.1} ns/call")
+    } else {
+        String::new()
+    };
     println!(
-        "{name:<28} map {map_ns:6.1} ns/call ({:5.1} M/s)   unmap {unmap_ns:6.1} ns/call ({:5.1} M/s)   [{}]",
+        "{name:<28} map {map_ns:6.1} ns/call ({:5.1} M/s)   unmap {unmap_ns:6.1} ns/call ({:5.1} M/s)   [{}]   placements {placements_ns:6.1} ns/call{stripe}",
         1e3 / map_ns,
         1e3 / unmap_ns,
         acc % 10

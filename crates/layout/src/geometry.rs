@@ -1,9 +1,9 @@
 //! `Geometry`: one value per array shape, built once from md's numbers, then asked pure
 //! questions (map, unmap, stripe_map, segments). No I/O, no mutation, no hidden state.
 
-use crate::parity::{self, ParityAlgorithm, ParityGeometry, ParityMembers};
+use crate::parity::{self, ParityAlgorithm, ParityGeometry, ParityMembers, Stripe};
 use crate::raid0::Raid0Geometry;
-use crate::raid10::Raid10Geometry;
+use crate::raid10::{FindPhys, Raid10Geometry};
 use crate::{GeometryError, Level, Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
 use serde::Serialize;
 
@@ -54,6 +54,86 @@ pub struct Placement {
     /// Sector on the member, relative to its data_offset.
     pub member_sector: u64,
 }
+
+/// How a level keeps its data safe, which decides how a request against it is planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "scheme", rename_all = "lowercase")]
+pub enum Scheme {
+    /// raid0, raid1, raid10: every array sector has `copies` places holding its bytes (one for
+    /// raid0), found with [`Geometry::placements`]; no parity.
+    Copies { copies: u32 },
+    /// raid4/5/6: stripes of data chunks plus P (and Q), found with [`Geometry::stripe`]; any
+    /// `max_degraded` members may be lost.
+    Parity { max_degraded: u32 },
+}
+
+/// Every place one array sector lives, one at a time and without allocating, in md's copy
+/// order (the order of [`Mapping::placements`]), with the length of the run from that sector
+/// on which every place stays contiguous. Made by [`Geometry::placements`].
+#[derive(Clone, Debug)]
+pub struct Placements<'a> {
+    run_sectors: u64,
+    inner: PlacementIter<'a>,
+}
+
+#[derive(Clone, Debug)]
+enum PlacementIter<'a> {
+    /// raid0 and raid4/5/6: one place.
+    One(Option<Placement>),
+    /// raid1: members `next..raid_disks`, at the array sector itself.
+    Mirror {
+        next: u32,
+        raid_disks: u32,
+        member_sector: u64,
+    },
+    /// raid10: md's __raid10_find_phys.
+    Raid10(FindPhys<'a>),
+}
+
+impl Placements<'_> {
+    /// Sectors from the sector asked about to the end of its chunk (to the end of the array
+    /// for raid1, which has no chunk): every place holds them contiguously. The same number as
+    /// [`Mapping::sectors_to_chunk_end`].
+    pub fn run_sectors(&self) -> u64 {
+        self.run_sectors
+    }
+}
+
+impl Iterator for Placements<'_> {
+    type Item = Placement;
+
+    fn next(&mut self) -> Option<Placement> {
+        match &mut self.inner {
+            PlacementIter::One(p) => p.take(),
+            PlacementIter::Mirror {
+                next,
+                raid_disks,
+                member_sector,
+            } => (*next < *raid_disks).then(|| {
+                *next += 1;
+                Placement {
+                    member: *next - 1,
+                    member_sector: *member_sector,
+                }
+            }),
+            PlacementIter::Raid10(f) => f.next(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = match &self.inner {
+            PlacementIter::One(p) => usize::from(p.is_some()),
+            PlacementIter::Mirror {
+                next, raid_disks, ..
+            } => (raid_disks - next) as usize,
+            PlacementIter::Raid10(f) => f.len(),
+        };
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for Placements<'_> {}
+impl std::iter::FusedIterator for Placements<'_> {}
 
 /// For raid4/5/6: the stripe an array sector falls in and where its parity lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -442,6 +522,41 @@ impl Geometry {
         }
     }
 
+    /// Copies or parity, and how many of either.
+    pub fn scheme(&self) -> Scheme {
+        match self {
+            Geometry::Parity(g) => Scheme::Parity {
+                max_degraded: g.algorithm.max_degraded(),
+            },
+            _ => Scheme::Copies {
+                copies: self.copies(),
+            },
+        }
+    }
+
+    /// Whether every array sector can still be read with the members `m` for which
+    /// `failed[m]` is true gone (members beyond the end of `failed` are present): raid0 loses
+    /// data with any member, raid1 with all of them, raid4/5/6 with more than `max_degraded`,
+    /// and raid10 when some chunk loses every copy, whichever members those are.
+    pub fn survives(&self, failed: &[bool]) -> bool {
+        let gone = |m: u32| failed.get(m as usize).copied().unwrap_or(false);
+        let lost = (0..self.raid_disks()).filter(|&m| gone(m)).count() as u32;
+        match self {
+            Geometry::Raid0(_) => lost == 0,
+            Geometry::Raid1(g) => lost < g.raid_disks,
+            Geometry::Parity(g) => lost <= g.algorithm.max_degraded(),
+            Geometry::Raid10(g) => {
+                // Counting is not enough (`lost < copies`): in some shapes md puts two copies
+                // of a chunk on one member. The members holding array chunk c follow from md's
+                // `dev = (c * near) % raid_disks` alone (__raid10_find_phys derives every copy
+                // from it), so the first raid_disks chunks show every set of copies there is.
+                let chunk = u64::from(g.chunk_sectors);
+                let chunks = (g.array_sectors / chunk).min(u64::from(g.raid_disks));
+                (0..chunks).all(|c| g.find_phys(c * chunk).any(|p| !gone(p.member)))
+            }
+        }
+    }
+
     /// The array's size in sectors, as md computes it.
     pub fn array_sectors(&self) -> u64 {
         match self {
@@ -490,14 +605,44 @@ impl Geometry {
         Ok(self.map_in_range(array_sector))
     }
 
-    /// `map` for a sector already known to be inside the array.
-    fn map_in_range(&self, array_sector: u64) -> Mapping {
-        let chunk = u64::from(self.chunk_sectors());
-        let sectors_to_chunk_end = if chunk == 0 {
-            self.array_sectors() - array_sector
-        } else {
-            chunk - array_sector % chunk
+    /// Every place `array_sector` lives and how far the run goes from there, without
+    /// allocating: what [`Geometry::map`] returns as `placements` and
+    /// `sectors_to_chunk_end`, for callers that plan many requests.
+    pub fn placements(&self, array_sector: u64) -> Result<Placements<'_>, GeometryError> {
+        self.check_range(array_sector, 1)?;
+        Ok(self.placements_in_range(array_sector))
+    }
+
+    /// `placements` for a sector already known to be inside the array.
+    fn placements_in_range(&self, array_sector: u64) -> Placements<'_> {
+        let run_sectors = self.run_sectors_in_range(array_sector);
+        let inner = match self {
+            // map_in_range only fails beyond the last zone, which check_range excluded.
+            Geometry::Raid0(g) => PlacementIter::One(g.map_in_range(array_sector)),
+            Geometry::Raid1(g) => PlacementIter::Mirror {
+                next: 0,
+                raid_disks: g.raid_disks,
+                member_sector: array_sector,
+            },
+            Geometry::Parity(g) => PlacementIter::One(Some(compute_sector(g, array_sector).0)),
+            Geometry::Raid10(g) => PlacementIter::Raid10(g.find_phys(array_sector)),
         };
+        Placements { run_sectors, inner }
+    }
+
+    /// Sectors from `array_sector` to the end of its chunk, or of the array for raid1.
+    fn run_sectors_in_range(&self, array_sector: u64) -> u64 {
+        match u64::from(self.chunk_sectors()) {
+            0 => self.array_sectors() - array_sector,
+            chunk => chunk - array_sector % chunk,
+        }
+    }
+
+    /// `map` for a sector already known to be inside the array: the answers of
+    /// `placements_in_range`, collected level by level (a `Vec` fills faster from each level's
+    /// own iterator than from the `Placements` enum).
+    fn map_in_range(&self, array_sector: u64) -> Mapping {
+        let sectors_to_chunk_end = self.run_sectors_in_range(array_sector);
         match self {
             Geometry::Raid0(g) => Mapping {
                 array_sector,
@@ -526,12 +671,20 @@ impl Geometry {
                     parity: Some(parity),
                 }
             }
-            Geometry::Raid10(g) => Mapping {
-                array_sector,
-                placements: g.find_phys(array_sector),
-                sectors_to_chunk_end,
-                parity: None,
-            },
+            Geometry::Raid10(g) => {
+                // Pushed by hand: `collect` from this iterator costs about a third more.
+                let copies = g.find_phys(array_sector);
+                let mut placements = Vec::with_capacity(copies.len());
+                for p in copies {
+                    placements.push(p);
+                }
+                Mapping {
+                    array_sector,
+                    placements,
+                    sectors_to_chunk_end,
+                    parity: None,
+                }
+            }
         }
     }
 
@@ -566,6 +719,24 @@ impl Geometry {
                 level: self.md_level(),
             }),
         }
+    }
+
+    /// Raid4/5/6 stripe `stripe` as a small value that answers which member holds what
+    /// without allocating ([`Geometry::stripe_map`] writes the same out).
+    pub fn stripe(&self, stripe: u64) -> Result<Stripe, GeometryError> {
+        let Geometry::Parity(g) = self else {
+            return Err(GeometryError::NotAParityLevel {
+                level: self.md_level(),
+            });
+        };
+        let stripe_count = g.stripe_count();
+        if stripe >= stripe_count {
+            return Err(GeometryError::StripeOutOfRange {
+                stripe,
+                stripe_count,
+            });
+        }
+        Ok(g.stripe(stripe))
     }
 
     /// Which member holds what in raid4/5/6 stripe `stripe`.
@@ -695,18 +866,20 @@ fn compute_blocknr(g: &ParityGeometry, member: u32, member_sector: u64) -> Membe
 }
 
 fn stripe_map_of(g: &ParityGeometry, stripe: u64) -> StripeMap {
-    let chunk = u64::from(g.chunk_sectors);
-    let pm = g.parity_members(stripe);
-    StripeMap {
-        stripe,
-        member_sector_start: stripe * chunk,
-        array_sector_start: stripe * chunk * u64::from(g.data_disks()),
-        data_members: (0..g.data_disks())
-            .map(|dd| parity::data_member(g.algorithm, g.raid_disks, pm, dd))
-            .collect(),
-        p_member: pm.p,
-        q_member: pm.q,
-        syndrome_slots: parity::syndrome_slots(g.algorithm, g.raid_disks, pm),
+    StripeMap::from(g.stripe(stripe))
+}
+
+impl From<Stripe> for StripeMap {
+    fn from(st: Stripe) -> StripeMap {
+        StripeMap {
+            stripe: st.number(),
+            member_sector_start: st.member_sector_start(),
+            array_sector_start: st.array_sector_start(),
+            data_members: st.data_members().collect(),
+            p_member: st.p_member(),
+            q_member: st.q_member(),
+            syndrome_slots: st.syndrome_slots().collect(),
+        }
     }
 }
 

@@ -13,6 +13,12 @@
 //!   sector and copy index), P, Q, or unused. `unmap(map(x)) == x` for every sector and copy.
 //! - [`Geometry::stripe_map`]: for raid4/5/6, which member holds each data index, P and Q, and
 //!   the order of data blocks in the Q syndrome exactly as md computes it.
+//! - For planners that ask these questions on every request, the same answers without
+//!   allocating: [`Geometry::placements`] (every copy of a sector, one at a time, and how far
+//!   the run goes) and [`Geometry::stripe`] (a copyable [`Stripe`] that names the member of a
+//!   data index, of a syndrome slot, and the slot of a member); [`Geometry::scheme`] (copies
+//!   or parity) and [`Geometry::survives`] (is every sector still readable without these
+//!   members).
 //! - [`Geometry::segments`] / [`Geometry::stripe_spans`]: split a request into chunk-bounded
 //!   pieces, or group it by stripe for full-stripe versus partial-write planning.
 //! - [`Geometry::array_sectors`]: the array size md reports.
@@ -44,11 +50,12 @@ mod table;
 
 pub use error::GeometryError;
 pub use geometry::{
-    Geometry, Mapping, MdParams, MemberChunkRole, ParityPlacement, Placement, Raid1Geometry,
-    Segment, Segments, StripeMap, StripeSpan, MAX_RAID_DISKS, MIN_CHUNK_SECTORS_PARITY_RAID10,
+    Geometry, Mapping, MdParams, MemberChunkRole, ParityPlacement, Placement, Placements,
+    Raid1Geometry, Scheme, Segment, Segments, StripeMap, StripeSpan, MAX_RAID_DISKS,
+    MIN_CHUNK_SECTORS_PARITY_RAID10,
 };
 pub use names::{Level, Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
-pub use parity::{ParityAlgorithm, ParityGeometry, ParityMembers};
+pub use parity::{ParityAlgorithm, ParityGeometry, ParityMembers, Stripe, SyndromeSlots};
 pub use raid0::{Raid0Geometry, Raid0Zone};
 pub use raid10::Raid10Geometry;
 pub use reshape::{Reshape, ReshapeSide};

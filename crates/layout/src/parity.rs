@@ -269,20 +269,179 @@ pub fn syndrome_slots(
     raid_disks: u32,
     pm: ParityMembers,
 ) -> Vec<Option<u32>> {
-    let ParityAlgorithm::Raid6(_) = alg else {
-        return Vec::new();
-    };
-    let n = raid_disks;
-    let is_parity = |i: u32| i == pm.p || Some(i) == pm.q;
-    if alg.is_ddf() {
-        return (0..n).map(|i| (!is_parity(i)).then_some(i)).collect();
+    SyndromeSlots::new(alg, raid_disks, pm).collect()
+}
+
+/// The walk of md's set_syndrome_sources, one slot at a time: from `raid6_d0` round every
+/// member, data members taking the next slot (`raid6_idx_to_slot`); DDF layouts give P and Q a
+/// slot too, as a zero block.
+#[derive(Clone, Debug)]
+pub struct SyndromeSlots {
+    raid_disks: u32,
+    pm: ParityMembers,
+    ddf: bool,
+    d0: u32,
+    /// Steps of the walk taken so far.
+    walked: u32,
+    /// Slots not handed out yet.
+    left: u32,
+}
+
+impl SyndromeSlots {
+    fn new(alg: ParityAlgorithm, raid_disks: u32, pm: ParityMembers) -> SyndromeSlots {
+        let left = match alg {
+            ParityAlgorithm::Raid6(a) if a.is_ddf() => raid_disks,
+            ParityAlgorithm::Raid6(_) => raid_disks - 2,
+            _ => 0,
+        };
+        SyndromeSlots {
+            raid_disks,
+            pm,
+            ddf: alg.is_ddf(),
+            d0: raid6_d0(alg, raid_disks, pm),
+            walked: 0,
+            left,
+        }
     }
-    let d0 = raid6_d0(alg, n, pm);
-    (0..n)
-        .map(|k| (d0 + k) % n)
-        .filter(|&i| !is_parity(i))
-        .map(Some)
-        .collect()
+}
+
+impl Iterator for SyndromeSlots {
+    type Item = Option<u32>;
+
+    fn next(&mut self) -> Option<Option<u32>> {
+        while self.left > 0 && self.walked < self.raid_disks {
+            let i = (self.d0 + self.walked) % self.raid_disks;
+            self.walked += 1;
+            let is_parity = i == self.pm.p || Some(i) == self.pm.q;
+            if self.ddf || !is_parity {
+                self.left -= 1;
+                return Some((!is_parity).then_some(i));
+            }
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for SyndromeSlots {}
+impl std::iter::FusedIterator for SyndromeSlots {}
+
+/// One raid4/5/6 stripe as a small copyable value: where its chunks start, its P and Q members,
+/// and md's rules for which member holds each data index and each Q-syndrome slot, answered
+/// one at a time without allocating. [`crate::StripeMap`] is the same stripe written out (and
+/// is built from this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stripe {
+    algorithm: ParityAlgorithm,
+    raid_disks: u32,
+    chunk_sectors: u32,
+    stripe: u64,
+    parity: ParityMembers,
+}
+
+impl Stripe {
+    /// The stripe number (md's `stripe` in raid5_compute_sector: one chunk row).
+    pub fn number(&self) -> u64 {
+        self.stripe
+    }
+
+    /// Member sector where the stripe's chunk starts on every member.
+    pub fn member_sector_start(&self) -> u64 {
+        self.stripe * u64::from(self.chunk_sectors)
+    }
+
+    /// First array sector of the stripe.
+    pub fn array_sector_start(&self) -> u64 {
+        self.member_sector_start() * u64::from(self.data_disks())
+    }
+
+    pub fn algorithm(&self) -> ParityAlgorithm {
+        self.algorithm
+    }
+
+    pub fn parity_members(&self) -> ParityMembers {
+        self.parity
+    }
+
+    pub fn p_member(&self) -> u32 {
+        self.parity.p
+    }
+
+    pub fn q_member(&self) -> Option<u32> {
+        self.parity.q
+    }
+
+    /// Data chunks in the stripe (raid_disks - max_degraded).
+    pub fn data_disks(&self) -> u32 {
+        self.raid_disks - self.algorithm.max_degraded()
+    }
+
+    /// The member holding data index `data_index` (md's dd order), or `None` past the last one.
+    pub fn data_member(&self, data_index: u32) -> Option<u32> {
+        (data_index < self.data_disks())
+            .then(|| data_member(self.algorithm, self.raid_disks, self.parity, data_index))
+    }
+
+    /// The members holding data index 0, 1, ... in turn.
+    pub fn data_members(self) -> impl ExactSizeIterator<Item = u32> {
+        (0..self.data_disks())
+            .map(move |dd| data_member(self.algorithm, self.raid_disks, self.parity, dd))
+    }
+
+    /// The data index `member` holds, or `None` for P, Q and members beyond the array.
+    pub fn data_index_of(&self, member: u32) -> Option<u32> {
+        if member >= self.raid_disks {
+            return None;
+        }
+        data_index_of_member(self.algorithm, self.raid_disks, self.parity, member)
+    }
+
+    /// How many blocks md's Q syndrome takes: raid_disks - 2 for raid6, raid_disks for the DDF
+    /// layouts (P and Q in it as zero blocks), 0 for raid4/5.
+    pub fn syndrome_slot_count(&self) -> u32 {
+        match self.algorithm {
+            ParityAlgorithm::Raid6(a) if a.is_ddf() => self.raid_disks,
+            ParityAlgorithm::Raid6(_) => self.raid_disks - 2,
+            _ => 0,
+        }
+    }
+
+    /// md's set_syndrome_sources order: the member whose block is slot 0, 1, ... of the Q
+    /// syndrome, `None` for a zero block (DDF layouts). Empty for raid4/5.
+    pub fn syndrome_slots(&self) -> SyndromeSlots {
+        SyndromeSlots::new(self.algorithm, self.raid_disks, self.parity)
+    }
+
+    /// md's raid6_idx_to_slot for a data member: the Q-syndrome slot holding `member`'s block.
+    /// `None` for P, Q, members beyond the array, and raid4/5.
+    pub fn syndrome_slot_of(&self, member: u32) -> Option<u32> {
+        let n = self.raid_disks;
+        let ParityAlgorithm::Raid6(_) = self.algorithm else {
+            return None;
+        };
+        let is_parity = |i: u32| i == self.parity.p || Some(i) == self.parity.q;
+        if member >= n || is_parity(member) {
+            return None;
+        }
+        if self.algorithm.is_ddf() {
+            // The walk starts at member 0 and every member, P and Q too, takes a slot.
+            return Some(member);
+        }
+        // The walk from raid6_d0 reaches `member` after `steps` members, of which every one
+        // but P and Q took a slot.
+        let d0 = raid6_d0(self.algorithm, n, self.parity);
+        let walk_pos = |i: u32| (i + n - d0) % n;
+        let steps = walk_pos(member);
+        let parity_before = [Some(self.parity.p), self.parity.q]
+            .into_iter()
+            .flatten()
+            .filter(|&i| walk_pos(i) < steps)
+            .count() as u32;
+        Some(steps - parity_before)
+    }
 }
 
 /// RAID 4/5/6 geometry.
@@ -311,5 +470,17 @@ impl ParityGeometry {
 
     pub fn parity_members(&self, stripe: u64) -> ParityMembers {
         parity_members(self.algorithm, self.raid_disks, stripe)
+    }
+
+    /// Stripe `stripe` as a [`Stripe`]. The number is not checked against
+    /// [`ParityGeometry::stripe_count`] ([`crate::Geometry::stripe`] checks it).
+    pub fn stripe(&self, stripe: u64) -> Stripe {
+        Stripe {
+            algorithm: self.algorithm,
+            raid_disks: self.raid_disks,
+            chunk_sectors: self.chunk_sectors,
+            stripe,
+            parity: self.parity_members(stripe),
+        }
     }
 }

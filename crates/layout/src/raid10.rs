@@ -117,56 +117,33 @@ impl Raid10Geometry {
     }
 
     /// __raid10_find_phys: every copy of `array_sector`, in md's slot order (near copies in
-    /// turn, each followed by its far copies).
-    pub(crate) fn find_phys(&self, array_sector: u64) -> Vec<Placement> {
+    /// turn, each followed by its far copies), handed out one at a time without allocating.
+    pub(crate) fn find_phys(&self, array_sector: u64) -> FindPhys<'_> {
         let nc = u64::from(self.layout.near);
-        let fc = u32::from(self.layout.far);
         let disks = u64::from(self.raid_disks);
         let chunk_mask = u64::from(self.chunk_sectors) - 1;
-        let (last_start, last_size) = self.last_far_set();
+        let (last_far_set_start, last_far_set_size) = self.last_far_set();
 
         let chunk = (array_sector >> self.chunk_shift) * nc;
         let mut sector = array_sector & chunk_mask;
         let mut stripe = chunk / disks;
         // dev < raid_disks, so it fits in u32.
-        let mut dev = (chunk % disks) as u32;
+        let dev = (chunk % disks) as u32;
         if self.layout.offset {
-            stripe *= u64::from(fc);
+            stripe *= u64::from(self.layout.far);
         }
         sector += stripe << self.chunk_shift;
-
-        let mut out = Vec::with_capacity(self.layout.copies() as usize);
-        for _ in 0..self.layout.near {
-            let mut d = dev;
-            let mut s = sector;
-            out.push(Placement {
-                member: d,
-                member_sector: s,
-            });
-            for _ in 1..fc {
-                let set = d / self.far_set_size;
-                d += u32::from(self.layout.near);
-                if !self.raid_disks.is_multiple_of(self.far_set_size) && d > last_start {
-                    d -= last_start;
-                    d %= last_size;
-                    d += last_start;
-                } else {
-                    d %= self.far_set_size;
-                    d += self.far_set_size * set;
-                }
-                s += self.stride_sectors;
-                out.push(Placement {
-                    member: d,
-                    member_sector: s,
-                });
-            }
-            dev += 1;
-            if dev >= self.raid_disks {
-                dev = 0;
-                sector += chunk_mask + 1;
-            }
+        FindPhys {
+            g: self,
+            last_far_set_start,
+            last_far_set_size,
+            dev,
+            sector,
+            near_left: self.layout.near,
+            far_done: 0,
+            d: dev,
+            s: sector,
         }
-        out
     }
 
     /// raid10_find_virt: the array sector whose copy md expects at (`member`, `member_sector`).
@@ -220,9 +197,8 @@ impl Raid10Geometry {
         if array_sector >= self.array_sectors {
             return MemberChunkRole::Unused;
         }
-        let copies = self.find_phys(array_sector);
-        match copies
-            .iter()
+        match self
+            .find_phys(array_sector)
             .position(|p| p.member == member && p.member_sector == member_sector)
         {
             Some(copy) => MemberChunkRole::Data {
@@ -233,3 +209,77 @@ impl Raid10Geometry {
         }
     }
 }
+
+/// The iterator of [`Raid10Geometry::find_phys`]: md's two nested loops (`for n in near
+/// copies { for f in 1..far copies }`) unrolled into a state that advances one copy per call.
+#[derive(Clone, Debug)]
+pub(crate) struct FindPhys<'a> {
+    g: &'a Raid10Geometry,
+    last_far_set_start: u32,
+    last_far_set_size: u32,
+    /// Device and sector of the current near copy (md's `dev` and `sector`).
+    dev: u32,
+    sector: u64,
+    /// Near copies not yet finished, the current one included.
+    near_left: u8,
+    /// Copies of the current near copy handed out so far (it, then its far copies).
+    far_done: u8,
+    /// The copy handed out last (md's `d` and `s`), from which the next far copy follows.
+    d: u32,
+    s: u64,
+}
+
+impl Iterator for FindPhys<'_> {
+    type Item = Placement;
+
+    fn next(&mut self) -> Option<Placement> {
+        if self.near_left == 0 {
+            return None;
+        }
+        let g = self.g;
+        if self.far_done == 0 {
+            self.d = self.dev;
+            self.s = self.sector;
+        } else {
+            let set = self.d / g.far_set_size;
+            let mut d = self.d + u32::from(g.layout.near);
+            if !g.raid_disks.is_multiple_of(g.far_set_size) && d > self.last_far_set_start {
+                d -= self.last_far_set_start;
+                d %= self.last_far_set_size;
+                d += self.last_far_set_start;
+            } else {
+                d %= g.far_set_size;
+                d += g.far_set_size * set;
+            }
+            self.d = d;
+            self.s += g.stride_sectors;
+        }
+        let out = Placement {
+            member: self.d,
+            member_sector: self.s,
+        };
+        self.far_done += 1;
+        if self.far_done == g.layout.far {
+            self.far_done = 0;
+            self.near_left -= 1;
+            self.dev += 1;
+            if self.dev >= g.raid_disks {
+                self.dev = 0;
+                self.sector += u64::from(g.chunk_sectors);
+            }
+        }
+        Some(out)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let far = usize::from(self.g.layout.far);
+        let left = match self.near_left {
+            0 => 0,
+            n => usize::from(n) * far - usize::from(self.far_done),
+        };
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for FindPhys<'_> {}
+impl std::iter::FusedIterator for FindPhys<'_> {}
