@@ -29,10 +29,12 @@ use crate::core::{
     self, BufRef, Dir, MemberState, Piece, PieceKind, PieceOp, PlanError, Step, UserBuf, SECTOR,
 };
 use crate::error::{EngineError, Result};
-use crate::geo::{Geo, Scheme};
+use crate::geometry::{Geo, Scheme};
+// The layout crate's level, beside the superblock's `Level` imported above.
 use crate::meta::{read_superblock, write_superblock};
 use crate::pool::{self, Batch, Job, JobKind, Semaphore, StripeLocks, Worker};
 use raidkit_disk::Disk;
+use raidkit_layout::Level as RaidLevel;
 use raidkit_metadata::{
     mdadm_max_dev, CreateShape, DataLayout, DevRole, FeatureMap, Level, MdTime, NewMember, SetName,
     Superblock, SuperblockVersion, Uuid,
@@ -133,7 +135,7 @@ impl ConsistencyPolicy {
     /// raidkit's default for a new array: the partial parity log for RAID 5 (the only level
     /// md has it for), a resync otherwise.
     pub fn default_for(level: i32) -> ConsistencyPolicy {
-        if level == 5 {
+        if RaidLevel::from_md(level) == Ok(RaidLevel::Raid5) {
             ConsistencyPolicy::Ppl
         } else {
             ConsistencyPolicy::Resync
@@ -329,11 +331,12 @@ fn meta_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Metadata(e.to_string())
 }
 
-/// mdadm's default layout for a level.
+/// mdadm's default layout for a level: left-symmetric for RAID 5 and 6, n2 for RAID 10.
 pub fn default_layout(level: i32) -> u32 {
-    match level {
-        5 | 6 => 2,
-        10 => 0x102,
+    match RaidLevel::from_md(level) {
+        Ok(RaidLevel::Raid5) => raidkit_layout::Raid5Algorithm::LeftSymmetric.md_layout(),
+        Ok(RaidLevel::Raid6) => raidkit_layout::Raid6Algorithm::LeftSymmetric.md_layout(),
+        Ok(RaidLevel::Raid10) => raidkit_layout::Raid10Layout::near(2).md_layout(),
         _ => 0,
     }
 }
@@ -391,8 +394,11 @@ impl Array {
             return Self::create(members, opts);
         }
         opts.consistency = policy;
+        // The checks before there is a geometry ask the level as a type too.
+        let raid_level =
+            RaidLevel::from_md(opts.level).map_err(|e| EngineError::Invalid(e.to_string()))?;
         let with_ppl = policy == ConsistencyPolicy::Ppl;
-        if with_ppl && opts.level != 5 {
+        if with_ppl && raid_level != RaidLevel::Raid5 {
             return Err(EngineError::Invalid(format!(
                 "the partial parity log (consistency policy ppl) is for RAID 5 only, as in md; RAID {} has none",
                 opts.level
@@ -435,7 +441,7 @@ impl Array {
         let level = opts.level;
         match opts.consistency {
             ConsistencyPolicy::Resync => {}
-            ConsistencyPolicy::Bitmap { .. } if level == 0 => {
+            ConsistencyPolicy::Bitmap { .. } if raid_level == RaidLevel::Raid0 => {
                 return Err(EngineError::Invalid(
                     "RAID 0 has no redundancy to keep consistent: no bitmap".into(),
                 ))
@@ -447,7 +453,12 @@ impl Array {
                     )));
                 }
             }
-            ConsistencyPolicy::Journal if !(4..=6).contains(&level) => {
+            ConsistencyPolicy::Journal
+                if !matches!(
+                    raid_level,
+                    RaidLevel::Raid4 | RaidLevel::Raid5 | RaidLevel::Raid6
+                ) =>
+            {
                 return Err(EngineError::Invalid(format!(
                     "the write journal is for RAID 4, 5 and 6, as in md; RAID {level} has none"
                 )))
@@ -463,7 +474,11 @@ impl Array {
         let with_journal = opts.consistency == ConsistencyPolicy::Journal;
         let journal_index = with_journal.then_some(n - 1);
         let layout = opts.layout.unwrap_or_else(|| default_layout(level));
-        let chunk_sectors = if level == 1 { 0 } else { opts.chunk_sectors };
+        let chunk_sectors = if raid_level == RaidLevel::Raid1 {
+            0
+        } else {
+            opts.chunk_sectors
+        };
         let device_sectors = members
             .iter()
             .enumerate()
@@ -566,7 +581,7 @@ impl Array {
                 // RAID 0 records only the part it uses: md builds RAID 0 zones from each
                 // member's data size, and members of unequal recorded sizes would make a
                 // multi-zone array, which md refuses without a zone layout flag.
-                data_size_sectors: if level == 0 {
+                data_size_sectors: if geo.level() == RaidLevel::Raid0 {
                     geo.member_data_sectors.min(dl_i.data_size_sectors)
                 } else {
                     dl_i.data_size_sectors
@@ -638,7 +653,7 @@ impl Array {
                 } else {
                     chunk_bytes
                 };
-                let sync = if level == 10 {
+                let sync = if geo.level() == RaidLevel::Raid10 {
                     geo.array_sectors()
                 } else {
                     geo.member_data_sectors
@@ -1265,7 +1280,7 @@ impl Array {
                 });
             }
         }
-        if level == 0 && nsb.chunk_sectors > 0 {
+        if geo.level() == RaidLevel::Raid0 && nsb.chunk_sectors > 0 {
             let sizes: Vec<u64> = found
                 .iter()
                 .map(|f| f.sb.data_size_sectors / nsb.chunk_sectors as u64)
@@ -1492,7 +1507,7 @@ impl Array {
                 "the partial parity log made every stripe written at the crash consistent; no resync is needed".into(),
             );
         }
-        if report.was_dirty && array.geo.level != 0 && !consistent {
+        if report.was_dirty && array.geo.level() != RaidLevel::Raid0 && !consistent {
             // md's resync_offset: in sync below it (0 after a crash, the cursor when a resync
             // was stopped cleanly part-way).
             let (_, space) = array.scrub_space();
@@ -1590,7 +1605,7 @@ impl Array {
             Scheme::Parity { .. } => {
                 Some(self.geo.data_disks() as u64 * self.geo.chunk_sectors * SECTOR as u64)
             }
-            Scheme::Copies => None,
+            Scheme::Copies { .. } => None,
         }
     }
 
@@ -2022,7 +2037,7 @@ impl Array {
         device_uuid: [u8; 16],
     ) -> Result<()> {
         self.check_writable()?;
-        if self.geo.level == 0 {
+        if self.geo.level() == RaidLevel::Raid0 {
             return Err(EngineError::Invalid(
                 "RAID 0 cannot replace a member in service (md has no replacement for it); copy the array instead".into(),
             ));
@@ -2094,8 +2109,8 @@ impl Array {
         let shape = CreateShape {
             version: self.version,
             device_sectors: disk.size_bytes() / 512,
-            level: level_from_md(self.geo.level),
-            layout: self.geo.layout,
+            level: level_from_md(self.geo.md_level()),
+            layout: self.geo.md_layout(),
             raid_disks: self.geo.raid_disks as u32,
             chunk_sectors: self.geo.chunk_sectors as u32,
             with_bitmap: false,
@@ -2166,7 +2181,7 @@ impl Array {
     /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
     fn assign_spare_locked(&self, st: &mut State) -> Vec<(usize, u32)> {
         let mut out = Vec::new();
-        if self.read_only || st.failed.is_some() || self.geo.level == 0 {
+        if self.read_only || st.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
             return out;
         }
         for slot in 0..self.geo.raid_disks {
@@ -2293,8 +2308,8 @@ impl Array {
                 .unwrap_or_default(),
             name: any.map(|sb| sb.set_name.as_string()).unwrap_or_default(),
             metadata: self.version.name().to_string(),
-            level: self.geo.level,
-            layout: self.geo.layout,
+            level: self.geo.md_level(),
+            layout: self.geo.md_layout(),
             raid_disks: self.geo.raid_disks,
             chunk_sectors: self.geo.chunk_sectors,
             member_data_sectors: self.geo.member_data_sectors,
@@ -2602,7 +2617,7 @@ impl Array {
             return;
         };
         let lost = st.slot_state.iter().filter(|s| !s.usable()).count();
-        if st.resync_from.is_some() && lost >= max_degraded {
+        if st.resync_from.is_some() && lost >= max_degraded as usize {
             st.resync_from = None;
             self.resync_pending
                 .store(false, std::sync::atomic::Ordering::Relaxed);
@@ -2638,9 +2653,10 @@ impl Array {
         let failed: Vec<bool> = st.slot_state.iter().map(|s| !s.usable()).collect();
         if !self.geo.survives(&failed) && st.failed.is_none() {
             let lost: Vec<usize> = (0..failed.len()).filter(|&s| failed[s]).collect();
-            let detail = format!(
+            let detail =
+                format!(
                 "RAID {} over {} devices has lost slots {:?}, more than it can; no further writes",
-                self.geo.level, self.geo.raid_disks, lost
+                self.geo.md_level(), self.geo.raid_disks, lost
             );
             st.events.push(ArrayEvent::ArrayFailed {
                 detail: detail.clone(),
@@ -2729,11 +2745,7 @@ impl Array {
     /// what stays unreadable goes to the bad-block log. A member with more than
     /// [`MAX_CORRECTED_READ_ERRORS`] such errors, or whose repair fails, is failed.
     fn fix_read_errors(&self, suspects: Vec<(usize, u64, u64)>) {
-        let layout = if self.geo.level == 10 {
-            self.layout_geometry().ok()
-        } else {
-            None
-        };
+        let layout = self.raid10_layout();
         for (slot, ms, n) in suspects {
             let name = {
                 let mut st = lock(&self.state);
@@ -2764,7 +2776,7 @@ impl Array {
             if self.read_only || self.check_writable().is_err() {
                 continue;
             }
-            match self.patrol_narrow(slot, ms, n, layout.as_ref()) {
+            match self.patrol_narrow(slot, ms, n, layout) {
                 Ok((fixed, bad)) => {
                     let mut st = lock(&self.state);
                     st.events.push(ArrayEvent::ReadErrorsRepaired {
@@ -2890,7 +2902,7 @@ impl Array {
             PlanError::Unrecoverable { lost_members } => EngineError::ArrayFailed {
                 detail: format!(
                     "RAID {} cannot {} this range without slots {:?}",
-                    self.geo.level,
+                    self.geo.md_level(),
                     if dir == Dir::Read { "read" } else { "write" },
                     lost_members
                 ),
@@ -3090,7 +3102,10 @@ impl Array {
                     self.replacement_failed(slot, &err.to_string());
                     continue;
                 }
-                if dir == Dir::Read && self.geo.level != 0 && !unreadable[k].contains(&slot) {
+                if dir == Dir::Read
+                    && self.geo.level() != RaidLevel::Raid0
+                    && !unreadable[k].contains(&slot)
+                {
                     unreadable[k].push(slot);
                     suspects.push((slot, ms, n));
                     replan.push(k);
@@ -3178,10 +3193,10 @@ impl Array {
     /// A write left stripes at member sector `ms` (array sector for RAID 10) possibly
     /// inconsistent without a crash: a resync from there is pending, as after an unclean stop.
     fn needs_resync_from(&self, ms: u64) {
-        if self.geo.level == 0 {
+        if self.geo.level() == RaidLevel::Raid0 {
             return;
         }
-        let at = if self.geo.level == 10 {
+        let at = if self.geo.level() == RaidLevel::Raid10 {
             // RAID 10's resync runs over array sectors: from the start is always safe.
             0
         } else {

@@ -14,7 +14,7 @@
 //! complete; the scratch memory of a piece is at most (raid_disks + 2) × band width, and band
 //! width is capped by the caller's `max_band_sectors`, so memory does not depend on request size.
 
-use crate::geo::{Geo, Scheme, StripeInfo};
+use crate::geometry::{Geo, Scheme, StripeInfo};
 use raidkit_parity::ParityError;
 
 pub const SECTOR: usize = 512;
@@ -125,7 +125,7 @@ pub(crate) fn kernel_ok(result: Result<(), ParityError>) {
 
 /// The array sectors one lock key of a mirror level covers (`lock_key = sector / unit`).
 pub fn copies_lock_unit(geo: &Geo) -> u64 {
-    if geo.level == 1 {
+    if geo.level() == raidkit_layout::Level::Raid1 {
         256
     } else {
         geo.chunk_sectors
@@ -138,7 +138,7 @@ pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) 
     let end = array_sector + sectors;
     let max_band = max_band_sectors.max(8);
     match geo.scheme() {
-        Scheme::Copies => {
+        Scheme::Copies { .. } => {
             let unit = copies_lock_unit(geo);
             let mut s = array_sector;
             while s < end {
@@ -520,8 +520,8 @@ impl PieceOp {
                 user_offset_bytes,
             } => {
                 let max_degraded = match geo.scheme() {
-                    Scheme::Parity { max_degraded } => max_degraded,
-                    Scheme::Copies => 0,
+                    Scheme::Parity { max_degraded } => max_degraded as usize,
+                    Scheme::Copies { .. } => 0,
                 };
                 let info = geo.stripe(*stripe);
                 let mut members: Vec<usize> = info.data_members.clone();

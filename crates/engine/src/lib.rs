@@ -4,7 +4,8 @@
 //!   small state machine that hands out member I/O and computes parity with
 //!   `raidkit_parity`'s kernels (their only user in the engine); no threads, files or
 //!   clock, so simulated drivers can reuse it unchanged.
-//! - [`geo`]: md's placement formulas as the planner uses them.
+//! - [`geometry`]: the array's geometry as the planner asks it, a thin wrapper around
+//!   `raidkit_layout`'s typed geometry, where md's placement formulas live.
 //! - [`array`]: the real driver: [`Array`] runs the core on worker threads over [`Disk`]s and
 //!   keeps md's superblocks (create, assemble, clean/dirty, faulty members, spares).
 //!
@@ -16,7 +17,7 @@ mod buffers;
 pub mod core;
 pub mod error;
 pub mod events;
-pub mod geo;
+pub mod geometry;
 mod meta;
 mod pool;
 pub mod ppl;
@@ -28,5 +29,5 @@ pub use array::{
 };
 pub use error::{AbsentMember, EngineError, Result};
 pub use events::ArrayEvent;
-pub use geo::Geo;
+pub use geometry::Geo;
 pub use meta::{read_superblock, write_superblock, FoundSuperblock};

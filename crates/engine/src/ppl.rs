@@ -43,7 +43,7 @@
 //! as md counts a bad checksum), never a panic.
 
 use crate::core::{kernel_ok, BandWriteView, PlanKind, SECTOR};
-use crate::geo::Geo;
+use crate::geometry::Geo;
 use raidkit_metadata::ppl::{pp_checksum, PplEntry, PplHeader, PPL_HEADER_SECTORS};
 use raidkit_metadata::ppl::{PPL_HDR_MAX_ENTRIES, PPL_HEADER_SIZE};
 

@@ -12,7 +12,7 @@
 //! of the stripe whose P or Q disagrees).
 
 use crate::core::SECTOR;
-use crate::geo::{Geo, Scheme};
+use crate::geometry::{Geo, Scheme};
 
 /// md's stripe page: mismatches are counted per page of this many bytes.
 pub const CHECK_PAGE_BYTES: usize = 4096;
@@ -75,8 +75,8 @@ pub fn segments(geo: &Geo, start: u64, sectors: u64) -> impl Iterator<Item = Seg
 
 fn max_degraded(geo: &Geo) -> Result<usize, ReconError> {
     match geo.scheme() {
-        Scheme::Parity { max_degraded } => Ok(max_degraded),
-        Scheme::Copies => Err(ReconError::NotParity),
+        Scheme::Parity { max_degraded } => Ok(max_degraded as usize),
+        Scheme::Copies { .. } => Err(ReconError::NotParity),
     }
 }
 
@@ -289,7 +289,9 @@ mod tests {
                     .mismatch_sectors,
                 0
             );
-            let max = if level == 6 { 2 } else { 1 };
+            let Scheme::Parity { max_degraded: max } = geo.scheme() else {
+                unreachable!("parity levels only")
+            };
             for a in 0..n {
                 for b in a..n {
                     if (a != b) && max < 2 {

@@ -1,5 +1,5 @@
-//! The engine's planning geometry against raidkit-layout (md's placement, written and tested
-//! independently): array size, every copy of every chunk, every stripe's P, Q, data order and
+//! The engine's planning view (a wrapper over raidkit-layout, where md's placement is written
+//! and tested): array size, every copy of every chunk, every stripe's P, Q, data order and
 //! Q-syndrome slot order must agree for every level and layout.
 
 use raidkit_engine::Geo;
@@ -23,7 +23,7 @@ fn check(level: i32, layout: u32, n: usize, chunk_sectors: u64, member_sectors: 
         "{ctx}: array size"
     );
     match mine.scheme() {
-        raidkit_engine::geo::Scheme::Copies => {
+        raidkit_engine::geometry::Scheme::Copies { .. } => {
             let step = if level == 1 { 64 } else { chunk_sectors };
             let mut s = 0;
             while s < mine.array_sectors() {
@@ -42,7 +42,7 @@ fn check(level: i32, layout: u32, n: usize, chunk_sectors: u64, member_sectors: 
                 s += step;
             }
         }
-        raidkit_engine::geo::Scheme::Parity { .. } => {
+        raidkit_engine::geometry::Scheme::Parity { .. } => {
             let stripes = theirs.stripe_count().unwrap();
             for st in 0..stripes.min(64) {
                 let a = mine.stripe(st);

@@ -254,7 +254,7 @@ impl Array {
                 (first * chunk, (last - first + 1) * chunk)
             }
             // RAID 1: member sector = array sector; RAID 10: md's bitmap covers the array.
-            Scheme::Copies => (a, n),
+            Scheme::Copies { .. } => (a, n),
         }
     }
 

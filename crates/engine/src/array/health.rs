@@ -540,7 +540,7 @@ impl Array {
     fn resync_can_run(&self, st: &State) -> bool {
         match self.geo.scheme() {
             Scheme::Parity { .. } => st.slot_state.iter().all(|s| s.usable()),
-            Scheme::Copies => self.geo.level != 0,
+            Scheme::Copies { .. } => self.geo.level() != RaidLevel::Raid0,
         }
     }
 
@@ -726,7 +726,7 @@ impl Array {
                 member_end,
             ),
             TaskKind::Resync | TaskKind::Check | TaskKind::Repair => {
-                if self.geo.level == 0 {
+                if self.geo.level() == RaidLevel::Raid0 {
                     return Err(EngineError::Invalid(format!(
                         "{kind}: RAID 0 has no redundancy to compare"
                     )));
@@ -745,8 +745,8 @@ impl Array {
     /// The space check, repair and resync walk: member sectors for parity levels and RAID 1,
     /// array sectors for RAID 10 (md's raid10 resyncs by virtual address).
     pub(super) fn scrub_space(&self) -> (&'static str, u64) {
-        match (self.geo.scheme(), self.geo.level) {
-            (Scheme::Copies, 10) => ("array sectors", self.geo.array_sectors()),
+        match self.geo.level() {
+            RaidLevel::Raid10 => ("array sectors", self.geo.array_sectors()),
             _ => ("member sectors", self.geo.member_data_sectors),
         }
     }
@@ -919,7 +919,7 @@ impl Array {
         layout: Option<&raidkit_layout::Geometry>,
     ) -> Result<bool> {
         match (self.geo.scheme(), layout) {
-            (Scheme::Copies, Some(layout)) => {
+            (Scheme::Copies { .. }, Some(layout)) => {
                 // RAID 10's bitmap covers array sectors: look at what every slot holds here.
                 for slot in 0..self.geo.raid_disks {
                     for (_, len, a) in self.mirror_pieces(Some(layout), slot, ms, n)? {
@@ -959,11 +959,7 @@ impl Array {
         let mut bufs: Vec<Vec<u8>> = Vec::new();
         let mut cursor = walk.progress.start_sectors;
         let mut last_checkpoint = Instant::now();
-        let layout = if self.geo.level == 10 {
-            Some(self.layout_geometry()?)
-        } else {
-            None
-        };
+        let layout = self.raid10_layout();
         self.publish(walk);
         let parity = matches!(self.geo.scheme(), Scheme::Parity { .. });
         let bitmap_only = self.bitmap_only_recovery();
@@ -984,7 +980,7 @@ impl Array {
             }
             let step_started = Instant::now();
             let n = step.min(end - cursor);
-            if bitmap_only && !self.member_range_marked(cursor, n, layout.as_ref())? {
+            if bitmap_only && !self.member_range_marked(cursor, n, layout)? {
                 // Members that came back need only what the bitmap marks as written since.
                 cursor += n;
                 walk.advance(cursor);
@@ -995,14 +991,15 @@ impl Array {
                 if let Some(p) = ahead.p.take() {
                     p.abandon(self);
                 }
-                let layout = layout.as_ref();
                 let run = |ms: u64, n: u64, sc: &mut StepScratch| -> Result<StepResult> {
                     if bitmap_only && !self.member_range_marked(ms, n, layout)? {
                         return Ok(StepResult::Done(StepCounts::default()));
                     }
                     let live = match self.geo.scheme() {
                         Scheme::Parity { .. } => self.rebuild_parity_step(ms, n, &mut sc.bufs)?,
-                        Scheme::Copies => self.rebuild_copies_step(ms, n, &mut sc.bufs, layout)?,
+                        Scheme::Copies { .. } => {
+                            self.rebuild_copies_step(ms, n, &mut sc.bufs, layout)?
+                        }
                     };
                     Ok(if live == 0 {
                         StepResult::Dead
@@ -1058,8 +1055,8 @@ impl Array {
                 }
                 match self.geo.scheme() {
                     Scheme::Parity { .. } => self.rebuild_parity_step(cursor, n, &mut bufs)?,
-                    Scheme::Copies => {
-                        self.rebuild_copies_step(cursor, n, &mut bufs, layout.as_ref())?
+                    Scheme::Copies { .. } => {
+                        self.rebuild_copies_step(cursor, n, &mut bufs, layout)?
                     }
                 }
             };
@@ -1565,15 +1562,10 @@ impl Array {
         r
     }
 
-    pub(super) fn layout_geometry(&self) -> Result<raidkit_layout::Geometry> {
-        raidkit_layout::Geometry::from_md(&raidkit_layout::MdParams {
-            level: self.geo.level,
-            layout: self.geo.layout,
-            raid_disks: self.geo.raid_disks as u32,
-            chunk_sectors: self.geo.chunk_sectors as u32,
-            member_data_sectors: vec![self.geo.member_data_sectors; self.geo.raid_disks],
-        })
-        .map_err(|e| EngineError::Invalid(e.to_string()))
+    /// RAID 10's geometry, which maps a member range back to the array sectors it holds
+    /// (`unmap`); `None` for the other levels (RAID 1's member sectors are array sectors).
+    pub(super) fn raid10_layout(&self) -> Option<&raidkit_layout::Geometry> {
+        (self.geo.level() == RaidLevel::Raid10).then(|| self.geo.geometry())
     }
 
     /// Where each part of member range `[ms, ms + n)` of `slot` lives in the array: (member
@@ -1787,12 +1779,7 @@ impl Array {
         let end = walk.progress.end_sectors;
         let step = self.step_sectors();
         let mut scratch = StepScratch::default();
-        let layout = if self.geo.level == 10 {
-            Some(self.layout_geometry()?)
-        } else {
-            None
-        };
-        let layout = layout.as_ref();
+        let layout = self.raid10_layout();
         let no_replacement_left = || TaskOutcome::Failed {
             error: "no replacement left to copy to (failed, or continued as a rebuild)".into(),
         };
@@ -1875,7 +1862,7 @@ impl Array {
             buf.resize(len, 0);
             let keys = match self.geo.scheme() {
                 Scheme::Parity { .. } => self.keys_for_parity_range(cursor, n),
-                Scheme::Copies => {
+                Scheme::Copies { .. } => {
                     self.keys_for_mirror_pieces(&self.mirror_pieces(layout, slot, cursor, n)?)
                 }
             };
@@ -1899,7 +1886,7 @@ impl Array {
                             self.reconstruct_parity_range(slot, cursor, n, bufs)?;
                             buf[..len].copy_from_slice(&bufs[slot][..len]);
                         }
-                        Scheme::Copies => {
+                        Scheme::Copies { .. } => {
                             let pieces = self.mirror_pieces(layout, slot, cursor, n)?;
                             self.fill_from_other_copies(slot, &pieces, &mut buf[..len])?;
                         }
@@ -2123,7 +2110,9 @@ impl Array {
                             Scheme::Parity { .. } => {
                                 self.scrub_parity_step(s, n, fix, &mut sc.bufs, &mut sc.parity)?
                             }
-                            Scheme::Copies => self.scrub_copies_step(s, n, fix, &mut sc.bufs)?,
+                            Scheme::Copies { .. } => {
+                                self.scrub_copies_step(s, n, fix, &mut sc.bufs)?
+                            }
                         },
                     )))
                 };
@@ -2160,7 +2149,7 @@ impl Array {
                 Scheme::Parity { .. } => {
                     self.scrub_parity_step(cursor, n, fix, &mut bufs, &mut scratch)?
                 }
-                Scheme::Copies => self.scrub_copies_step(cursor, n, fix, &mut bufs)?,
+                Scheme::Copies { .. } => self.scrub_copies_step(cursor, n, fix, &mut bufs)?,
             };
             walk.progress.mismatch_sectors += found;
             cursor += n;
@@ -2468,12 +2457,7 @@ impl Array {
         let end = walk.progress.end_sectors;
         let step = self.step_sectors();
         let mut scratch = StepScratch::default();
-        let layout = if self.geo.level == 10 {
-            Some(self.layout_geometry()?)
-        } else {
-            None
-        };
-        let layout = layout.as_ref();
+        let layout = self.raid10_layout();
         let mut cursor = walk.progress.start_sectors;
         self.publish(walk);
         while cursor < end {
@@ -2644,8 +2628,8 @@ impl Array {
         let mut buf = vec![0u8; len];
         let keys = match self.geo.scheme() {
             Scheme::Parity { .. } => self.keys_for_parity_range(ms, n),
-            Scheme::Copies if self.geo.level == 0 => return Ok(false),
-            Scheme::Copies => {
+            Scheme::Copies { .. } if self.geo.level() == RaidLevel::Raid0 => return Ok(false),
+            Scheme::Copies { .. } => {
                 self.keys_for_mirror_pieces(&self.mirror_pieces(layout, slot, ms, n)?)
             }
         };
@@ -2662,7 +2646,7 @@ impl Array {
                         Err(_) => false,
                     }
                 }
-                Scheme::Copies => {
+                Scheme::Copies { .. } => {
                     let pieces = self.mirror_pieces(layout, slot, ms, n)?;
                     self.fill_from_other_copies(slot, &pieces, &mut buf).is_ok()
                 }

@@ -19,6 +19,7 @@
 use super::{lock, Array, EngineError, Member, Result};
 use crate::core::{BufRef, Dir, MemberIo, MemberState, PieceOp, SECTOR};
 use crate::events::ArrayEvent;
+use crate::geometry::Scheme;
 use raidkit_metadata::journal::{
     page_checksum, uuid_checksum, MetaBlock, Payload, JOURNAL_BLOCK_BYTES, JOURNAL_BLOCK_SECTORS,
 };
@@ -539,7 +540,10 @@ impl Array {
         }
         // Meta blocks of at most one 4 KiB block of descriptors each, all in one log write
         // per block.
-        let parity_pages = if self.geo.level == 6 { 2 } else { 1 };
+        let parity_pages = match self.geo.scheme() {
+            Scheme::Parity { max_degraded } => max_degraded as usize,
+            Scheme::Copies { .. } => 0,
+        };
         // A parity member that cannot be written gets no page from the phase; md logs its
         // page anyway, and a replay must never write a made-up page to whatever member holds
         // the slot by then. So compute it from the row as it will be.
