@@ -25,6 +25,7 @@ pub enum ParityAlgorithm {
 
 impl ParityAlgorithm {
     /// md's `max_degraded`: members the level can lose (1 for raid4/5, 2 for raid6).
+    #[inline]
     pub fn max_degraded(self) -> u32 {
         match self {
             ParityAlgorithm::Raid4 | ParityAlgorithm::Raid5(_) => 1,
@@ -41,6 +42,7 @@ impl ParityAlgorithm {
     }
 
     /// md's `sh->ddf_layout`.
+    #[inline]
     pub fn is_ddf(self) -> bool {
         matches!(self, ParityAlgorithm::Raid6(a) if a.is_ddf())
     }
@@ -55,6 +57,7 @@ pub struct ParityMembers {
 
 /// The P member and, for raid6, the Q member of stripe `stripe` (the `pd_idx`/`qd_idx` half of
 /// raid5_compute_sector).
+#[inline]
 pub fn parity_members(alg: ParityAlgorithm, raid_disks: u32, stripe: u64) -> ParityMembers {
     let n = u64::from(raid_disks);
     let data_disks = n - u64::from(alg.max_degraded());
@@ -108,6 +111,7 @@ pub fn parity_members(alg: ParityAlgorithm, raid_disks: u32, stripe: u64) -> Par
 }
 
 /// raid6 asymmetric layouts: Q follows P, except that P on the last member puts Q on member 0.
+#[inline]
 fn asym6_pq(raid_disks: u32, p: u32) -> (u32, u32) {
     if p == raid_disks - 1 {
         (p, 0)
@@ -118,6 +122,7 @@ fn asym6_pq(raid_disks: u32, p: u32) -> (u32, u32) {
 
 /// The member holding data index `dd` of a stripe whose parity sits at `pm` (the `*dd_idx`
 /// half of raid5_compute_sector).
+#[inline(always)]
 pub fn data_member(alg: ParityAlgorithm, raid_disks: u32, pm: ParityMembers, dd: u32) -> u32 {
     let n = raid_disks;
     let pd = pm.p;
@@ -169,6 +174,7 @@ pub fn data_member(alg: ParityAlgorithm, raid_disks: u32, pm: ParityMembers, dd:
 
 /// The data index held by `member` in a stripe whose parity sits at `pm`, or `None` for the P
 /// and Q members (raid5_compute_blocknr's switch, written independently of `data_member`).
+#[inline]
 pub fn data_index_of_member(
     alg: ParityAlgorithm,
     raid_disks: u32,
@@ -250,6 +256,7 @@ pub fn data_index_of_member(
 }
 
 /// md's raid6_d0: the physical member where the walk that assigns syndrome slots starts.
+#[inline]
 pub fn raid6_d0(alg: ParityAlgorithm, raid_disks: u32, pm: ParityMembers) -> u32 {
     if alg.is_ddf() {
         return 0;
@@ -288,6 +295,7 @@ pub struct SyndromeSlots {
 }
 
 impl SyndromeSlots {
+    #[inline]
     fn new(alg: ParityAlgorithm, raid_disks: u32, pm: ParityMembers) -> SyndromeSlots {
         let left = match alg {
             ParityAlgorithm::Raid6(a) if a.is_ddf() => raid_disks,
@@ -308,6 +316,7 @@ impl SyndromeSlots {
 impl Iterator for SyndromeSlots {
     type Item = Option<u32>;
 
+    #[inline]
     fn next(&mut self) -> Option<Option<u32>> {
         while self.left > 0 && self.walked < self.raid_disks {
             let i = (self.d0 + self.walked) % self.raid_disks;
@@ -321,6 +330,7 @@ impl Iterator for SyndromeSlots {
         None
     }
 
+    #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
         (self.left as usize, Some(self.left as usize))
     }
@@ -344,16 +354,19 @@ pub struct Stripe {
 
 impl Stripe {
     /// The stripe number (md's `stripe` in raid5_compute_sector: one chunk row).
+    #[inline]
     pub fn number(&self) -> u64 {
         self.stripe
     }
 
     /// Member sector where the stripe's chunk starts on every member.
+    #[inline]
     pub fn member_sector_start(&self) -> u64 {
         self.stripe * u64::from(self.chunk_sectors)
     }
 
     /// First array sector of the stripe.
+    #[inline]
     pub fn array_sector_start(&self) -> u64 {
         self.member_sector_start() * u64::from(self.data_disks())
     }
@@ -362,36 +375,43 @@ impl Stripe {
         self.algorithm
     }
 
+    #[inline]
     pub fn parity_members(&self) -> ParityMembers {
         self.parity
     }
 
+    #[inline]
     pub fn p_member(&self) -> u32 {
         self.parity.p
     }
 
+    #[inline]
     pub fn q_member(&self) -> Option<u32> {
         self.parity.q
     }
 
     /// Data chunks in the stripe (raid_disks - max_degraded).
+    #[inline]
     pub fn data_disks(&self) -> u32 {
         self.raid_disks - self.algorithm.max_degraded()
     }
 
     /// The member holding data index `data_index` (md's dd order), or `None` past the last one.
+    #[inline]
     pub fn data_member(&self, data_index: u32) -> Option<u32> {
         (data_index < self.data_disks())
             .then(|| data_member(self.algorithm, self.raid_disks, self.parity, data_index))
     }
 
     /// The members holding data index 0, 1, ... in turn.
+    #[inline]
     pub fn data_members(self) -> impl ExactSizeIterator<Item = u32> {
         (0..self.data_disks())
             .map(move |dd| data_member(self.algorithm, self.raid_disks, self.parity, dd))
     }
 
     /// The data index `member` holds, or `None` for P, Q and members beyond the array.
+    #[inline]
     pub fn data_index_of(&self, member: u32) -> Option<u32> {
         if member >= self.raid_disks {
             return None;
@@ -401,6 +421,7 @@ impl Stripe {
 
     /// How many blocks md's Q syndrome takes: raid_disks - 2 for raid6, raid_disks for the DDF
     /// layouts (P and Q in it as zero blocks), 0 for raid4/5.
+    #[inline]
     pub fn syndrome_slot_count(&self) -> u32 {
         match self.algorithm {
             ParityAlgorithm::Raid6(a) if a.is_ddf() => self.raid_disks,
@@ -411,12 +432,14 @@ impl Stripe {
 
     /// md's set_syndrome_sources order: the member whose block is slot 0, 1, ... of the Q
     /// syndrome, `None` for a zero block (DDF layouts). Empty for raid4/5.
+    #[inline]
     pub fn syndrome_slots(&self) -> SyndromeSlots {
         SyndromeSlots::new(self.algorithm, self.raid_disks, self.parity)
     }
 
     /// md's raid6_idx_to_slot for a data member: the Q-syndrome slot holding `member`'s block.
     /// `None` for P, Q, members beyond the array, and raid4/5.
+    #[inline]
     pub fn syndrome_slot_of(&self, member: u32) -> Option<u32> {
         let n = self.raid_disks;
         let ParityAlgorithm::Raid6(_) = self.algorithm else {
@@ -460,20 +483,25 @@ impl ParityGeometry {
         self.algorithm
     }
 
+    #[inline]
     pub fn data_disks(&self) -> u32 {
         self.raid_disks - self.algorithm.max_degraded()
     }
 
+    #[inline]
     pub fn stripe_count(&self) -> u64 {
-        self.dev_sectors / u64::from(self.chunk_sectors)
+        // The chunk is a power of two (checked in Geometry::from_md).
+        self.dev_sectors >> self.chunk_sectors.trailing_zeros()
     }
 
+    #[inline]
     pub fn parity_members(&self, stripe: u64) -> ParityMembers {
         parity_members(self.algorithm, self.raid_disks, stripe)
     }
 
     /// Stripe `stripe` as a [`Stripe`]. The number is not checked against
     /// [`ParityGeometry::stripe_count`] ([`crate::Geometry::stripe`] checks it).
+    #[inline]
     pub fn stripe(&self, stripe: u64) -> Stripe {
         Stripe {
             algorithm: self.algorithm,

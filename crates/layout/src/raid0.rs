@@ -91,11 +91,13 @@ impl Raid0Geometry {
     }
 
     /// md's raid0_size: the sum of the members rounded down to the chunk (= the last zone end).
+    #[inline]
     pub fn array_sectors(&self) -> u64 {
         self.zones.last().map_or(0, |z| z.array_end_sector)
     }
 
     /// md's find_zone: the zone holding `array_sector` (which must be in range).
+    #[inline]
     pub fn find_zone(&self, array_sector: u64) -> Option<&Raid0Zone> {
         self.zones
             .iter()
@@ -104,6 +106,7 @@ impl Raid0Geometry {
 
     /// The sector md uses to choose the member inside a zone: the absolute array sector for the
     /// original layout, the zone-relative one otherwise (identical with one zone).
+    #[inline]
     fn selector_sector(&self, zone: &Raid0Zone, array_sector: u64) -> u64 {
         match self.layout {
             Raid0Layout::Original => array_sector,
@@ -114,18 +117,21 @@ impl Raid0Geometry {
     }
 
     /// md's map_sector. `array_sector` must be below `array_sectors()`.
+    #[inline]
     pub(crate) fn map_in_range(&self, array_sector: u64) -> Option<Placement> {
-        let chunk = u64::from(self.chunk_sectors);
+        // The chunk is a power of two (checked in Geometry::from_md), so md's sector_div by
+        // the chunk is a shift here; only the division by the zone's member count remains.
+        let chunk_shift = self.chunk_sectors.trailing_zeros();
         let zone = self.find_zone(array_sector)?;
         let nb_dev = zone.members.len() as u64;
         let zone_offset = array_sector - zone.array_start_sector;
-        let sector_in_chunk = array_sector % chunk;
-        let chunk_in_dev = zone_offset / (nb_dev * chunk);
+        let sector_in_chunk = array_sector & (u64::from(self.chunk_sectors) - 1);
+        let chunk_in_dev = (zone_offset >> chunk_shift) / nb_dev;
         let selector = self.selector_sector(zone, array_sector);
-        let member = zone.members[((selector / chunk) % nb_dev) as usize];
+        let member = zone.members[((selector >> chunk_shift) % nb_dev) as usize];
         Some(Placement {
             member,
-            member_sector: zone.dev_start_sector + chunk_in_dev * chunk + sector_in_chunk,
+            member_sector: zone.dev_start_sector + (chunk_in_dev << chunk_shift) + sector_in_chunk,
         })
     }
 

@@ -110,6 +110,7 @@ impl Raid10Geometry {
     }
 
     /// (last_far_set_start, last_far_set_size) as __raid10_find_phys computes them.
+    #[inline]
     fn last_far_set(&self) -> (u32, u32) {
         let start = (self.raid_disks / self.far_set_size - 1) * self.far_set_size;
         let size = self.far_set_size + self.raid_disks % self.far_set_size;
@@ -118,6 +119,7 @@ impl Raid10Geometry {
 
     /// __raid10_find_phys: every copy of `array_sector`, in md's slot order (near copies in
     /// turn, each followed by its far copies), handed out one at a time without allocating.
+    #[inline]
     pub(crate) fn find_phys(&self, array_sector: u64) -> FindPhys<'_> {
         let nc = u64::from(self.layout.near);
         let disks = u64::from(self.raid_disks);
@@ -232,6 +234,7 @@ pub(crate) struct FindPhys<'a> {
 impl Iterator for FindPhys<'_> {
     type Item = Placement;
 
+    #[inline]
     fn next(&mut self) -> Option<Placement> {
         if self.near_left == 0 {
             return None;
@@ -271,6 +274,7 @@ impl Iterator for FindPhys<'_> {
         Some(out)
     }
 
+    #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
         let far = usize::from(self.g.layout.far);
         let left = match self.near_left {
