@@ -175,15 +175,11 @@ fn run(
     }
 }
 
+/// Bytes that differ from sector to sector and from seed to seed (a multiplicative hash).
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
+    let key = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len as u64)
+        .map(|i| ((i ^ key).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 56) as u8)
         .collect()
 }
 

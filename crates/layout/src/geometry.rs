@@ -758,19 +758,7 @@ impl Geometry {
 
     /// Which member holds what in raid4/5/6 stripe `stripe`.
     pub fn stripe_map(&self, stripe: u64) -> Result<StripeMap, GeometryError> {
-        let Geometry::Parity(g) = self else {
-            return Err(GeometryError::NotAParityLevel {
-                level: self.md_level(),
-            });
-        };
-        let stripe_count = g.stripe_count();
-        if stripe >= stripe_count {
-            return Err(GeometryError::StripeOutOfRange {
-                stripe,
-                stripe_count,
-            });
-        }
-        Ok(stripe_map_of(g, stripe))
+        self.stripe(stripe).map(StripeMap::from)
     }
 
     /// Split `len_sectors` from `array_sector` into pieces that never cross a chunk boundary.

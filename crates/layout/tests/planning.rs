@@ -18,33 +18,8 @@ use raidkit_layout::{
     Raid6Algorithm, Scheme,
 };
 
-fn cfg() -> ProptestConfig {
-    ProptestConfig {
-        cases: 256,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
-/// A sector inside chunk `c`, varied so that offsets other than 0 are exercised.
-fn sector_in_chunk(c: u64, chunk: u64) -> u64 {
-    c * chunk + (c.wrapping_mul(7919) % chunk)
-}
-
-/// md's find_phys and find_virt disagree for these raid10 shapes (see raid10.rs and
-/// properties.rs), so `unmap` cannot invert `placements` there.
-fn md_raid10_is_consistent(n: u32, l: Raid10Layout) -> bool {
-    let (nc, fc) = (u32::from(l.near), u32::from(l.far));
-    let far_set_size = match l.far_set_mode {
-        0 => n,
-        1 => n / fc,
-        _ => nc * fc,
-    };
-    let offset_wraps = l.offset && nc > 1 && !n.is_multiple_of(nc);
-    let uneven_sets = l.far_set_mode != 0 && nc > 1 && !n.is_multiple_of(far_set_size);
-    let small_sets = l.far_set_mode == 1 && far_set_size < l.copies();
-    !(offset_wraps || uneven_sets || small_sets)
-}
+mod common;
+use common::{md_raid10_is_consistent, raid10_layouts, sector_in_chunk};
 
 /// Every chunk of the array: `placements` hands out what `map` reports, as many as its
 /// length says, with the run to the chunk end, and (where md's inverse is consistent) each
@@ -223,23 +198,8 @@ fn failed_set(n: u32, mask: u32) -> Vec<bool> {
     (0..n).map(|m| mask & (1 << m) != 0).collect()
 }
 
-fn raid10_layouts() -> impl Strategy<Value = (u32, Raid10Layout)> {
-    (2u32..=16, 1u8..=4, 1u8..=4, any::<bool>(), 0u8..=2).prop_filter_map(
-        "copies within 2..=disks",
-        |(n, near, far, offset, far_set_mode)| {
-            let l = Raid10Layout {
-                near,
-                far,
-                offset,
-                far_set_mode,
-            };
-            (2..=n).contains(&l.copies()).then_some((n, l))
-        },
-    )
-}
-
 proptest! {
-    #![proptest_config(cfg())]
+    #![proptest_config(common::config(256))]
 
     #[test]
     fn raid10_placements_and_survival((n, layout) in raid10_layouts(),
