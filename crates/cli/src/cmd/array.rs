@@ -16,19 +16,20 @@ mod demo;
 pub mod tasks;
 mod util;
 
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::{
+    assemble, assemble_writable, disk_error, engine_error, identity, now_seconds, open_members,
+    open_or_create, parse_chunk_sectors, parse_layout, parse_level, parse_size_bytes, print_json,
+    random_uuid, report_notes, Insist, MembersArgs, RUN_HELP,
+};
+use raidkit_cli::view::{print_detail, StatusView};
+use raidkit_cli::{CliError, ExitCode};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
-    Array, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions, EngineConfig,
-    EngineError, TaskKind,
+    Array, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError, TaskKind,
 };
 use raidkit_metadata::{ExamineReport, SuperblockVersion};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-pub use util::{parse_layout, parse_level, parse_size_bytes};
-
-/// The help of `--run`, on every command that writes to an assembled array.
-pub const RUN_HELP: &str = "Start writable even when members the superblocks list as active were not given (mdadm's --run): they are recorded faulty for good and can only come back through a full rebuild. Without it such a command refuses (exit code 4) and writes nothing";
 
 /// Shown under the help of the commands that also act on served arrays.
 const CONTROL_EXAMPLES: &str = "\
@@ -192,21 +193,6 @@ pub struct ExamineArgs {
     pub members: Vec<PathBuf>,
     /// Print the superblocks as JSON: a list of {member, superblock}; a damaged superblock's
     /// report lists its problems.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct MembersArgs {
-    /// All members of the (stopped) array.
-    #[arg(required = true)]
-    pub members: Vec<PathBuf>,
-    /// Accept stale members / a dirty degraded array, as mdadm --force.
-    #[arg(long, short = 'f')]
-    pub force: bool,
-    #[arg(long, help = RUN_HELP)]
-    pub run: bool,
-    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -384,300 +370,6 @@ pub fn run(cmd: ArrayCommand) -> Result<(), CliError> {
     }
 }
 
-/// Maps an engine error to the documented exit codes.
-pub fn engine_error(err: EngineError) -> CliError {
-    let code = match &err {
-        EngineError::NoSuperblock { .. }
-        | EngineError::Foreign { .. }
-        | EngineError::Mismatched { .. }
-        | EngineError::Duplicate { .. }
-        | EngineError::DuplicateRole { .. }
-        | EngineError::Stale { .. }
-        | EngineError::WrongLevel { .. }
-        | EngineError::SizeMismatch { .. }
-        | EngineError::DirtyDegraded { .. }
-        | EngineError::Metadata(_) => ExitCode::Refused,
-        EngineError::Unavailable { .. }
-        | EngineError::ArrayFailed { .. }
-        | EngineError::Incomplete { .. } => ExitCode::Unavailable,
-        EngineError::Invalid(_) => ExitCode::Usage,
-        EngineError::Disk(_) | EngineError::ReadOnly | EngineError::Busy(_) => ExitCode::Failure,
-    };
-    CliError::new(code, err.to_string())
-}
-
-/// Maps a member's error to the documented exit codes: a member someone else holds, and a
-/// path that is no disk (a directory, /dev/null), are refused input (3), with what to do
-/// instead; anything else is a runtime failure (1).
-pub fn disk_error(err: raidkit_disk::DiskError) -> CliError {
-    use raidkit_disk::{DiskErrorKind, Holder};
-    match &err.kind {
-        DiskErrorKind::NotADisk => CliError::new(ExitCode::Refused, err.to_string()),
-        DiskErrorKind::Claimed { holder, .. } => {
-            let hint = match holder {
-                Holder::Process { pid, argv }
-                    if holder.program() == Some("raidkit")
-                        && argv.get(1).map(String::as_str) == Some("serve") =>
-                {
-                    match served_control_socket(holder, *pid) {
-                        Some(ctl) => format!(
-                            "the array is served: manage it through the server's control socket, e.g. `raidkit detail --control {}` (fail, remove and add take --control too)",
-                            ctl.display()
-                        ),
-                        None => "the array is served without a control socket: stop the server (SIGTERM) first".into(),
-                    }
-                }
-                Holder::Process { .. } => {
-                    "wait until that process is done with it, or stop it first".into()
-                }
-                Holder::Kernel(_) => {
-                    "unmount it, or stop the md or dm device that holds it, first".into()
-                }
-                Holder::Unknown => "find and stop the process that has it open first".into(),
-            };
-            CliError::new(ExitCode::Refused, format!("{err}\n  {hint}"))
-        }
-        _ => CliError::failure(err.to_string()),
-    }
-}
-
-/// The control socket of the `raidkit serve` process `pid` (from its command line, resolved
-/// against its working directory): `--control PATH`, else its `--socket` path plus ".ctl";
-/// `None` when it runs without one.
-fn served_control_socket(holder: &raidkit_disk::Holder, pid: u32) -> Option<PathBuf> {
-    if matches!(holder, raidkit_disk::Holder::Process { argv, .. } if argv.iter().any(|a| a == "--no-control"))
-    {
-        return None;
-    }
-    let path = match (holder.argument("--control"), holder.argument("--socket")) {
-        (Some(c), _) => PathBuf::from(c),
-        (None, Some(s)) => PathBuf::from(format!("{s}.ctl")),
-        (None, None) => return None,
-    };
-    if path.is_absolute() {
-        return Some(path);
-    }
-    match std::fs::read_link(format!("/proc/{pid}/cwd")) {
-        Ok(cwd) => Some(cwd.join(path).components().collect()),
-        Err(_) => Some(path),
-    }
-}
-
-/// Opens an existing member, or creates an image file of `image_bytes` when it does not exist
-/// (`None`: refused, naming the flag that gives the size).
-pub fn open_or_create(path: &Path, image_bytes: Option<u64>) -> Result<Box<dyn Disk>, CliError> {
-    let disk = if path.exists() {
-        FileDisk::open(path, OpenOptions::default())
-    } else {
-        let Some(size) = image_bytes else {
-            return Err(CliError::usage(format!(
-                "{}: does not exist; give --image-size to create an image file",
-                path.display()
-            )));
-        };
-        FileDisk::create(path, size)
-    };
-    Ok(Box::new(disk.map_err(disk_error)?))
-}
-
-/// Opens members; read-only ones never get a write. `map_memory`: long-lived users (the
-/// server) map fully allocated tmpfs members ([`OpenOptions::map_memory`]); the paths mapped
-/// are returned beside the disks, for the caller to say so.
-pub fn open_members_mapped(
-    paths: &[PathBuf],
-    read_only: bool,
-    map_memory: bool,
-) -> Result<(Members, Vec<PathBuf>), CliError> {
-    let mut seen = Vec::new();
-    let mut out: Vec<Box<dyn Disk>> = Vec::new();
-    let mut mapped = Vec::new();
-    for p in paths {
-        let canon = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-        if let Some(prev) = seen.iter().find(|(c, _): &&(PathBuf, PathBuf)| *c == canon) {
-            return Err(CliError::new(
-                ExitCode::Refused,
-                format!(
-                    "{}: listed twice (same file as {}); each member may be given once",
-                    p.display(),
-                    prev.1.display()
-                ),
-            ));
-        }
-        seen.push((canon, p.clone()));
-        let d = FileDisk::open(
-            p,
-            OpenOptions {
-                read_only,
-                direct: DirectIo::Auto,
-                map_memory,
-                ..Default::default()
-            },
-        )
-        .map_err(disk_error)?;
-        if d.is_mapped() {
-            mapped.push(p.clone());
-        }
-        out.push(Box::new(d));
-    }
-    Ok((out, mapped))
-}
-
-/// Opened members, in the order given.
-pub type Members = Vec<Box<dyn Disk>>;
-
-/// [`open_members_mapped`] without mapping.
-pub fn open_members(paths: &[PathBuf], read_only: bool) -> Result<Vec<Box<dyn Disk>>, CliError> {
-    Ok(open_members_mapped(paths, read_only, false)?.0)
-}
-
-/// mdadm's insisting flags of a command that assembles.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Insist {
-    /// Accept stale members / a dirty degraded array.
-    pub force: bool,
-    /// Start writable without members the superblocks list as active.
-    pub run: bool,
-}
-
-impl Insist {
-    pub fn force(force: bool) -> Insist {
-        Insist { force, run: false }
-    }
-}
-
-/// A writable assembly with the command's `--force` and `--run`.
-fn assemble_writable(
-    paths: &[PathBuf],
-    force: bool,
-    run: bool,
-) -> Result<(Array, AssembleReport), CliError> {
-    assemble(paths, false, Insist { force, run })
-}
-
-fn assemble(
-    paths: &[PathBuf],
-    read_only: bool,
-    insist: Insist,
-) -> Result<(Array, AssembleReport), CliError> {
-    let disks = open_members(paths, read_only)?;
-    Array::assemble(
-        disks,
-        AssembleOptions {
-            force: insist.force,
-            run: insist.run,
-            read_only,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| assembly_error(e, paths))
-}
-
-/// [`engine_error`], and for members not given, where they may be: image files beside the
-/// given ones that hold the missing device numbers of the same array.
-pub fn assembly_error(err: EngineError, given: &[PathBuf]) -> CliError {
-    let EngineError::Incomplete {
-        set_uuid, absent, ..
-    } = &err
-    else {
-        return engine_error(err);
-    };
-    let mut hints = Vec::new();
-    for a in absent {
-        match find_member(given, *set_uuid, a.dev_number) {
-            Some((path, events)) => hints.push(format!(
-                "slot {} (device {}): {} holds it (events {events}); add it to the command line",
-                a.slot,
-                a.dev_number,
-                path.display()
-            )),
-            None => hints.push(format!(
-                "slot {} (device {}): not found beside the given members",
-                a.slot, a.dev_number
-            )),
-        }
-    }
-    CliError::new(
-        ExitCode::Unavailable,
-        format!("{err}\n  {}", hints.join("\n  ")),
-    )
-}
-
-/// Looks in the folders of `given` for a file that holds device `dev_number` of array
-/// `set_uuid` (md records no member paths, so this is where a forgotten image file usually
-/// is). Files someone else holds, or that hold no superblock, are passed over.
-fn find_member(given: &[PathBuf], set_uuid: [u8; 16], dev_number: u32) -> Option<(PathBuf, u64)> {
-    let mut folders: Vec<PathBuf> = Vec::new();
-    for p in given {
-        let folder = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !folders.contains(&folder) {
-            folders.push(folder);
-        }
-    }
-    let given: Vec<PathBuf> = given.iter().map(|p| identity(p)).collect();
-    for folder in folders {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        // Bounded: a folder of thousands of files is not worth reading through.
-        for entry in entries.flatten().take(1024) {
-            let path = entry.path();
-            if given.contains(&identity(&path)) || !entry.file_type().is_ok_and(|t| t.is_file()) {
-                continue;
-            }
-            let Ok(disk) = FileDisk::open(
-                &path,
-                OpenOptions {
-                    read_only: true,
-                    ..Default::default()
-                },
-            ) else {
-                continue;
-            };
-            if let Ok(found) = raidkit_engine::read_superblock(&disk) {
-                if found.sb.set_uuid.0 == set_uuid && found.sb.dev_number == dev_number {
-                    let shown = path.strip_prefix("./").unwrap_or(&path).to_path_buf();
-                    return Some((shown, found.sb.events));
-                }
-            }
-        }
-    }
-    None
-}
-
-fn report_notes(report: &AssembleReport) {
-    for (m, why) in &report.excluded {
-        eprintln!("raidkit: {m}: not used: {why}");
-    }
-    for n in &report.notes {
-        eprintln!("raidkit: {n}");
-    }
-}
-
-fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| CliError::failure(e.to_string()))?;
-    println!("{text}");
-    Ok(())
-}
-
-/// 16 random bytes from the kernel.
-pub fn random_uuid() -> Result<[u8; 16], CliError> {
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| CliError::failure(format!("/dev/urandom: {e}")))?;
-    Ok(b)
-}
-
-pub fn now_seconds() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
@@ -738,7 +430,7 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
         Some(l) => Some(parse_layout(level, l)?),
         None => None,
     };
-    let chunk_sectors = super::layout::parse_chunk_sectors(&args.chunk)?;
+    let chunk_sectors = parse_chunk_sectors(&args.chunk)?;
     let n = args.members.len();
     let raid_devices = args
         .raid_devices
@@ -839,22 +531,6 @@ fn open_new_member(
     }
     let disk = open_or_create(path, image_bytes)?;
     Ok((disk, created))
-}
-
-/// A path's identity for "listed twice": the canonical path, or for a file still to be
-/// created, its canonical folder joined with its name.
-fn identity(p: &Path) -> PathBuf {
-    if let Ok(c) = std::fs::canonicalize(p) {
-        return c;
-    }
-    let parent = match p.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    match (std::fs::canonicalize(parent), p.file_name()) {
-        (Ok(d), Some(name)) => d.join(name),
-        _ => p.to_path_buf(),
-    }
 }
 
 /// What one member looked like before create touched anything.
@@ -1190,160 +866,6 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
     };
     print_detail(&view, state);
     Ok(())
-}
-
-/// The parts of an engine [`raidkit_engine::Status`] that `detail` prints, read back from its
-/// JSON form: the same printer serves stopped arrays and (through the control socket) served
-/// ones.
-#[derive(Debug, serde::Deserialize)]
-pub struct StatusView {
-    pub uuid: String,
-    pub name: String,
-    pub level: i32,
-    pub layout: u32,
-    pub raid_disks: usize,
-    pub chunk_sectors: u64,
-    pub array_bytes: u64,
-    pub state: String,
-    pub degraded: bool,
-    pub failed: bool,
-    pub events: u64,
-    pub missing_slots: Vec<usize>,
-    pub members: Vec<MemberView>,
-    #[serde(default)]
-    pub resync_from_sectors: Option<u64>,
-    /// Background work the array needs ("rebuild", "replace", "resync").
-    #[serde(default)]
-    pub pending: Vec<String>,
-    /// The background task running now.
-    #[serde(default)]
-    pub task: Option<TaskView>,
-    /// "resync", "ppl", "journal", or {"bitmap": {...}}.
-    #[serde(default)]
-    pub consistency_policy: serde_json::Value,
-}
-
-impl StatusView {
-    /// The consistency policy by mdadm's name.
-    fn policy_name(&self) -> String {
-        match &self.consistency_policy {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Object(o) => o.keys().next().cloned().unwrap_or_default(),
-            _ => "unknown".into(),
-        }
-    }
-}
-
-/// The parts of a running task that `detail` prints.
-#[derive(Debug, serde::Deserialize)]
-pub struct TaskView {
-    pub kind: String,
-    pub percent: f64,
-    pub bytes_per_s: f64,
-    pub eta_s: Option<f64>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-pub struct MemberView {
-    pub index: usize,
-    pub name: String,
-    pub slot: Option<usize>,
-    pub role: String,
-}
-
-impl StatusView {
-    pub fn of(status: &raidkit_engine::Status) -> Result<StatusView, CliError> {
-        serde_json::to_value(status)
-            .and_then(serde_json::from_value)
-            .map_err(|e| CliError::failure(format!("status: {e}")))
-    }
-
-    /// "whole", "degraded" or "FAILED".
-    pub fn health(&self) -> &'static str {
-        if self.failed {
-            "FAILED"
-        } else if self.degraded {
-            "degraded"
-        } else {
-            "whole"
-        }
-    }
-
-    /// The State line of a running array (written since assembly: active).
-    pub fn state_text(&self) -> String {
-        let mut s = if self.state == "clean" {
-            "clean".to_string()
-        } else {
-            "active".to_string()
-        };
-        if self.failed {
-            s.push_str(", FAILED");
-        } else if self.degraded {
-            s.push_str(", degraded");
-        }
-        s
-    }
-}
-
-/// Prints a status the way mdadm --detail lays it out.
-pub fn print_detail(status: &StatusView, state: &str) {
-    println!("     Raid Level : raid{}", status.level);
-    println!(
-        "     Array Size : {} bytes ({:.2} MiB)",
-        status.array_bytes,
-        status.array_bytes as f64 / 1048576.0
-    );
-    println!("   Raid Devices : {}", status.raid_disks);
-    let layout_name = match status.level {
-        5 => raidkit_metadata::examine::raid5_layout_name(status.layout).map(str::to_string),
-        6 => raidkit_metadata::examine::raid6_layout_name(status.layout).map(str::to_string),
-        10 => Some(raidkit_metadata::examine::raid10_layout_name(status.layout)),
-        _ => None,
-    };
-    if let Some(name) = layout_name {
-        println!("         Layout : {name}");
-    }
-    println!("     Chunk Size : {}K", status.chunk_sectors / 2);
-    println!("           UUID : {}", status.uuid);
-    println!("           Name : {}", status.name);
-    println!("         Events : {}", status.events);
-    println!("          State : {state}");
-    println!("Consistency Policy : {}", status.policy_name());
-    if let Some(at) = status.resync_from_sectors {
-        println!("   Resync From : sector {at} (a resync is pending; `raidkit rebuild` runs it)");
-    }
-    for m in status.members.iter().filter(|m| m.role == "rebuilding") {
-        println!(
-            " Rebuild Status : {} rebuilding into slot {} (`raidkit rebuild` continues it)",
-            m.name,
-            m.slot.map(|s| s.to_string()).unwrap_or_default()
-        );
-    }
-    if let Some(t) = &status.task {
-        println!(
-            "  Running Task : {} {:.1}% at {:.0} MB/s{}",
-            t.kind,
-            t.percent,
-            t.bytes_per_s / 1e6,
-            t.eta_s
-                .map(|s| format!(", {s:.0} s to go"))
-                .unwrap_or_default()
-        );
-    }
-    if !status.pending.is_empty() {
-        println!("        Pending : {}", status.pending.join(", "));
-    }
-    println!();
-    println!("    Number   RaidDevice State");
-    for m in &status.members {
-        let slot = m.slot.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
-        println!("    {:>6}   {:>10} {:<8} {}", m.index, slot, m.role, m.name);
-    }
-    for s in &status.missing_slots {
-        if !status.members.iter().any(|m| m.slot == Some(*s)) {
-            println!("    {:>6}   {:>10} {:<8}", "-", s, "removed");
-        }
-    }
 }
 
 fn read(args: ReadArgs) -> Result<(), CliError> {

@@ -45,10 +45,11 @@ use std::time::{Duration, Instant};
 use raidkit_engine::{Array, Status};
 use serde::{Deserialize, Serialize};
 
-use super::array::{engine_error, random_uuid, StatusView};
 use super::serve::WriteGate;
 use super::spares::GlobalSpares;
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::{engine_error, open_or_create, random_uuid};
+use raidkit_cli::view::{print_detail, StatusView};
+use raidkit_cli::{CliError, ExitCode};
 
 /// Longest request or reply line accepted, newline included.
 pub const MAX_LINE_BYTES: usize = 64 << 10;
@@ -559,7 +560,7 @@ impl ControlServer {
                         ),
                     ));
                 }
-                let disk = super::array::open_or_create(&path, size_bytes)?;
+                let disk = open_or_create(&path, size_bytes)?;
                 let name = disk.name().to_string();
                 let uuid = random_uuid()?;
                 {
@@ -729,7 +730,7 @@ pub fn detail(control: &Path, array: Option<&str>, json: bool) -> Result<(), Cli
             ""
         }
     );
-    super::array::print_detail(&view, &view.state_text());
+    print_detail(&view, &view.state_text());
     if let Some(waiting) = result["global_spares"].as_array() {
         if !waiting.is_empty() {
             let names: Vec<&str> = waiting.iter().filter_map(|v| v.as_str()).collect();

@@ -28,11 +28,13 @@ use raidkit_engine::{Array, AssembleOptions, EngineError};
 use raidkit_nbd::{BlockSize, Export, Listener, Server, ServerEvent, TlsConfig, TlsMode};
 use raidkit_sim::{FaultSpec, FaultyDisk};
 
-use super::array::{engine_error, open_members_mapped, parse_size_bytes};
 use super::control::{ControlListener, ControlServer, ServedArray};
 use super::log::{LogFormat, ServerLog};
 use super::spares::GlobalSpares;
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::{
+    assembly_error, engine_error, open_members_mapped, open_or_create, parse_size_bytes, RUN_HELP,
+};
+use raidkit_cli::{CliError, ExitCode};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -66,7 +68,7 @@ pub struct ServeArgs {
     /// Assemble stale members or a dirty degraded parity array anyway (mdadm --force).
     #[arg(long)]
     pub force: bool,
-    #[arg(long, help = super::array::RUN_HELP)]
+    #[arg(long, help = RUN_HELP)]
     pub run: bool,
     /// Control socket (unix, mode 0600, owner only) through which
     /// `raidkit detail|fail|remove|add --control PATH` manage the served arrays
@@ -511,7 +513,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let spares = Arc::new(GlobalSpares::default());
     for path in &args.spares {
-        let disk = super::array::open_or_create(path, spare_size).map_err(|e| {
+        let disk = open_or_create(path, spare_size).map_err(|e| {
             if e.code == ExitCode::Usage {
                 CliError::usage(format!(
                     "--spare {}: does not exist; give --spare-size to create it",
@@ -563,7 +565,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 ..Default::default()
             },
         )
-        .map_err(|e| super::array::assembly_error(e, members))?;
+        .map_err(|e| assembly_error(e, members))?;
         for (member, why) in &report.excluded {
             log.warning(
                 "member-excluded",

@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use raidkit_disk::Disk;
 use raidkit_engine::Status;
 
-use super::array::random_uuid;
 use super::control::ServedArray;
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::random_uuid;
+use raidkit_cli::{CliError, ExitCode};
 
 /// One disk waiting in the pool.
 struct Spare {

@@ -7,8 +7,8 @@
 //! cleanly. SIGINT or SIGTERM stops the task at its next step with its checkpoint recorded
 //! (md's recovery_offset / resync_offset), so running the same command again resumes it.
 
-use super::{assemble, engine_error, print_json, report_notes, MembersArgs};
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::{assemble, engine_error, print_json, report_notes, Insist, MembersArgs};
+use raidkit_cli::{CliError, ExitCode};
 use raidkit_engine::{Array, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::AtomicBool;
@@ -361,7 +361,7 @@ fn run_task_command_from(
     from: Option<u64>,
 ) -> Result<(), CliError> {
     let read_only = kind == Some(TaskKind::Check);
-    let insist = super::Insist {
+    let insist = Insist {
         force: args.array.force,
         run: args.array.run,
     };
