@@ -7,7 +7,7 @@
 //! the command ends with; nothing here prints except [`report_notes`] and [`print_json`],
 //! which every command prints the same way.
 
-use crate::{CliError, ExitCode};
+use crate::error::{CliError, ExitCode};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{Array, AssembleOptions, AssembleReport, EngineError};
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};

@@ -4,7 +4,7 @@
 //! Owns the detail text. It reads the status back from its JSON form so that one printer serves
 //! stopped arrays (the engine's status) and served ones (the control socket's reply).
 
-use crate::CliError;
+use crate::error::CliError;
 
 /// The parts of an engine [`raidkit_engine::Status`] that `detail` prints, read back from its
 /// JSON form: the same printer serves stopped arrays and (through the control socket) served

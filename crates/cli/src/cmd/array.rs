@@ -21,6 +21,7 @@ use raidkit_cli::common::{
     open_or_create, parse_chunk_sectors, parse_layout, parse_level, parse_size_bytes, print_json,
     random_uuid, report_notes, Insist, MembersArgs, RUN_HELP,
 };
+use raidkit_cli::server::control;
 use raidkit_cli::view::{print_detail, StatusView};
 use raidkit_cli::{CliError, ExitCode};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
@@ -849,7 +850,7 @@ fn examine(args: ExamineArgs) -> Result<(), CliError> {
 
 fn detail(args: DetailArgs) -> Result<(), CliError> {
     if let Some(control) = &args.target.control {
-        return super::control::detail(control, args.target.array.as_deref(), args.json);
+        return control::detail(control, args.target.array.as_deref(), args.json);
     }
     let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
     let status = array.status();
@@ -1054,7 +1055,7 @@ fn fail_would_lose_data(array: &Array, index: usize) -> Option<String> {
 fn fail(args: FailArgs) -> Result<(), CliError> {
     if let Some(control) = &args.target.control {
         let array = args.target.array.as_deref();
-        return super::control::fail(control, array, &args.member, args.json);
+        return control::fail(control, array, &args.member, args.json);
     }
     let index = member_index(&args.members, &args.member)?;
     if !args.force {
@@ -1107,7 +1108,7 @@ fn fail(args: FailArgs) -> Result<(), CliError> {
 fn remove(args: MemberArgs) -> Result<(), CliError> {
     if let Some(control) = &args.target.control {
         let array = args.target.array.as_deref();
-        return super::control::remove(control, array, &args.member, args.json);
+        return control::remove(control, array, &args.member, args.json);
     }
     let index = member_index(&args.members, &args.member)?;
     let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
@@ -1128,7 +1129,7 @@ fn add(args: AddArgs) -> Result<(), CliError> {
     };
     if let Some(control) = &args.target.control {
         let array = args.target.array.as_deref();
-        return super::control::add(control, array, &args.member, size, args.wait, args.json);
+        return control::add(control, array, &args.member, size, args.wait, args.json);
     }
     if args.members.iter().any(|m| m == &args.member) {
         return Err(CliError::usage(format!(

@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use raidkit_disk::Disk;
 use raidkit_engine::Status;
 
-use super::control::ServedArray;
-use raidkit_cli::common::random_uuid;
-use raidkit_cli::{CliError, ExitCode};
+use super::export::ServedArray;
+use crate::common::random_uuid;
+use crate::error::{CliError, ExitCode};
 
 /// One disk waiting in the pool.
 struct Spare {

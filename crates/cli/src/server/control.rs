@@ -42,14 +42,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use raidkit_engine::{Array, Status};
+use raidkit_engine::Status;
 use serde::{Deserialize, Serialize};
 
-use super::serve::WriteGate;
+use super::export::ServedArray;
 use super::spares::GlobalSpares;
-use raidkit_cli::common::{engine_error, open_or_create, random_uuid};
-use raidkit_cli::view::{print_detail, StatusView};
-use raidkit_cli::{CliError, ExitCode};
+use crate::common::{engine_error, open_or_create, random_uuid};
+use crate::error::{CliError, ExitCode};
+use crate::view::{print_detail, StatusView};
 
 /// Longest request or reply line accepted, newline included.
 pub const MAX_LINE_BYTES: usize = 64 << 10;
@@ -135,18 +135,6 @@ impl Reply {
         line.push(b'\n');
         line
     }
-}
-
-/// An array as the control server sees it.
-#[derive(Clone)]
-pub struct ServedArray {
-    pub name: String,
-    pub array: Arc<Array>,
-    pub read_only: bool,
-    /// Shared with the array's NBD export; held while a spare is added (see [`WriteGate`]).
-    pub gate: Arc<WriteGate>,
-    /// Where NBD clients reach it: the socket path or the TCP address.
-    pub nbd_address: String,
 }
 
 // ---------------------------------------------------------------------------------------------
