@@ -6,7 +6,7 @@
 //! and a degraded write, reassembles the degraded array, and finally adds fresh members to
 //! rebuild it. Each step prints what it did with figures (MB/s). A mismatch exits with 5.
 
-use super::{create_array, CreatePlan};
+use super::create::{create_array, CreatePlan};
 use raidkit_cli::common::{
     disk_error, engine_error, parse_chunk_sectors, parse_layout, parse_level, parse_size_bytes,
     random_uuid,

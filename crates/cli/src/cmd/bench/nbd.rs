@@ -31,7 +31,7 @@ use raidkit_engine::EngineConfig;
 use raidkit_metadata::SuperblockVersion;
 use serde::Serialize;
 
-use crate::cmd::array::{create_array, CreatePlan};
+use crate::cmd::array::create::{create_array, CreatePlan};
 use raidkit_cli::common::{engine_error, parse_chunk_sectors, parse_level, parse_size_bytes};
 use raidkit_cli::CliError;
 
