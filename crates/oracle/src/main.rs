@@ -202,50 +202,30 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
+    /// Parses a command line given as one string (no argument here holds a space).
+    fn parse(line: &str) -> Command {
+        let argv = std::iter::once("raidkit-oracle").chain(line.split_whitespace());
+        Cli::try_parse_from(argv).unwrap().command
+    }
+
     #[test]
     fn the_flags_tests_md_oracle_run_passes_parse() {
         Cli::command().debug_assert();
-        let cli = Cli::try_parse_from([
-            "raidkit-oracle",
-            "plan",
-            "--matrix",
-            "m",
-            "--work",
-            "w",
-            "--vms",
-            "3",
-            "--full",
-            "--only",
-            "raid5,raid6",
-        ])
-        .unwrap();
-        let Command::Plan(p) = cli.command else {
-            panic!("not plan: {cli:?}")
+        let Command::Plan(p) = parse("plan --matrix m --work w --vms 3 --full --only raid5,raid6")
+        else {
+            panic!("not plan")
         };
-        assert_eq!(p.matrix, PathBuf::from("m"));
-        assert_eq!(p.work, PathBuf::from("w"));
-        assert_eq!(p.vms, 3);
-        assert!(p.full);
+        assert_eq!((p.matrix, p.work), ("m".into(), "w".into()));
+        assert_eq!((p.vms, p.full), (3, true));
         assert_eq!(p.only, ["raid5", "raid6"]);
-        let cli = Cli::try_parse_from(["raidkit-oracle", "plan", "--matrix", "m", "--work", "w"])
-            .unwrap();
-        let Command::Plan(p) = cli.command else {
-            panic!("not plan: {cli:?}")
+        let Command::Plan(p) = parse("plan --matrix m --work w") else {
+            panic!("not plan")
         };
         assert_eq!((p.vms, p.full, p.only.len()), (2, false, 0));
-        let cli = Cli::try_parse_from([
-            "raidkit-oracle",
-            "check",
-            "--work",
-            "w",
-            "--started-at",
-            "17",
-        ])
-        .unwrap();
-        let Command::Check(c) = cli.command else {
-            panic!("not check: {cli:?}")
+        let Command::Check(c) = parse("check --work w --started-at 17") else {
+            panic!("not check")
         };
-        assert_eq!((c.work, c.started_at), (PathBuf::from("w"), Some(17)));
+        assert_eq!((c.work, c.started_at), ("w".into(), Some(17)));
     }
 
     #[test]
