@@ -112,7 +112,8 @@ pub(crate) fn check_range(
 /// Implement it by its path (`impl raidkit_disk::DiskWrapper for X`) rather than importing
 /// it: its methods share `Disk`'s names, and with both traits in scope a call such as
 /// `x.read_at(..)` on a wrapper is ambiguous (a compile error, not a wrong call). Inside the
-/// impl, reach the disk beneath through `self.inner()`.
+/// impl, reach the disk beneath through `self.inner()`; when that is itself a wrapper (the
+/// trait is in scope inside its own impl), name the trait: `Disk::read_at(self.inner(), ..)`.
 ///
 /// A method added to `Disk` gets a forwarding default here, a line in the blanket impl, and
 /// a line in the test `a_wrapper_forwards_every_method`.
@@ -227,7 +228,7 @@ impl<D: Disk + ?Sized> DiskWrapper for std::sync::Arc<D> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Disk, DiskError, MemDisk};
+    use super::{Disk, DiskError};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -353,26 +354,32 @@ mod tests {
         assert_eq!(nested.0.counts(), every_once);
     }
 
-    /// A wrapper changes what it writes and forwards the rest.
+    /// A wrapper changes what it writes (the disk beneath never sees that call) and forwards
+    /// the rest.
     #[test]
     fn a_wrapper_overrides_only_what_it_writes() {
         #[derive(Debug)]
-        struct Tiny(MemDisk);
-        impl super::DiskWrapper for Tiny {
-            type Inner = MemDisk;
-            fn inner(&self) -> &MemDisk {
+        struct Smaller(Bare);
+        impl super::DiskWrapper for Smaller {
+            type Inner = Bare;
+            fn inner(&self) -> &Bare {
                 &self.0
             }
             fn size_bytes(&self) -> u64 {
-                512
+                // The disk beneath is a wrapper too: say which trait's method.
+                Disk::size_bytes(self.inner()) / 2 - 1
+            }
+            fn write_at(&self, _: &[u8], _: u64) -> Result<(), DiskError> {
+                Ok(())
             }
         }
-        let t = Tiny(MemDisk::new("m", 4096));
-        assert_eq!(t.size_bytes(), 512);
-        assert_eq!(t.name(), "m");
-        t.write_at(&[7u8; 512], 1024).unwrap();
-        let mut b = [0u8; 512];
-        t.0.read_at(&mut b, 1024).unwrap();
-        assert_eq!(b, [7u8; 512]);
+        let s = Smaller(Bare(Counting::default()));
+        assert_eq!(s.size_bytes(), 6171);
+        s.write_at(&[7u8; 512], 1024).unwrap();
+        assert_eq!(s.name(), "counting");
+        s.reserve(0, 512).unwrap();
+        let counts = (s.0).0.counts();
+        let called: Vec<&str> = counts.iter().filter(|c| c.1 > 0).map(|c| c.0).collect();
+        assert_eq!(called, ["size_bytes", "name", "reserve"]);
     }
 }
