@@ -7,10 +7,8 @@
 //! here; commands return it rather than printing it.
 
 mod cmd;
-mod error;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-pub use error::{CliError, ExitCode};
 
 /// Shown by `raidkit --help` and by every subcommand's `--help`.
 pub const EXIT_CODES_HELP: &str = "\

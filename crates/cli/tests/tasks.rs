@@ -319,3 +319,34 @@ fn a_stopped_check_says_where_to_go_on_and_from_starts_there() {
     let rebuild = raidkit(&args(&["rebuild", "--from", "0"], &members, &[]));
     assert_eq!(rebuild.status.code(), Some(2), "{rebuild:?}");
 }
+
+/// Without a terminal, progress is a line per tenth that logs and scripts can read
+/// (`raidkit: check 40% (812 MB/s, ETA 0:00:03)`), ending at 100 %; `--quiet` prints none.
+#[test]
+fn progress_without_a_terminal_is_a_line_per_tenth_and_quiet_is_quiet() {
+    let dir = TempDir::new("progress-lines");
+    let members = images(&dir, &["a", "b", "c", "d"]);
+    ok(&args(
+        &["create", "--level", "5", "--chunk", "16K"],
+        &members,
+        &[],
+    ));
+    let out = raidkit(&args(&["check"], &members, &[]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let percents: Vec<u64> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("raidkit: check "))
+        .map(|rest| {
+            let (percent, tail) = rest.split_once("% (").unwrap_or_else(|| panic!("{rest}"));
+            assert!(tail.contains(", ETA ") && tail.ends_with(')'), "{rest}");
+            percent.parse().unwrap_or_else(|_| panic!("{rest}"))
+        })
+        .collect();
+    assert_eq!(percents.last(), Some(&100), "{stderr}");
+    let tenths: Vec<u64> = percents.iter().map(|p| p / 10).collect();
+    assert!(tenths.windows(2).all(|w| w[0] < w[1]), "{stderr}");
+    let quiet = raidkit(&args(&["check", "--quiet"], &members, &[]));
+    assert!(quiet.status.success(), "{quiet:?}");
+    assert!(quiet.stderr.is_empty(), "{quiet:?}");
+}

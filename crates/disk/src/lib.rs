@@ -17,6 +17,10 @@
 //!   writing, shared for reading, so two processes never change one member at once.
 //! - [`MemDisk`]: memory, a cheap cloneable handle (clones share the bytes), for tests and
 //!   simulation.
+//!
+//! Wrappers that change one or two methods of a disk beneath (fault injection, counting, a
+//! crash) implement [`DiskWrapper`], which forwards everything they do not write; `Box<D>` and
+//! `Arc<D>` are disks through it.
 
 mod aligned;
 mod claim;
@@ -90,68 +94,292 @@ pub(crate) fn check_range(
     }
 }
 
-impl<D: Disk + ?Sized> Disk for Box<D> {
+/// A disk that wraps another and changes only some of what it does: fault injection, a
+/// crash that drops writes, counting, a read that fails in a bad patch.
+///
+/// Every method of [`Disk`] has a default here that forwards to [`DiskWrapper::inner`], and
+/// every `DiskWrapper` is a `Disk` (a blanket impl below), so a wrapper writes `inner` and the
+/// methods it changes, nothing else. A hand-written forwarder had to repeat every method and
+/// could silently miss one that has a default in `Disk` ([`Disk::reserve`]: the default does
+/// nothing, so a wrapper that forgot it stopped reserving space on the disk beneath); here the
+/// forward is the default. `Box<D>` and `Arc<D>` are wrappers too.
+///
+/// The forwarding is static: `Inner` is a type, not `dyn Disk`, unless the wrapper holds a
+/// `Box<dyn Disk>` (then `type Inner = dyn Disk` and the one virtual call is the one it already
+/// had), and the defaults are `#[inline]`, so a wrapper costs the engine's per-I/O path nothing
+/// over a hand-written one.
+///
+/// Implement it by its path (`impl raidkit_disk::DiskWrapper for X`) rather than importing
+/// it: its methods share `Disk`'s names, and with both traits in scope a call such as
+/// `x.read_at(..)` on a wrapper is ambiguous (a compile error, not a wrong call). Inside the
+/// impl, reach the disk beneath through `self.inner()`; when that is itself a wrapper (the
+/// trait is in scope inside its own impl), name the trait: `Disk::read_at(self.inner(), ..)`.
+///
+/// A method added to `Disk` gets a forwarding default here, a line in the blanket impl, and
+/// a line in the test `a_wrapper_forwards_every_method`.
+pub trait DiskWrapper: Send + Sync + fmt::Debug {
+    /// The disk beneath (`dyn Disk` for a boxed one).
+    type Inner: Disk + ?Sized;
+
+    /// The disk every method not written here goes to.
+    fn inner(&self) -> &Self::Inner;
+
+    #[inline]
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
-        (**self).read_at(buf, offset_bytes)
+        self.inner().read_at(buf, offset_bytes)
     }
+    #[inline]
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
-        (**self).write_at(buf, offset_bytes)
+        self.inner().write_at(buf, offset_bytes)
     }
+    #[inline]
     fn flush(&self) -> Result<(), DiskError> {
-        (**self).flush()
+        self.inner().flush()
     }
+    #[inline]
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        (**self).discard(offset_bytes, len_bytes)
+        self.inner().discard(offset_bytes, len_bytes)
     }
+    #[inline]
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        (**self).write_zeroes(offset_bytes, len_bytes)
+        self.inner().write_zeroes(offset_bytes, len_bytes)
     }
+    #[inline]
     fn size_bytes(&self) -> u64 {
-        (**self).size_bytes()
+        self.inner().size_bytes()
     }
+    #[inline]
     fn logical_block_size(&self) -> u32 {
-        (**self).logical_block_size()
+        self.inner().logical_block_size()
     }
+    #[inline]
     fn name(&self) -> &str {
-        (**self).name()
+        self.inner().name()
     }
+    #[inline]
     fn is_read_only(&self) -> bool {
-        (**self).is_read_only()
+        self.inner().is_read_only()
     }
+    #[inline]
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        (**self).reserve(offset_bytes, len_bytes)
+        self.inner().reserve(offset_bytes, len_bytes)
     }
 }
 
-impl<D: Disk + ?Sized> Disk for std::sync::Arc<D> {
+/// Every wrapper is a disk: each method is the wrapper's (its own or the forwarding default).
+impl<W: DiskWrapper> Disk for W {
+    #[inline]
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
-        (**self).read_at(buf, offset_bytes)
+        DiskWrapper::read_at(self, buf, offset_bytes)
     }
+    #[inline]
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
-        (**self).write_at(buf, offset_bytes)
+        DiskWrapper::write_at(self, buf, offset_bytes)
     }
+    #[inline]
     fn flush(&self) -> Result<(), DiskError> {
-        (**self).flush()
+        DiskWrapper::flush(self)
     }
+    #[inline]
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        (**self).discard(offset_bytes, len_bytes)
+        DiskWrapper::discard(self, offset_bytes, len_bytes)
     }
+    #[inline]
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        (**self).write_zeroes(offset_bytes, len_bytes)
+        DiskWrapper::write_zeroes(self, offset_bytes, len_bytes)
     }
+    #[inline]
     fn size_bytes(&self) -> u64 {
-        (**self).size_bytes()
+        DiskWrapper::size_bytes(self)
     }
+    #[inline]
     fn logical_block_size(&self) -> u32 {
-        (**self).logical_block_size()
+        DiskWrapper::logical_block_size(self)
     }
+    #[inline]
     fn name(&self) -> &str {
-        (**self).name()
+        DiskWrapper::name(self)
     }
+    #[inline]
     fn is_read_only(&self) -> bool {
-        (**self).is_read_only()
+        DiskWrapper::is_read_only(self)
     }
+    #[inline]
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        (**self).reserve(offset_bytes, len_bytes)
+        DiskWrapper::reserve(self, offset_bytes, len_bytes)
+    }
+}
+
+impl<D: Disk + ?Sized> DiskWrapper for Box<D> {
+    type Inner = D;
+    #[inline]
+    fn inner(&self) -> &D {
+        self
+    }
+}
+
+impl<D: Disk + ?Sized> DiskWrapper for std::sync::Arc<D> {
+    type Inner = D;
+    #[inline]
+    fn inner(&self) -> &D {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Disk, DiskError};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// Every method of `Disk`, in declaration order: the counting disk counts calls by index.
+    const METHODS: [&str; 10] = [
+        "read_at",
+        "write_at",
+        "flush",
+        "discard",
+        "write_zeroes",
+        "size_bytes",
+        "logical_block_size",
+        "name",
+        "is_read_only",
+        "reserve",
+    ];
+
+    /// A disk that counts calls of each method and answers with values no default would give.
+    #[derive(Debug, Default)]
+    struct Counting {
+        calls: [AtomicU64; 10],
+    }
+
+    impl Counting {
+        fn hit(&self, method: &str) {
+            let i = METHODS.iter().position(|m| *m == method).unwrap();
+            self.calls[i].fetch_add(1, Ordering::SeqCst);
+        }
+        fn counts(&self) -> Vec<(&'static str, u64)> {
+            METHODS
+                .iter()
+                .zip(&self.calls)
+                .map(|(m, c)| (*m, c.load(Ordering::SeqCst)))
+                .collect()
+        }
+    }
+
+    impl Disk for Counting {
+        fn read_at(&self, _: &mut [u8], _: u64) -> Result<(), DiskError> {
+            self.hit("read_at");
+            Ok(())
+        }
+        fn write_at(&self, _: &[u8], _: u64) -> Result<(), DiskError> {
+            self.hit("write_at");
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), DiskError> {
+            self.hit("flush");
+            Ok(())
+        }
+        fn discard(&self, _: u64, _: u64) -> Result<(), DiskError> {
+            self.hit("discard");
+            Ok(())
+        }
+        fn write_zeroes(&self, _: u64, _: u64) -> Result<(), DiskError> {
+            self.hit("write_zeroes");
+            Ok(())
+        }
+        fn size_bytes(&self) -> u64 {
+            self.hit("size_bytes");
+            12345
+        }
+        fn logical_block_size(&self) -> u32 {
+            self.hit("logical_block_size");
+            4096
+        }
+        fn name(&self) -> &str {
+            self.hit("name");
+            "counting"
+        }
+        fn is_read_only(&self) -> bool {
+            self.hit("is_read_only");
+            true
+        }
+        fn reserve(&self, _: u64, _: u64) -> Result<(), DiskError> {
+            self.hit("reserve");
+            Ok(())
+        }
+    }
+
+    /// A wrapper that writes nothing but `inner`.
+    #[derive(Debug)]
+    struct Bare(Counting);
+
+    impl super::DiskWrapper for Bare {
+        type Inner = Counting;
+        fn inner(&self) -> &Counting {
+            &self.0
+        }
+    }
+
+    /// Calls every method of `Disk` once on `disk`; checks the answers came from beneath.
+    fn call_every_method(disk: &dyn Disk) {
+        let mut buf = [0u8; 8];
+        disk.read_at(&mut buf, 0).unwrap();
+        disk.write_at(&buf, 0).unwrap();
+        disk.flush().unwrap();
+        disk.discard(0, 8).unwrap();
+        disk.write_zeroes(0, 8).unwrap();
+        assert_eq!(disk.size_bytes(), 12345);
+        assert_eq!(disk.logical_block_size(), 4096);
+        assert_eq!(disk.name(), "counting");
+        assert!(disk.is_read_only());
+        disk.reserve(0, 8).unwrap();
+    }
+
+    #[test]
+    fn a_wrapper_forwards_every_method() {
+        let every_once: Vec<_> = METHODS.iter().map(|m| (*m, 1)).collect();
+        let bare = Bare(Counting::default());
+        call_every_method(&bare);
+        assert_eq!(bare.0.counts(), every_once);
+
+        let arc = Arc::new(Counting::default());
+        call_every_method(&arc);
+        let boxed: Box<dyn Disk> = Box::new(arc.clone());
+        call_every_method(&boxed);
+        let twice: Vec<_> = METHODS.iter().map(|m| (*m, 2)).collect();
+        assert_eq!(arc.counts(), twice);
+
+        let nested = Box::new(Bare(Counting::default()));
+        call_every_method(&nested);
+        assert_eq!(nested.0.counts(), every_once);
+    }
+
+    /// A wrapper changes what it writes (the disk beneath never sees that call) and forwards
+    /// the rest.
+    #[test]
+    fn a_wrapper_overrides_only_what_it_writes() {
+        #[derive(Debug)]
+        struct Smaller(Bare);
+        impl super::DiskWrapper for Smaller {
+            type Inner = Bare;
+            fn inner(&self) -> &Bare {
+                &self.0
+            }
+            fn size_bytes(&self) -> u64 {
+                // The disk beneath is a wrapper too: say which trait's method.
+                Disk::size_bytes(self.inner()) / 2 - 1
+            }
+            fn write_at(&self, _: &[u8], _: u64) -> Result<(), DiskError> {
+                Ok(())
+            }
+        }
+        let s = Smaller(Bare(Counting::default()));
+        assert_eq!(s.size_bytes(), 6171);
+        s.write_at(&[7u8; 512], 1024).unwrap();
+        assert_eq!(s.name(), "counting");
+        s.reserve(0, 512).unwrap();
+        let counts = (s.0).0.counts();
+        let called: Vec<&str> = counts.iter().filter(|c| c.1 > 0).map(|c| c.0).collect();
+        assert_eq!(called, ["size_bytes", "name", "reserve"]);
     }
 }

@@ -249,7 +249,17 @@ fn a_claim_held_by_another_process_names_it_and_is_not_passed_on_to_children() {
     let disk = FileDisk::open(&path, OpenOptions::default()).unwrap();
     let mut child = Command::new("sleep").arg("60").spawn().unwrap();
     drop(disk);
-    let again = FileDisk::open(&path, OpenOptions::default());
+    // Other tests in this binary start programs too: between their fork and exec a child
+    // briefly holds a copy of every descriptor, ours included. Such a copy is gone within
+    // milliseconds; a claim `sleep` inherited would last its whole minute.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let again = loop {
+        let attempt = FileDisk::open(&path, OpenOptions::default());
+        if attempt.is_ok() || std::time::Instant::now() > deadline {
+            break attempt;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(again.is_ok(), "a child kept the claim: {:?}", again.err());

@@ -229,34 +229,14 @@ struct Counting {
     written: Arc<AtomicU64>,
 }
 
-impl Disk for Counting {
-    fn read_at(&self, buf: &mut [u8], o: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.read_at(buf, o)
+impl raidkit_disk::DiskWrapper for Counting {
+    type Inner = MemDisk;
+    fn inner(&self) -> &MemDisk {
+        &self.inner
     }
     fn write_at(&self, buf: &[u8], o: u64) -> Result<(), raidkit_disk::DiskError> {
         self.written.fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.inner.write_at(buf, o)
-    }
-    fn flush(&self) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.flush()
-    }
-    fn discard(&self, o: u64, l: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.discard(o, l)
-    }
-    fn write_zeroes(&self, o: u64, l: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.write_zeroes(o, l)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        self.inner.logical_block_size()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        false
     }
 }
 

@@ -27,7 +27,11 @@ impl Breakable {
     }
 }
 
-impl Disk for Breakable {
+impl raidkit_disk::DiskWrapper for Breakable {
+    type Inner = MemDisk;
+    fn inner(&self) -> &MemDisk {
+        &self.inner
+    }
     fn read_at(&self, buf: &mut [u8], off: u64) -> Result<(), DiskError> {
         if self.broken.load(Ordering::SeqCst) {
             return Err(self.err("read", off));
@@ -46,24 +50,6 @@ impl Disk for Breakable {
             return Err(self.err("flush", 0));
         }
         Ok(())
-    }
-    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.inner.discard(off, len)
-    }
-    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.inner.write_zeroes(off, len)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        512
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        false
     }
 }
 
@@ -219,9 +205,10 @@ struct FullFs {
     full: Arc<AtomicBool>,
 }
 
-impl Disk for FullFs {
-    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<(), DiskError> {
-        self.inner.read_at(buf, off)
+impl raidkit_disk::DiskWrapper for FullFs {
+    type Inner = MemDisk;
+    fn inner(&self) -> &MemDisk {
+        &self.inner
     }
     fn write_at(&self, buf: &[u8], off: u64) -> Result<(), DiskError> {
         if self.full.load(Ordering::SeqCst) {
@@ -237,27 +224,6 @@ impl Disk for FullFs {
             ));
         }
         self.inner.write_at(buf, off)
-    }
-    fn flush(&self) -> Result<(), DiskError> {
-        Ok(())
-    }
-    fn discard(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.inner.discard(off, len)
-    }
-    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), DiskError> {
-        self.inner.write_zeroes(off, len)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        512
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        false
     }
 }
 

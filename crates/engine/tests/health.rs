@@ -694,7 +694,11 @@ struct BadPatch {
     refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl Disk for BadPatch {
+impl raidkit_disk::DiskWrapper for BadPatch {
+    type Inner = MemDisk;
+    fn inner(&self) -> &MemDisk {
+        &self.inner
+    }
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), raidkit_disk::DiskError> {
         let end = offset_bytes + buf.len() as u64;
         if offset_bytes < self.bad.end && self.bad.start < end {
@@ -707,30 +711,6 @@ impl Disk for BadPatch {
             ));
         }
         self.inner.read_at(buf, offset_bytes)
-    }
-    fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.write_at(buf, offset_bytes)
-    }
-    fn flush(&self) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.flush()
-    }
-    fn discard(&self, o: u64, l: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.discard(o, l)
-    }
-    fn write_zeroes(&self, o: u64, l: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.write_zeroes(o, l)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        self.inner.logical_block_size()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        false
     }
 }
 
@@ -960,7 +940,11 @@ struct Latent {
     heals: bool,
 }
 
-impl Disk for Latent {
+impl raidkit_disk::DiskWrapper for Latent {
+    type Inner = MemDisk;
+    fn inner(&self) -> &MemDisk {
+        &self.inner
+    }
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), raidkit_disk::DiskError> {
         let end = offset_bytes + buf.len() as u64;
         if self
@@ -996,27 +980,6 @@ impl Disk for Latent {
             *bad = left.into_iter().filter(|r| r.start < r.end).collect();
         }
         self.inner.write_at(buf, offset_bytes)
-    }
-    fn flush(&self) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.flush()
-    }
-    fn discard(&self, o: u64, l: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.discard(o, l)
-    }
-    fn write_zeroes(&self, o: u64, l: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.write_zeroes(o, l)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        self.inner.logical_block_size()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        false
     }
 }
 
@@ -1228,7 +1191,11 @@ impl BreaksAfter {
     }
 }
 
-impl Disk for BreaksAfter {
+impl raidkit_disk::DiskWrapper for BreaksAfter {
+    type Inner = MemDisk;
+    fn inner(&self) -> &MemDisk {
+        &self.inner
+    }
     fn read_at(&self, buf: &mut [u8], off: u64) -> Result<(), raidkit_disk::DiskError> {
         if self.armed.load(Ordering::SeqCst) && self.reads_left.fetch_sub(1, Ordering::SeqCst) <= 0
         {
@@ -1247,24 +1214,6 @@ impl Disk for BreaksAfter {
             return Err(self.fail("flush", 0));
         }
         Ok(())
-    }
-    fn discard(&self, off: u64, len: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.discard(off, len)
-    }
-    fn write_zeroes(&self, off: u64, len: u64) -> Result<(), raidkit_disk::DiskError> {
-        self.inner.write_zeroes(off, len)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        512
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        false
     }
 }
 

@@ -35,4 +35,13 @@ fn sigterm_stops_the_server_cleanly() {
     assert_eq!(report.connections_accepted, 1);
     assert!(client.closed_by_server(), "open connections are closed");
     assert!(!socket.exists(), "the unix socket is removed");
+
+    // A second signal (an impatient operator) sets the flag again and kills nothing: this
+    // process is still here to see it, and asking again gives the same flag.
+    // SAFETY: as above.
+    unsafe { libc::raise(libc::SIGINT) };
+    unsafe { libc::raise(libc::SIGTERM) };
+    assert!(flag.load(Ordering::SeqCst));
+    let again = raidkit_nbd::shutdown_on_signals().unwrap();
+    assert!(std::ptr::eq(again, flag));
 }

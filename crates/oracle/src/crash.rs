@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A disk that drops writes (and discards, and zeroing) once `armed` is set, and reports them
-/// done. Flushes still reach the disk beneath (there is nothing new to flush).
+/// done. Everything else (reads, flushes: there is nothing new to flush; space reservation)
+/// reaches the disk beneath.
 #[derive(Debug)]
 pub struct DropWrites {
     inner: Box<dyn Disk>,
@@ -33,50 +34,32 @@ impl DropWrites {
     }
 }
 
-impl Disk for DropWrites {
-    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
-        self.inner.read_at(buf, offset_bytes)
+impl raidkit_disk::DiskWrapper for DropWrites {
+    type Inner = dyn Disk;
+
+    fn inner(&self) -> &Self::Inner {
+        &*self.inner
     }
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
         if self.dropping() {
             return Ok(());
         }
-        self.inner.write_at(buf, offset_bytes)
-    }
-
-    fn flush(&self) -> Result<(), DiskError> {
-        self.inner.flush()
+        self.inner().write_at(buf, offset_bytes)
     }
 
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         if self.dropping() {
             return Ok(());
         }
-        self.inner.discard(offset_bytes, len_bytes)
+        self.inner().discard(offset_bytes, len_bytes)
     }
 
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         if self.dropping() {
             return Ok(());
         }
-        self.inner.write_zeroes(offset_bytes, len_bytes)
-    }
-
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-
-    fn logical_block_size(&self) -> u32 {
-        self.inner.logical_block_size()
-    }
-
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn is_read_only(&self) -> bool {
-        self.inner.is_read_only()
+        self.inner().write_zeroes(offset_bytes, len_bytes)
     }
 }
 

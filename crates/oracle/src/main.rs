@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Exit status: 0 all passed, 1 a check failed, 2 bad usage or unreadable input.
+//! Arguments are parsed by clap, as the `raidkit` CLI's are.
 
+use clap::{Args, Parser, Subcommand};
 use raidkit_oracle::check::{check_array, CheckOutcome};
 use raidkit_oracle::matrix::parse_matrix;
 use raidkit_oracle::plan::{make_plan, write_plan, Plan};
@@ -21,72 +23,62 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const USAGE: &str = "usage:\n  raidkit-oracle plan --matrix FILE --work DIR [--full] [--only SUB,SUB] [--vms N]\n  raidkit-oracle check --work DIR [--started-at UNIX_SECONDS]";
+/// The host side of tests/md-oracle/run.
+#[derive(Parser, Debug)]
+#[command(name = "raidkit-oracle")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-struct Args {
-    matrix: Option<PathBuf>,
-    work: Option<PathBuf>,
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write batch directories (job.sh, drives, member images) and plan.json; print the number
+    /// of batches.
+    Plan(PlanArgs),
+    /// Check every planned array against its VM records; exit status 1 if any failed.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct PlanArgs {
+    /// The matrix of arrays (tests/md-oracle/matrix).
+    #[arg(long, value_name = "FILE")]
+    matrix: PathBuf,
+    /// Work directory the batches are written under.
+    #[arg(long, value_name = "DIR")]
+    work: PathBuf,
+    /// Every row of the matrix, not only the fast ones.
+    #[arg(long)]
     full: bool,
+    /// Only rows whose name contains one of these substrings (comma-separated).
+    #[arg(long, value_name = "SUB,SUB", value_delimiter = ',')]
     only: Vec<String>,
+    /// VMs booted at once: the arrays are split into this many batches (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 2)]
     vms: usize,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Work directory `plan` wrote and the VMs filled.
+    #[arg(long, value_name = "DIR")]
+    work: PathBuf,
+    /// When the run started (UNIX seconds): the wall time is reported.
+    #[arg(long = "started-at", value_name = "UNIX_SECONDS")]
     started_at: Option<u64>,
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        matrix: None,
-        work: None,
-        full: false,
-        only: Vec::new(),
-        vms: 2,
-        started_at: None,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--matrix" => a.matrix = Some(PathBuf::from(value()?)),
-            "--work" => a.work = Some(PathBuf::from(value()?)),
-            "--full" => a.full = true,
-            "--only" => {
-                a.only = value()?
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect()
-            }
-            "--vms" => {
-                a.vms = value()?
-                    .parse()
-                    .map_err(|_| "--vms needs a positive number".to_string())?
-            }
-            "--started-at" => {
-                a.started_at = Some(
-                    value()?
-                        .parse()
-                        .map_err(|_| "--started-at needs seconds".to_string())?,
-                )
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(a)
-}
-
-fn plan_cmd(a: &Args) -> Result<ExitCode, String> {
-    let (Some(matrix), Some(work)) = (&a.matrix, &a.work) else {
-        return Err("plan needs --matrix and --work".into());
-    };
+fn plan_cmd(a: &PlanArgs) -> Result<ExitCode, String> {
+    let (matrix, work) = (&a.matrix, &a.work);
+    // `--only ""` (or a stray comma) selects nothing extra, as before.
+    let only: Vec<&String> = a.only.iter().filter(|s| !s.is_empty()).collect();
     let text = std::fs::read_to_string(matrix).map_err(|e| format!("{}: {e}", matrix.display()))?;
     let rows = parse_matrix(&text).map_err(|e| e.to_string())?;
     let rows: Vec<_> = rows
         .into_iter()
-        .filter(|r| a.full || r.fast || !a.only.is_empty())
-        .filter(|r| a.only.is_empty() || a.only.iter().any(|s| r.name.contains(s.as_str())))
+        .filter(|r| a.full || r.fast || !only.is_empty())
+        .filter(|r| only.is_empty() || only.iter().any(|s| r.name.contains(s.as_str())))
         .collect();
     if rows.is_empty() {
         return Err("no matrix rows selected".into());
@@ -101,10 +93,8 @@ fn plan_cmd(a: &Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn check_cmd(a: &Args) -> Result<ExitCode, String> {
-    let Some(work) = &a.work else {
-        return Err("check needs --work".into());
-    };
+fn check_cmd(a: &CheckArgs) -> Result<ExitCode, String> {
+    let work = &a.work;
     let plan_path = work.join("plan.json");
     let text =
         std::fs::read_to_string(&plan_path).map_err(|e| format!("{}: {e}", plan_path.display()))?;
@@ -192,21 +182,80 @@ fn check_cmd(a: &Args) -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let Some((cmd, rest)) = argv.split_first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
+    // Bad usage: clap prints the error and usage and exits with status 2.
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Plan(a) => plan_cmd(a),
+        Command::Check(a) => check_cmd(a),
     };
-    let result = parse_args(rest).and_then(|a| match cmd.as_str() {
-        "plan" => plan_cmd(&a),
-        "check" => check_cmd(&a),
-        other => Err(format!("unknown command {other}")),
-    });
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("raidkit-oracle: {e}\n{USAGE}");
+            eprintln!("raidkit-oracle: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Parses a command line given as one string (no argument here holds a space).
+    fn parse(line: &str) -> Command {
+        let argv = std::iter::once("raidkit-oracle").chain(line.split_whitespace());
+        Cli::try_parse_from(argv).unwrap().command
+    }
+
+    #[test]
+    fn the_flags_tests_md_oracle_run_passes_parse() {
+        Cli::command().debug_assert();
+        let Command::Plan(p) = parse("plan --matrix m --work w --vms 3 --full --only raid5,raid6")
+        else {
+            panic!("not plan")
+        };
+        assert_eq!((p.matrix, p.work), ("m".into(), "w".into()));
+        assert_eq!((p.vms, p.full), (3, true));
+        assert_eq!(p.only, ["raid5", "raid6"]);
+        let Command::Plan(p) = parse("plan --matrix m --work w") else {
+            panic!("not plan")
+        };
+        assert_eq!((p.vms, p.full, p.only.len()), (2, false, 0));
+        let Command::Check(c) = parse("check --work w --started-at 17") else {
+            panic!("not check")
+        };
+        assert_eq!((c.work, c.started_at), ("w".into(), Some(17)));
+    }
+
+    #[test]
+    fn bad_usage_is_refused_with_status_2() {
+        for argv in [
+            &["raidkit-oracle"][..],
+            &["raidkit-oracle", "plan", "--work", "w"],
+            &["raidkit-oracle", "check"],
+            &[
+                "raidkit-oracle",
+                "check",
+                "--work",
+                "w",
+                "--started-at",
+                "soon",
+            ],
+            &[
+                "raidkit-oracle",
+                "plan",
+                "--matrix",
+                "m",
+                "--work",
+                "w",
+                "--vms",
+                "-1",
+            ],
+            &["raidkit-oracle", "frobnicate"],
+        ] {
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{argv:?}: {e}");
         }
     }
 }

@@ -240,7 +240,13 @@ impl<D: Disk> FaultyDisk<D> {
     }
 }
 
-impl<D: Disk> Disk for FaultyDisk<D> {
+impl<D: Disk> raidkit_disk::DiskWrapper for FaultyDisk<D> {
+    type Inner = D;
+
+    fn inner(&self) -> &D {
+        &self.inner
+    }
+
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.decide(
             "read",
@@ -249,7 +255,7 @@ impl<D: Disk> Disk for FaultyDisk<D> {
             self.rules.read_error_per_mille,
             &self.rules.bad_read_ranges,
         )?;
-        self.inner.read_at(buf, offset_bytes)
+        self.inner().read_at(buf, offset_bytes)
     }
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.decide(
@@ -259,11 +265,11 @@ impl<D: Disk> Disk for FaultyDisk<D> {
             self.rules.write_error_per_mille,
             &self.rules.bad_write_ranges,
         )?;
-        self.inner.write_at(buf, offset_bytes)
+        self.inner().write_at(buf, offset_bytes)
     }
     fn flush(&self) -> Result<(), DiskError> {
         self.decide("flush", 0, 0, self.rules.flush_error_per_mille, &[])?;
-        self.inner.flush()
+        self.inner().flush()
     }
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.decide(
@@ -273,7 +279,7 @@ impl<D: Disk> Disk for FaultyDisk<D> {
             self.rules.write_error_per_mille,
             &self.rules.bad_write_ranges,
         )?;
-        self.inner.discard(offset_bytes, len_bytes)
+        self.inner().discard(offset_bytes, len_bytes)
     }
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.decide(
@@ -283,22 +289,7 @@ impl<D: Disk> Disk for FaultyDisk<D> {
             self.rules.write_error_per_mille,
             &self.rules.bad_write_ranges,
         )?;
-        self.inner.write_zeroes(offset_bytes, len_bytes)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn logical_block_size(&self) -> u32 {
-        self.inner.logical_block_size()
-    }
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_read_only(&self) -> bool {
-        self.inner.is_read_only()
-    }
-    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
-        self.inner.reserve(offset_bytes, len_bytes)
+        self.inner().write_zeroes(offset_bytes, len_bytes)
     }
 }
 

@@ -9,7 +9,7 @@ use std::io::Write;
 use raidkit_bench::parity::{self, ParityBenchConfig, ParityRow};
 use raidkit_parity::KernelId;
 
-use crate::CliError;
+use raidkit_cli::CliError;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -94,7 +94,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), CliError> {
 }
 
 fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
-    use crate::cmd::array::{parse_layout, parse_level, parse_size_bytes};
+    use raidkit_cli::common::{parse_chunk_sectors, parse_layout, parse_level, parse_size_bytes};
     let level = parse_level(&args.level)?;
     if level == 0 {
         return Err(CliError::usage("RAID 0 has nothing to rebuild"));
@@ -109,7 +109,7 @@ fn run_rebuild(args: RebuildArgs) -> Result<(), CliError> {
         level,
         layout,
         raid_devices: args.raid_devices,
-        chunk_sectors: crate::cmd::layout::parse_chunk_sectors(&args.chunk)?,
+        chunk_sectors: parse_chunk_sectors(&args.chunk)?,
         runs: args.runs.max(1),
     };
     let mut out = std::io::stdout().lock();

@@ -6,7 +6,8 @@
 //! for RAID 0 the sizes given with `--member-sizes`, so md's zones show up. Rows are capped at
 //! [`MAX_STRIPES`]: a table is for reading, and an unbounded one only fills memory.
 
-use crate::CliError;
+use raidkit_cli::common::{parse_chunk_sectors, parse_size_bytes};
+use raidkit_cli::CliError;
 use raidkit_layout::{
     layout_table, stacked_layout_table, Geometry, Level, MdParams, Raid0Layout, Raid10Layout,
     Raid5Algorithm, Raid6Algorithm, StackedGeometry,
@@ -44,32 +45,6 @@ pub struct LayoutArgs {
     pub json: bool,
 }
 
-/// Parse a chunk size like mdadm: `64K`, `1M`, `512` (KiB). Returns sectors.
-pub fn parse_chunk_sectors(text: &str) -> Result<u32, CliError> {
-    let t = text.trim();
-    let bad = || {
-        CliError::usage(format!(
-            "invalid chunk size '{text}' (examples: 64K, 512K, 1M)"
-        ))
-    };
-    let (digits, multiplier_kib): (&str, u64) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1024),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1024 * 1024),
-        Some(c) if c.is_ascii_digit() => (t, 1),
-        _ => return Err(bad()),
-    };
-    let value: u64 = digits.parse().map_err(|_| bad())?;
-    let sectors = value
-        .checked_mul(multiplier_kib)
-        .and_then(|kib| kib.checked_mul(2))
-        .ok_or_else(bad)?;
-    if sectors == 0 {
-        return Err(CliError::usage("chunk size must not be zero"));
-    }
-    u32::try_from(sectors).map_err(|_| bad())
-}
-
 /// Most rows a table may show.
 pub const MAX_STRIPES: u64 = 4096;
 
@@ -92,7 +67,7 @@ fn member_sizes_sectors(args: &LayoutArgs, level: Level) -> Result<Option<Vec<u6
     }
     args.member_sizes
         .iter()
-        .map(|t| super::array::parse_size_bytes(t, 1024).map(|b| b / 512))
+        .map(|t| parse_size_bytes(t, 1024).map(|b| b / 512))
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
@@ -264,8 +239,8 @@ pub fn run(args: LayoutArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ExitCode;
     use clap::Parser;
+    use raidkit_cli::ExitCode;
 
     #[derive(Parser, Debug)]
     struct Wrapper {

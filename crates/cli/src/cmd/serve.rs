@@ -1,38 +1,26 @@
 //! `raidkit serve`: export arrays as Network Block Device disks.
 //!
-//! Each array is assembled from its member files, wrapped in [`ArrayExport`] (the NBD server's
-//! view of an array: it only moves bytes and declares capabilities), and served on a unix socket
-//! or on TCP bound to loopback unless `--bind` says otherwise. Beside it a control socket (see
-//! [`super::control`]) lets `raidkit detail|fail|remove|add --control PATH` manage the served
-//! arrays. Global hot spares (`--spare`, see [`super::spares`]) go to the first array left
-//! degraded without a spare of its own; `--inject` wraps chosen members in a fault-injecting
-//! disk (`raidkit_sim::FaultyDisk`) for tests and drills. On SIGINT or SIGTERM the server stops accepting, lets in-flight requests finish,
-//! flushes every export, waits for control requests in progress (a rebuild onto an added
-//! member), and then every array is stopped, which marks it clean in its superblocks.
-//!
-//! Multi-connection clients: `ArrayExport` advertises `NBD_FLAG_CAN_MULTI_CONN`, which promises
-//! that a flush on any connection makes durable every write any connection has seen a reply
-//! for. That holds because the engine replies to a write only after every member write of it
-//! has completed (returned from the member's `pwrite`), and `Array::flush` fdatasyncs every
-//! member that receives writes, whichever connection the writes came from; the test
-//! `flush_on_one_connection_covers_writes_from_another` checks it on simulated members that
-//! keep volatile and durable bytes apart.
+//! Owns the flags of `raidkit serve` and their checks (parse, then act: every flag is checked
+//! before a member is opened), and the wiring: global spares opened and offered, each array
+//! assembled ([`raidkit_cli::server::assemble_served`]), the NBD and control sockets bound,
+//! signal handlers installed, and then [`raidkit_cli::server::Serving::run`] serves until
+//! SIGINT or SIGTERM. What serving means (the export, the control socket, the spare pool, the
+//! log, the orderly shutdown) lives in the library's `server` module.
 
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raidkit_engine::{Array, AssembleOptions, EngineError};
-use raidkit_nbd::{BlockSize, Export, Listener, Server, ServerEvent, TlsConfig, TlsMode};
-use raidkit_sim::{FaultSpec, FaultyDisk};
-
-use super::array::{engine_error, open_members_mapped, parse_size_bytes};
-use super::control::{ControlListener, ControlServer, ServedArray};
-use super::log::{LogFormat, ServerLog};
-use super::spares::GlobalSpares;
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::{open_or_create, parse_size_bytes, RUN_HELP};
+use raidkit_cli::server::control::ControlListener;
+use raidkit_cli::server::log::{LogFormat, ServerLog};
+use raidkit_cli::server::spares::GlobalSpares;
+use raidkit_cli::server::{assemble_served, Injection, NbdSettings, Serving};
+use raidkit_cli::{CliError, ExitCode};
+use raidkit_engine::AssembleOptions;
+use raidkit_nbd::{Listener, TlsConfig, TlsMode};
+use raidkit_sim::FaultSpec;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -66,7 +54,7 @@ pub struct ServeArgs {
     /// Assemble stale members or a dirty degraded parity array anyway (mdadm --force).
     #[arg(long)]
     pub force: bool,
-    #[arg(long, help = super::array::RUN_HELP)]
+    #[arg(long, help = RUN_HELP)]
     pub run: bool,
     /// Control socket (unix, mode 0600, owner only) through which
     /// `raidkit detail|fail|remove|add --control PATH` manage the served arrays
@@ -251,166 +239,6 @@ fn control_path(args: &ServeArgs) -> Result<Option<PathBuf>, CliError> {
     Ok(Some(path))
 }
 
-/// Holds NBD writes back while a member is attached to a served array.
-///
-/// `Array::add_spare` only attaches the new member and wakes the background rebuild, which
-/// then runs alongside requests (writes reach a member being rebuilt, and the rebuild takes
-/// the stripe locks requests take). The gate keeps the attach itself apart from writes in
-/// flight: the control server and the global spare pool hold it exclusively for the duration
-/// of `add_spare` (milliseconds), and every data-changing export call holds it shared.
-#[derive(Default)]
-pub struct WriteGate(std::sync::RwLock<()>);
-
-impl WriteGate {
-    /// Shared: one data-changing request.
-    pub fn write(&self) -> std::sync::RwLockReadGuard<'_, ()> {
-        // The guarded value is `()`: a panic elsewhere cannot leave it inconsistent.
-        self.0.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Exclusive: membership change with a rebuild; waits for writes in flight to finish.
-    pub fn hold_writes(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        self.0.write().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// An array as an NBD export.
-pub struct ArrayExport {
-    array: Arc<Array>,
-    read_only: bool,
-    gate: Arc<WriteGate>,
-}
-
-impl ArrayExport {
-    pub fn new(array: Arc<Array>, read_only: bool, gate: Arc<WriteGate>) -> Self {
-        ArrayExport {
-            array,
-            read_only,
-            gate,
-        }
-    }
-}
-
-/// An engine error as the NBD server's export reports it: a member without room keeps its
-/// errno (the client gets NBD_ENOSPC and may retry once there is space); anything else is an
-/// I/O error (NBD_EIO).
-fn io_error(err: EngineError) -> io::Error {
-    match err {
-        EngineError::Disk(d) if d.is_no_space() => io::Error::from(d),
-        other => io::Error::other(other.to_string()),
-    }
-}
-
-impl Export for ArrayExport {
-    fn size_bytes(&self) -> u64 {
-        self.array.size_bytes()
-    }
-
-    fn block_size(&self) -> BlockSize {
-        BlockSize {
-            minimum_bytes: 512,
-            preferred_bytes: 4096,
-            maximum_payload_bytes: 32 << 20,
-        }
-    }
-
-    fn description(&self) -> Option<String> {
-        let status = self.array.status();
-        Some(format!(
-            "raidkit RAID {} over {} members",
-            status.level, status.raid_disks
-        ))
-    }
-
-    fn read_only(&self) -> bool {
-        self.read_only
-    }
-
-    fn can_fua(&self) -> bool {
-        true
-    }
-
-    fn can_trim(&self) -> bool {
-        true
-    }
-
-    fn can_zero(&self) -> bool {
-        true
-    }
-
-    /// A flush flushes every member of the array, so it covers writes completed on any
-    /// connection: multi-connection clients may rely on it.
-    fn can_multi_conn(&self) -> bool {
-        true
-    }
-
-    /// Parity levels: a full stripe, written without reading anything back (and, with a
-    /// partial parity log, with no partial parity to log).
-    fn write_gather_bytes(&self) -> u64 {
-        self.array.full_stripe_bytes().unwrap_or(0)
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.array.read_at(buf, offset).map_err(io_error)
-    }
-
-    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
-        let _gate = self.gate.write();
-        self.array.write_at(data, offset, fua).map_err(io_error)
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        self.array.flush().map_err(io_error)
-    }
-
-    fn trim(&self, offset: u64, len_bytes: u64, fua: bool) -> io::Result<()> {
-        let _gate = self.gate.write();
-        self.array.trim(offset, len_bytes).map_err(io_error)?;
-        if fua {
-            self.array.flush().map_err(io_error)?;
-        }
-        Ok(())
-    }
-
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        len_bytes: u64,
-        fua: bool,
-        _may_trim: bool,
-    ) -> io::Result<()> {
-        let _gate = self.gate.write();
-        self.array
-            .write_zeroes(offset, len_bytes)
-            .map_err(io_error)?;
-        if fua {
-            self.array.flush().map_err(io_error)?;
-        }
-        Ok(())
-    }
-}
-
-/// Logs `array`'s events from number `next` on, waiting up to `wait` for the first; returns
-/// the number of the next event to log.
-fn log_events(log: &ServerLog, name: &str, array: &Array, next: u64, wait: Duration) -> u64 {
-    let (first, events) = array.events_since(next, wait);
-    if first > next {
-        log.warning(
-            "events-missed",
-            Some(name),
-            &format!(
-                "{} events were missed (the array keeps the newest {})",
-                first - next,
-                raidkit_engine::events::EVENTS_KEPT
-            ),
-        );
-    }
-    for event in &events {
-        log.array_event(name, event);
-    }
-    first + events.len() as u64
-}
-
 /// Parses `NAME=MEMBER,MEMBER,…`.
 fn parse_array_spec(spec: &str) -> Result<(String, Vec<PathBuf>), CliError> {
     let (name, members) = spec
@@ -457,7 +285,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let settings = settings(&args)?;
     let log = Arc::new(ServerLog::new(args.log_format));
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let mut injections: Vec<(PathBuf, String, FaultSpec)> = Vec::new();
+    let mut injections: Vec<Injection> = Vec::new();
     for item in &args.inject {
         let (member, rules) = item
             .split_once('=')
@@ -474,12 +302,16 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 "--inject {item}: {member} is not a member of a served array"
             )));
         }
-        if injections.iter().any(|(t, _, _)| *t == target) {
+        if injections.iter().any(|i| i.member == target) {
             return Err(CliError::usage(format!(
                 "--inject: {member} is given twice; put all its rules in one --inject"
             )));
         }
-        injections.push((target, rules.to_string(), spec));
+        injections.push(Injection {
+            member: target,
+            text: rules.to_string(),
+            spec,
+        });
     }
     let spare_size = args
         .spare_size
@@ -511,7 +343,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     let spares = Arc::new(GlobalSpares::default());
     for path in &args.spares {
-        let disk = super::array::open_or_create(path, spare_size).map_err(|e| {
+        let disk = open_or_create(path, spare_size).map_err(|e| {
             if e.code == ExitCode::Usage {
                 CliError::usage(format!(
                     "--spare {}: does not exist; give --spare-size to create it",
@@ -531,61 +363,14 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
 
     let mut arrays = Vec::new();
     for (name, members) in &specs {
-        let (mut disks, mapped) = open_members_mapped(members, args.read_only, !args.no_map)?;
-        for p in mapped {
-            log.info(
-                "member-mapped",
-                Some(name),
-                &format!(
-                    "{}: on tmpfs, fully allocated: mapped into memory",
-                    p.display()
-                ),
-            );
-        }
-        for (disk, path) in disks.iter_mut().zip(members) {
-            let target = canon(path);
-            if let Some((_, text, spec)) = injections.iter().find(|(t, _, _)| *t == target) {
-                log.warning(
-                    "server-inject",
-                    Some(name),
-                    &format!("injecting faults into {}: {text}", path.display()),
-                );
-                let inner = std::mem::replace(disk, Box::new(raidkit_disk::MemDisk::new("-", 0)));
-                *disk = Box::new(FaultyDisk::new(inner, spec.rules.clone(), spec.seed));
-            }
-        }
-        let (array, report) = Array::assemble(
-            disks,
-            AssembleOptions {
-                force: args.force,
-                run: args.run,
-                read_only: args.read_only,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| super::array::assembly_error(e, members))?;
-        for (member, why) in &report.excluded {
-            log.warning(
-                "member-excluded",
-                Some(name),
-                &format!("{member}: not used: {why}"),
-            );
-        }
-        for note in &report.notes {
-            log.info("array-assembled", Some(name), note);
-        }
-        let array = Arc::new(array);
-        // Rebuilds onto spares, resync after an unclean stop and requested checks run in the
-        // background while the array is served.
-        array.start_background().map_err(engine_error)?;
-        for kind in array.pending_tasks() {
-            log.info(
-                "task-pending",
-                Some(name),
-                &format!("{kind} pending; it runs in the background"),
-            );
-        }
-        arrays.push((name.clone(), array, Arc::new(WriteGate::default())));
+        let options = AssembleOptions {
+            force: args.force,
+            run: args.run,
+            read_only: args.read_only,
+            ..Default::default()
+        };
+        let array = assemble_served(name, members, options, !args.no_map, &injections, &log)?;
+        arrays.push((name.clone(), array));
     }
 
     let listener = match (&args.socket, args.port) {
@@ -597,7 +382,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     .map_err(|e| CliError::failure(format!("cannot listen: {e}")))?;
 
-    let control_listener = match &control_path {
+    let control = match &control_path {
         Some(p) => Some(ControlListener::bind(p).map_err(|e| {
             CliError::failure(format!(
                 "cannot open the control socket {}: {e}",
@@ -617,157 +402,25 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             ),
         );
     }
-    let observer_log = log.clone();
-    let mut builder = Server::builder()
-        .threads_per_connection(args.threads as usize)
-        .max_connections(args.max_connections as usize)
-        .inflight_bytes_per_connection(settings.max_inflight)
-        .idle_timeout(args.idle_timeout.map(std::time::Duration::from_secs))
-        .tls(settings.tls_mode, settings.tls.clone())
-        .observer(Arc::new(move |e: &ServerEvent<'_>| {
-            observer_log.server_event(e)
-        }));
-    for (name, array, gate) in &arrays {
-        let export: Arc<dyn Export> = Arc::new(ArrayExport::new(
-            array.clone(),
-            args.read_only,
-            gate.clone(),
-        ));
-        builder = builder.export(name.clone(), export);
-    }
-    if let Some((first, _, _)) = arrays.first() {
-        builder = builder.default_export(first.clone());
-    }
-    let server = builder
-        .build()
-        .map_err(|e| CliError::failure(format!("cannot start the server: {e}")))?;
     let shutdown = raidkit_nbd::shutdown_on_signals()
         .map_err(|e| CliError::failure(format!("cannot install signal handlers: {e}")))?;
-
-    for (name, array, _) in &arrays {
-        log.info(
-            "server-serving",
-            Some(name),
-            &format!(
-                "serving {} bytes on {}{}",
-                array.size_bytes(),
-                listener.describe(),
-                match settings.tls_mode {
-                    TlsMode::Off => "",
-                    TlsMode::On => " (TLS offered)",
-                    TlsMode::Require => " (TLS required)",
-                }
-            ),
-        );
+    Serving {
+        arrays,
+        read_only: args.read_only,
+        nbd: NbdSettings {
+            threads_per_connection: args.threads as usize,
+            max_connections: args.max_connections as usize,
+            inflight_bytes_per_connection: settings.max_inflight,
+            idle_timeout: args.idle_timeout.map(Duration::from_secs),
+            tls_mode: settings.tls_mode,
+            tls: settings.tls,
+        },
+        listener,
+        control,
+        spares,
+        log,
     }
-    if let Some(l) = &control_listener {
-        log.info(
-            "server-control",
-            None,
-            &format!("control socket {}", l.path().display()),
-        );
-    }
-    let served: Vec<ServedArray> = arrays
-        .iter()
-        .map(|(name, array, gate)| ServedArray {
-            name: name.clone(),
-            array: array.clone(),
-            read_only: args.read_only,
-            gate: gate.clone(),
-            nbd_address: listener.describe(),
-        })
-        .collect();
-    let control = ControlServer::new(served.clone()).with_spares(spares.clone());
-    let (report, control_report, logged) = std::thread::scope(|scope| {
-        let control_thread = control_listener
-            .as_ref()
-            .map(|l| scope.spawn(|| control.serve(l, shutdown)));
-        if !args.spares.is_empty() {
-            let (spares, served, log) = (&spares, &served, &log);
-            scope.spawn(move || {
-                while !shutdown.load(std::sync::atomic::Ordering::SeqCst) {
-                    for line in spares.tend(served) {
-                        log.info("spare-taken", None, &line);
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                }
-            });
-        }
-        // Every array's events, logged as they happen (from the first: assembly records
-        // none, and a task started at once must not be missed).
-        let watchers: Vec<_> = arrays
-            .iter()
-            .map(|(name, array, _)| {
-                let log = &log;
-                scope.spawn(move || {
-                    let mut next = 0;
-                    while !shutdown.load(std::sync::atomic::Ordering::SeqCst) {
-                        next = log_events(log, name, array, next, Duration::from_millis(200));
-                    }
-                    next
-                })
-            })
-            .collect();
-        let report = server.serve(&listener, shutdown);
-        // The NBD server may also end on an error: the control server must end with it.
-        shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
-        let control_report = control_thread.map(|t| t.join());
-        let logged: Vec<u64> = watchers
-            .into_iter()
-            .map(|w| w.join().unwrap_or(0))
-            .collect();
-        (report, control_report, logged)
-    });
-    let report = report.map_err(|e| CliError::failure(format!("server failed: {e}")))?;
-    log.info(
-        "server-stopping",
-        None,
-        &format!(
-            "shutting down after {} connections ({} refused)",
-            report.connections_accepted, report.connections_refused
-        ),
-    );
-    match control_report {
-        Some(Ok(c)) => log.info(
-            "server-control",
-            None,
-            &format!(
-                "control socket: {} connections, {} requests, {} refused",
-                c.connections, c.requests, c.refused
-            ),
-        ),
-        Some(Err(_)) => log.warning(
-            "server-control",
-            None,
-            "the control server ended abnormally",
-        ),
-        None => {}
-    }
-
-    let mut failed = Vec::new();
-    for (name, err) in &report.flush_failures {
-        failed.push(format!("{name}: flush failed: {err}"));
-    }
-    for ((name, array, _), next) in arrays.iter().zip(logged) {
-        let stopped = if args.read_only || report.flush_failures.iter().any(|(n, _)| n == name) {
-            // Not flushed: left marked dirty so the next assembly resyncs.
-            None
-        } else {
-            Some(array.stop())
-        };
-        // What stopping did (a task stopped at its checkpoint), then how it ended.
-        log_events(&log, name, array, next, Duration::ZERO);
-        match stopped {
-            Some(Err(e)) => failed.push(format!("{name}: stop failed: {e}")),
-            Some(Ok(())) => log.info("array-stopped", Some(name), "flushed and marked clean"),
-            None => {}
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::new(ExitCode::Failure, failed.join("; ")))
-    }
+    .run(shutdown)
 }
 
 #[cfg(test)]
@@ -782,193 +435,6 @@ mod tests {
             members,
             vec![PathBuf::from("a.img"), PathBuf::from("b.img")]
         );
-    }
-
-    /// A minimal NBD client over a unix socket: fixed newstyle, NBD_OPT_GO, simple replies.
-    struct Client(std::os::unix::net::UnixStream);
-
-    impl Client {
-        fn connect(socket: &std::path::Path, export: &str) -> (Client, u16) {
-            use std::io::{Read, Write};
-            let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-            s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-                .unwrap();
-            let mut greeting = [0u8; 18];
-            s.read_exact(&mut greeting).unwrap();
-            assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
-            s.write_all(&3u32.to_be_bytes()).unwrap(); // FIXED_NEWSTYLE | NO_ZEROES
-            let mut data = (export.len() as u32).to_be_bytes().to_vec();
-            data.extend_from_slice(export.as_bytes());
-            // One information request: NBD_INFO_BLOCK_SIZE (the server requires it).
-            data.extend_from_slice(&1u16.to_be_bytes());
-            data.extend_from_slice(&3u16.to_be_bytes());
-            let mut opt = b"IHAVEOPT".to_vec();
-            opt.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
-            opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
-            opt.extend_from_slice(&data);
-            s.write_all(&opt).unwrap();
-            let mut flags = None;
-            loop {
-                let mut h = [0u8; 20];
-                s.read_exact(&mut h).unwrap();
-                let typ = u32::from_be_bytes(h[12..16].try_into().unwrap());
-                let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
-                let mut d = vec![0u8; len];
-                s.read_exact(&mut d).unwrap();
-                match typ {
-                    1 => break, // NBD_REP_ACK
-                    3 if d[..2] == [0, 0] => flags = Some(u16::from_be_bytes([d[10], d[11]])),
-                    3 => {}
-                    other => panic!("NBD_OPT_GO refused: reply type {other:#x}"),
-                }
-            }
-            (Client(s), flags.expect("NBD_INFO_EXPORT"))
-        }
-
-        /// Sends one request (with `payload` for a write) and waits for its simple reply;
-        /// returns the error value.
-        fn call(
-            &mut self,
-            command: u16,
-            cookie: u64,
-            offset: u64,
-            len: u32,
-            payload: &[u8],
-        ) -> u32 {
-            use std::io::{Read, Write};
-            let mut v = 0x2560_9513u32.to_be_bytes().to_vec();
-            v.extend_from_slice(&0u16.to_be_bytes());
-            v.extend_from_slice(&command.to_be_bytes());
-            v.extend_from_slice(&cookie.to_be_bytes());
-            v.extend_from_slice(&offset.to_be_bytes());
-            v.extend_from_slice(&len.to_be_bytes());
-            v.extend_from_slice(payload);
-            self.0.write_all(&v).unwrap();
-            let mut h = [0u8; 16];
-            self.0.read_exact(&mut h).unwrap();
-            assert_eq!(u32::from_be_bytes(h[..4].try_into().unwrap()), 0x6744_6698);
-            assert_eq!(u64::from_be_bytes(h[8..].try_into().unwrap()), cookie);
-            u32::from_be_bytes(h[4..8].try_into().unwrap())
-        }
-    }
-
-    /// What an array assembled from the members' durable bytes (what a power loss would
-    /// leave) holds at `offset`.
-    fn durable_contents(disks: &[raidkit_sim::SimDisk], offset: u64, len: usize) -> Vec<u8> {
-        let members: Vec<Box<dyn raidkit_disk::Disk>> = disks
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let image = d.durable_image();
-                let m = raidkit_disk::MemDisk::new(&format!("durable{i}"), image.len() as u64);
-                raidkit_disk::Disk::write_at(&m, &image, 0).unwrap();
-                Box::new(m) as Box<dyn raidkit_disk::Disk>
-            })
-            .collect();
-        let (array, _) = Array::assemble(
-            members,
-            AssembleOptions {
-                read_only: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let mut out = vec![0u8; len];
-        array.read_at(&mut out, offset).unwrap();
-        out
-    }
-
-    /// NBD_FLAG_CAN_MULTI_CONN promises that a flush on one connection covers writes another
-    /// connection has seen replies for. Members are simulated disks whose completed writes sit
-    /// in a volatile cache until flushed, so the test sees exactly what a flush made durable.
-    #[test]
-    fn flush_on_one_connection_covers_writes_from_another() {
-        const WRITE: u16 = 1;
-        const FLUSH: u16 = 3;
-        const CAN_MULTI_CONN: u16 = 1 << 8;
-        const SEND_FLUSH: u16 = 1 << 2;
-        let disks: Vec<raidkit_sim::SimDisk> = (0..4)
-            .map(|i| raidkit_sim::SimDisk::new(&format!("sim{i}"), 8 << 20, i))
-            .collect();
-        let array = Array::create(
-            disks
-                .iter()
-                .map(|d| Box::new(d.clone()) as Box<dyn raidkit_disk::Disk>)
-                .collect(),
-            raidkit_engine::CreateOptions {
-                level: 5,
-                layout: None,
-                chunk_sectors: 128,
-                raid_devices: 4,
-                metadata: raidkit_metadata::SuperblockVersion::V1_2,
-                size_sectors: None,
-                name: "multi-conn".into(),
-                set_uuid: [7; 16],
-                device_uuids: (0..4u8).map(|i| [i + 1; 16]).collect(),
-                ctime_seconds: 0,
-                members_zeroed: true,
-                consistency: raidkit_engine::ConsistencyPolicy::Resync,
-                config: Default::default(),
-            },
-        )
-        .unwrap();
-        let array = Arc::new(array);
-        let dir = std::env::temp_dir().join(format!("raidkit-multi-conn-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("nbd.sock");
-        let listener = Listener::bind_unix(&socket).unwrap();
-        let server = Server::builder()
-            .export(
-                "md",
-                Arc::new(ArrayExport::new(array.clone(), false, Default::default()))
-                    as Arc<dyn Export>,
-            )
-            .build()
-            .unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        /// Stops the server however the test ends, so a failed assertion cannot hang it.
-        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        std::thread::scope(|scope| {
-            let served = scope.spawn(|| server.serve(&listener, &stop).unwrap());
-            let stopper = StopOnDrop(&stop);
-            let (mut a, flags) = Client::connect(&socket, "md");
-            let (mut b, _) = Client::connect(&socket, "md");
-            assert_ne!(flags & CAN_MULTI_CONN, 0, "arrays advertise CAN_MULTI_CONN");
-            assert_ne!(flags & SEND_FLUSH, 0);
-
-            // Three chunks' worth from a chunk boundary minus a bit: data and parity of two
-            // stripes change.
-            let offset = 3 * 65536 - 4096;
-            let data: Vec<u8> = (0..3 * 65536u32).map(|i| (i % 251) as u8 ^ 0x5a).collect();
-            assert_eq!(a.call(WRITE, 1, offset, data.len() as u32, &data), 0);
-            // Completed but not yet flushed: a power loss now could lose it.
-            assert!(
-                durable_contents(&disks, offset, data.len()) != data,
-                "the write is already durable without a flush; the test would prove nothing"
-            );
-
-            assert_eq!(b.call(FLUSH, 2, 0, 0, &[]), 0);
-            assert!(
-                durable_contents(&disks, offset, data.len()) == data,
-                "a flush on connection B did not make connection A's completed write durable"
-            );
-            for d in &disks {
-                assert!(
-                    d.durable_image() == d.peek_live(0, 8 << 20),
-                    "{}: writes left in the volatile cache after the flush",
-                    raidkit_disk::Disk::name(d)
-                );
-            }
-            drop((a, b, stopper));
-            let report = served.join().unwrap();
-            assert!(report.all_flushed());
-        });
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

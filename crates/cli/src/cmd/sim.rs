@@ -4,7 +4,7 @@
 //! `--soak --duration 10m` runs fresh seeds until the time is up, printing progress. Any
 //! failure prints its seed and what went wrong and exits with code 5 (mismatch).
 
-use crate::{CliError, ExitCode};
+use raidkit_cli::{CliError, ExitCode};
 use raidkit_sim::{run_seed, SeedReport, SimOptions, Totals};
 use std::time::{Duration, Instant};
 

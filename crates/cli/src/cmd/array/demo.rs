@@ -6,8 +6,12 @@
 //! and a degraded write, reassembles the degraded array, and finally adds fresh members to
 //! rebuild it. Each step prints what it did with figures (MB/s). A mismatch exits with 5.
 
-use super::{create_array, engine_error, CreatePlan};
-use crate::{CliError, ExitCode};
+use super::create::{create_array, CreatePlan};
+use raidkit_cli::common::{
+    disk_error, engine_error, parse_chunk_sectors, parse_layout, parse_level, parse_size_bytes,
+    random_uuid,
+};
+use raidkit_cli::{CliError, ExitCode};
 use raidkit_disk::{Disk, FileDisk, OpenOptions};
 use raidkit_engine::{Array, AssembleOptions, EngineConfig};
 use raidkit_metadata::SuperblockVersion;
@@ -161,7 +165,7 @@ fn open_rw(paths: &[PathBuf]) -> Result<Vec<Box<dyn Disk>>, CliError> {
         .map(|p| {
             FileDisk::open(p, OpenOptions::default())
                 .map(|d| Box::new(d) as Box<dyn Disk>)
-                .map_err(super::disk_error)
+                .map_err(disk_error)
         })
         .collect()
 }
@@ -182,13 +186,13 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         json: args.json,
         steps: Vec::new(),
     };
-    let level = super::parse_level(&args.level)?;
+    let level = parse_level(&args.level)?;
     let layout = match &args.layout {
-        Some(l) => Some(super::parse_layout(level, l)?),
+        Some(l) => Some(parse_layout(level, l)?),
         None => None,
     };
-    let chunk_sectors = crate::cmd::layout::parse_chunk_sectors(&args.chunk)?;
-    let image_bytes = super::parse_size_bytes(&args.size, 1024)?;
+    let chunk_sectors = parse_chunk_sectors(&args.chunk)?;
+    let image_bytes = parse_size_bytes(&args.size, 1024)?;
     let n = args.raid_devices;
     let min = match level {
         0 | 1 => 1,
@@ -390,9 +394,9 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let mut new_paths = Vec::new();
     for (k, _) in victims.iter().enumerate() {
         let p = args.dir.join(format!("demo-{}.img", n + k));
-        let disk = FileDisk::create(&p, image_bytes).map_err(super::disk_error)?;
+        let disk = FileDisk::create(&p, image_bytes).map_err(disk_error)?;
         array
-            .add_spare(Box::new(disk), super::random_uuid()?)
+            .add_spare(Box::new(disk), random_uuid()?)
             .map_err(engine_error)?;
         new_paths.push(p);
     }

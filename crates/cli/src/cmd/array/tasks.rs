@@ -3,16 +3,15 @@
 //! progress display `add` and `fail` share with them.
 //!
 //! These commands assemble the array, run the task in this process with a progress bar on
-//! stderr (a redrawn line on a terminal, a line per 10 % otherwise), and stop the array
+//! stderr (an `indicatif` bar on a terminal, a line per 10 % otherwise), and stop the array
 //! cleanly. SIGINT or SIGTERM stops the task at its next step with its checkpoint recorded
 //! (md's recovery_offset / resync_offset), so running the same command again resumes it.
 
-use super::{assemble, engine_error, print_json, report_notes, MembersArgs};
-use crate::{CliError, ExitCode};
+use raidkit_cli::common::{assemble, engine_error, print_json, report_notes, Insist, MembersArgs};
+use raidkit_cli::{CliError, ExitCode};
 use raidkit_engine::{Array, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct TaskArgs {
@@ -69,23 +68,28 @@ impl SpeedArgs {
     }
 }
 
-/// Draws task progress on stderr.
+/// Draws task progress on stderr: an `indicatif` bar on a terminal, a plain line per 10 %
+/// otherwise (logs and tests read those lines), nothing with `--quiet`.
+///
+/// The percentage, rate and ETA are the engine's ([`TaskProgress`]): its rate counts bytes of
+/// one member's range including time spent yielding to foreground I/O, which a bar's own
+/// estimate from position updates would not know. indicatif only draws (rate-limited redraws,
+/// terminal width, clearing), which is the part worth not writing by hand.
 pub struct ProgressBar {
-    tty: bool,
     quiet: bool,
-    last_tenth: i64,
-    last_draw: Option<Instant>,
-    drawn: bool,
+    tty: bool,
+    /// The bar of the task being drawn on a terminal; a new one per task.
+    bar: Option<indicatif::ProgressBar>,
+    plain: PlainLines,
 }
 
 impl ProgressBar {
     pub fn new(quiet: bool) -> Self {
         ProgressBar {
-            tty: std::io::stderr().is_terminal(),
             quiet,
-            last_tenth: -1,
-            last_draw: None,
-            drawn: false,
+            tty: std::io::stderr().is_terminal(),
+            bar: None,
+            plain: PlainLines::default(),
         }
     }
 
@@ -93,56 +97,84 @@ impl ProgressBar {
         if self.quiet {
             return;
         }
-        let mut err = std::io::stderr().lock();
         if self.tty {
-            if self
-                .last_draw
-                .is_some_and(|t| t.elapsed().as_millis() < 100)
-                && p.percent < 100.0
-            {
-                return;
-            }
-            self.last_draw = Some(Instant::now());
-            let width = 30;
-            let filled = ((p.percent / 100.0) * width as f64).round() as usize;
-            let _ = write!(
-                err,
-                "\r{:<7} [{}{}] {:5.1}%  {}  ETA {}{}   ",
-                p.kind.name(),
-                "#".repeat(filled.min(width)),
-                ".".repeat(width - filled.min(width)),
-                p.percent,
-                rate(p.bytes_per_s),
-                eta(p.eta_s),
-                if p.throttled {
-                    "  (yielding to I/O)"
-                } else {
-                    ""
-                }
-            );
-            self.drawn = true;
-        } else {
-            let tenth = (p.percent / 10.0).floor() as i64;
-            if tenth > self.last_tenth {
-                self.last_tenth = tenth;
-                let _ = writeln!(
-                    err,
-                    "raidkit: {} {:.0}% ({}, ETA {})",
-                    p.kind.name(),
-                    p.percent,
-                    rate(p.bytes_per_s),
-                    eta(p.eta_s)
-                );
-            }
+            let bar = self.bar.get_or_insert_with(|| new_bar(p.kind.name()));
+            bar.set_position(per_mille(p.percent));
+            bar.set_message(bar_message(p.percent, p.bytes_per_s, p.eta_s, p.throttled));
+        } else if let Some(line) = self
+            .plain
+            .line(p.kind.name(), p.percent, p.bytes_per_s, p.eta_s)
+        {
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
         }
     }
 
+    /// Ends the task's display: the bar stays on screen with its last state; the plain lines
+    /// start again from 0 % for the next task.
     pub fn finish(&mut self) {
-        if self.drawn {
-            eprintln!();
-            self.drawn = false;
+        if let Some(bar) = self.bar.take() {
+            bar.finish();
         }
-        self.last_tenth = -1;
+        self.plain = PlainLines::default();
+    }
+}
+
+/// A terminal bar for one task: `rebuild [####......]  42.0%  1.20 GB/s  ETA 0:00:13`.
+fn new_bar(task: &'static str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(1000),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    // The template is a constant: it parses, and a test says so.
+    if let Ok(style) = indicatif::ProgressStyle::with_template(BAR_TEMPLATE) {
+        bar.set_style(style.progress_chars("#>."));
+    }
+    bar.set_prefix(task);
+    bar
+}
+
+const BAR_TEMPLATE: &str = "{prefix:<7} [{bar:30}] {msg}";
+
+fn per_mille(percent: f64) -> u64 {
+    (percent.clamp(0.0, 100.0) * 10.0).round() as u64
+}
+
+/// What follows the bar: percent, rate, ETA, and whether the task is yielding to I/O.
+fn bar_message(percent: f64, bytes_per_s: f64, eta_s: Option<f64>, throttled: bool) -> String {
+    format!(
+        "{percent:5.1}%  {}  ETA {}{}",
+        rate(bytes_per_s),
+        eta(eta_s),
+        if throttled { "  (yielding to I/O)" } else { "" }
+    )
+}
+
+/// The lines written when stderr is not a terminal: `raidkit: rebuild 40% (812 MB/s, ETA
+/// 0:00:03)`, one each time the task enters a new tenth.
+#[derive(Default)]
+struct PlainLines {
+    /// The last tenth a line was written for.
+    last_tenth: Option<i64>,
+}
+
+impl PlainLines {
+    fn line(
+        &mut self,
+        task: &str,
+        percent: f64,
+        bytes_per_s: f64,
+        eta_s: Option<f64>,
+    ) -> Option<String> {
+        let tenth = (percent / 10.0).floor() as i64;
+        if self.last_tenth.is_some_and(|last| tenth <= last) {
+            return None;
+        }
+        self.last_tenth = Some(tenth);
+        Some(format!(
+            "raidkit: {task} {percent:.0}% ({}, ETA {})",
+            rate(bytes_per_s),
+            eta(eta_s)
+        ))
     }
 }
 
@@ -329,7 +361,7 @@ fn run_task_command_from(
     from: Option<u64>,
 ) -> Result<(), CliError> {
     let read_only = kind == Some(TaskKind::Check);
-    let insist = super::Insist {
+    let insist = Insist {
         force: args.array.force,
         run: args.array.run,
     };
@@ -356,4 +388,49 @@ fn run_task_command_from(
         args.array.json,
         kind == Some(TaskKind::Check),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_output_is_a_line_per_tenth() {
+        let mut plain = PlainLines::default();
+        let lines: Vec<String> = [0.0, 3.0, 9.9, 10.0, 10.5, 41.2, 45.0, 99.0, 100.0]
+            .iter()
+            .filter_map(|&p| plain.line("rebuild", p, 812e6, Some(3.4)))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "raidkit: rebuild 0% (812 MB/s, ETA 0:00:03)",
+                "raidkit: rebuild 10% (812 MB/s, ETA 0:00:03)",
+                "raidkit: rebuild 41% (812 MB/s, ETA 0:00:03)",
+                "raidkit: rebuild 99% (812 MB/s, ETA 0:00:03)",
+                "raidkit: rebuild 100% (812 MB/s, ETA 0:00:03)",
+            ]
+        );
+        assert_eq!(
+            PlainLines::default().line("check", 50.0, 2.5e9, None),
+            Some("raidkit: check 50% (2.50 GB/s, ETA -)".to_string())
+        );
+    }
+
+    #[test]
+    fn the_bar_shows_percent_rate_eta_and_yielding() {
+        assert!(indicatif::ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        assert_eq!(
+            bar_message(42.0, 1.2e9, Some(3725.0), false),
+            " 42.0%  1.20 GB/s  ETA 1:02:05"
+        );
+        assert_eq!(
+            bar_message(7.25, 30e6, None, true),
+            "  7.2%  30 MB/s  ETA -  (yielding to I/O)"
+        );
+        assert_eq!(per_mille(42.04), 420);
+        assert_eq!(per_mille(100.0), 1000);
+        assert_eq!(per_mille(-1.0), 0);
+        assert_eq!(per_mille(250.0), 1000);
+    }
 }

@@ -31,8 +31,9 @@ use raidkit_engine::EngineConfig;
 use raidkit_metadata::SuperblockVersion;
 use serde::Serialize;
 
-use crate::cmd::array::{create_array, engine_error, parse_level, parse_size_bytes, CreatePlan};
-use crate::CliError;
+use crate::cmd::array::create::{create_array, CreatePlan};
+use raidkit_cli::common::{engine_error, parse_chunk_sectors, parse_level, parse_size_bytes};
+use raidkit_cli::CliError;
 
 #[derive(clap::Args, Debug)]
 pub struct NbdArgs {
@@ -404,7 +405,7 @@ pub fn run(args: NbdArgs) -> Result<(), CliError> {
         levels.push(parse_level(l)?);
     }
     let array_bytes = parse_size_bytes(&args.size, 1024)?;
-    let chunk_sectors = crate::cmd::layout::parse_chunk_sectors(&args.chunk)?;
+    let chunk_sectors = parse_chunk_sectors(&args.chunk)?;
     if args.threads == 0 {
         return Err(CliError::usage("--threads must be at least 1"));
     }

@@ -18,9 +18,9 @@ use std::sync::Mutex;
 use raidkit_disk::Disk;
 use raidkit_engine::Status;
 
-use super::array::random_uuid;
-use super::control::ServedArray;
-use crate::{CliError, ExitCode};
+use super::export::ServedArray;
+use crate::common::random_uuid;
+use crate::error::{CliError, ExitCode};
 
 /// One disk waiting in the pool.
 struct Spare {

@@ -42,13 +42,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use raidkit_engine::{Array, Status};
+use raidkit_engine::Status;
 use serde::{Deserialize, Serialize};
 
-use super::array::{engine_error, random_uuid, StatusView};
-use super::serve::WriteGate;
+use super::export::ServedArray;
 use super::spares::GlobalSpares;
-use crate::{CliError, ExitCode};
+use crate::common::{engine_error, open_or_create, random_uuid};
+use crate::error::{CliError, ExitCode};
+use crate::view::{print_detail, StatusView};
 
 /// Longest request or reply line accepted, newline included.
 pub const MAX_LINE_BYTES: usize = 64 << 10;
@@ -134,18 +135,6 @@ impl Reply {
         line.push(b'\n');
         line
     }
-}
-
-/// An array as the control server sees it.
-#[derive(Clone)]
-pub struct ServedArray {
-    pub name: String,
-    pub array: Arc<Array>,
-    pub read_only: bool,
-    /// Shared with the array's NBD export; held while a spare is added (see [`WriteGate`]).
-    pub gate: Arc<WriteGate>,
-    /// Where NBD clients reach it: the socket path or the TCP address.
-    pub nbd_address: String,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -559,7 +548,7 @@ impl ControlServer {
                         ),
                     ));
                 }
-                let disk = super::array::open_or_create(&path, size_bytes)?;
+                let disk = open_or_create(&path, size_bytes)?;
                 let name = disk.name().to_string();
                 let uuid = random_uuid()?;
                 {
@@ -729,7 +718,7 @@ pub fn detail(control: &Path, array: Option<&str>, json: bool) -> Result<(), Cli
             ""
         }
     );
-    super::array::print_detail(&view, &view.state_text());
+    print_detail(&view, &view.state_text());
     if let Some(waiting) = result["global_spares"].as_array() {
         if !waiting.is_empty() {
             let names: Vec<&str> = waiting.iter().filter_map(|v| v.as_str()).collect();

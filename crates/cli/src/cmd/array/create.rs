@@ -1,0 +1,510 @@
+//! `raidkit create`, and creating an array for the other commands that make one (the demo, the
+//! NBD benchmark).
+//!
+//! Owns the create plan (flags become plain values: level, layout, chunk, metadata version,
+//! sizes) and the order in which create touches members: look at every member first (refusing
+//! md superblocks and filesystems without `--force`), rehearse the engine's create on size-only
+//! devices, and only then create image files and write superblocks, removing the files it
+//! created should the real create still fail.
+
+use super::util;
+use raidkit_cli::common::{
+    disk_error, engine_error, identity, now_seconds, open_or_create, parse_chunk_sectors,
+    parse_layout, parse_level, parse_size_bytes, print_json, random_uuid,
+};
+use raidkit_cli::{CliError, ExitCode};
+use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
+use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError};
+use raidkit_metadata::SuperblockVersion;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    /// Member image files or block devices.
+    #[arg(required = true)]
+    pub members: Vec<PathBuf>,
+    /// RAID level: 0, 1, 4, 5, 6, 10.
+    #[arg(long, short = 'l')]
+    pub level: String,
+    /// Number of active members (the rest of the given members become spares).
+    #[arg(long = "raid-devices", short = 'n')]
+    pub raid_devices: Option<usize>,
+    /// Number of spare members (taken from the end of the member list).
+    #[arg(long = "spare-devices", short = 'x', default_value_t = 0)]
+    pub spare_devices: usize,
+    /// Chunk size (K, M, G suffix; a bare number is KiB, as in mdadm).
+    #[arg(long, short = 'c', default_value = "512K")]
+    pub chunk: String,
+    /// Layout, as mdadm names it (left-symmetric, la, n2, f2, o2, ...) or md's number.
+    #[arg(long, short = 'p')]
+    pub layout: Option<String>,
+    /// Superblock version: 1.0, 1.1 or 1.2.
+    #[arg(long, short = 'e', default_value = "1.2")]
+    pub metadata: String,
+    /// Space of each member the array uses, as mdadm --size (K, M, G, T suffix; a bare number
+    /// is KiB; "max" for all that fits). Default: all that fits on the smallest member.
+    #[arg(long, short = 'z')]
+    pub size: Option<String>,
+    /// Size of the image files to create for members that do not exist (K, M, G, T suffix; a
+    /// bare number is KiB). Existing members are used at the size they have.
+    #[arg(long = "image-size", value_name = "SIZE")]
+    pub image_size: Option<String>,
+    /// Array name (stored as "hostname:name", as mdadm does).
+    #[arg(long, short = 'N', default_value = "raidkit")]
+    pub name: String,
+    /// Overwrite members that already hold an md superblock (of another array or of this
+    /// one). Without it create refuses (exit code 3), names each such member and the array
+    /// it belongs to, and writes nothing.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    /// What keeps parity and copies consistent across a crash, as mdadm's
+    /// --consistency-policy: resync (nothing on disk: a full resync after an unclean stop),
+    /// bitmap (an internal write-intent bitmap: resync and re-add only what was written),
+    /// ppl (RAID 5's partial parity log: closes the write hole), journal (see
+    /// --write-journal). Default: ppl for RAID 5 when the members have room for its 1 MiB
+    /// log area, resync otherwise.
+    #[arg(long = "consistency-policy", value_name = "POLICY")]
+    pub consistency_policy: Option<String>,
+    /// mdadm's --write-journal: a device (or image file) of its own that logs every write,
+    /// data and parity, before the members are written (RAID 4/5/6), closing the write hole
+    /// even when a member is lost after a crash. Implies --consistency-policy journal. A
+    /// missing image file is created with --image-size.
+    #[arg(long = "write-journal", value_name = "PATH", conflicts_with = "bitmap")]
+    pub write_journal: Option<PathBuf>,
+    /// mdadm's --bitmap: "internal" for a write-intent bitmap, "none" for none.
+    #[arg(
+        long,
+        short = 'b',
+        value_name = "internal|none",
+        conflicts_with = "consistency_policy"
+    )]
+    pub bitmap: Option<String>,
+    /// Bytes of the array per bitmap bit (K, M, G suffix); default mdadm's choice.
+    #[arg(long = "bitmap-chunk", value_name = "SIZE")]
+    pub bitmap_chunk: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Plain values for creating an array.
+pub struct CreatePlan {
+    pub level: i32,
+    pub layout: Option<u32>,
+    pub chunk_sectors: u32,
+    pub raid_devices: usize,
+    pub metadata: SuperblockVersion,
+    /// Size of the image files to create for members that do not exist.
+    pub image_bytes: Option<u64>,
+    pub name: String,
+}
+
+/// What `create` adds to a [`CreatePlan`]: mdadm's `--size` and `--force`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateChecks {
+    /// Sectors of each member the array uses (mdadm `--size`); `None` for all that fits.
+    pub size_sectors: Option<u64>,
+    /// Overwrite members that already hold an md superblock.
+    pub force: bool,
+    /// mdadm's --consistency-policy; `None` for the default.
+    pub consistency: Option<ConsistencyPolicy>,
+}
+
+fn parse_metadata(text: &str) -> Result<SuperblockVersion, CliError> {
+    match text {
+        "1.0" => Ok(SuperblockVersion::V1_0),
+        "1.1" => Ok(SuperblockVersion::V1_1),
+        "1.2" | "1" | "default" => Ok(SuperblockVersion::V1_2),
+        _ => Err(CliError::usage(format!(
+            "metadata '{text}' is not supported (1.0, 1.1, 1.2)"
+        ))),
+    }
+}
+
+/// mdadm's `--size`: KiB unless suffixed, "max" for all that fits.
+fn parse_used_size(text: &str) -> Result<Option<u64>, CliError> {
+    if text.eq_ignore_ascii_case("max") {
+        return Ok(None);
+    }
+    let bytes = parse_size_bytes(text, 1024)?;
+    if bytes < 4096 || bytes % 512 != 0 {
+        return Err(CliError::usage(format!(
+            "--size {text}: give a whole number of KiB, at least 4K (it is the space of each member the array uses)"
+        )));
+    }
+    Ok(Some(bytes / 512))
+}
+
+fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError> {
+    let level = parse_level(&args.level)?;
+    let layout = match &args.layout {
+        Some(l) => Some(parse_layout(level, l)?),
+        None => None,
+    };
+    let chunk_sectors = parse_chunk_sectors(&args.chunk)?;
+    let n = args.members.len();
+    let raid_devices = args
+        .raid_devices
+        .unwrap_or(n.saturating_sub(args.spare_devices));
+    if raid_devices + args.spare_devices != n {
+        return Err(CliError::usage(format!(
+            "{n} members given but --raid-devices {raid_devices} + --spare-devices {} = {}",
+            args.spare_devices,
+            raid_devices + args.spare_devices
+        )));
+    }
+    let image_bytes = match &args.image_size {
+        Some(s) => Some(parse_size_bytes(s, 1024)?),
+        None => None,
+    };
+    let size_sectors = match &args.size {
+        Some(s) => parse_used_size(s)?,
+        None => None,
+    };
+    let bitmap_chunk = match &args.bitmap_chunk {
+        Some(s) => parse_size_bytes(s, 1024)?,
+        None => 0,
+    };
+    let policy = match (args.consistency_policy.as_deref(), args.bitmap.as_deref()) {
+        _ if args.write_journal.is_some()
+            && !matches!(args.consistency_policy.as_deref(), None | Some("journal")) =>
+        {
+            return Err(CliError::usage(
+                "--write-journal implies --consistency-policy journal, as in mdadm",
+            ))
+        }
+        _ if args.write_journal.is_some() => Some(ConsistencyPolicy::Journal),
+        (Some("journal"), _) => {
+            return Err(CliError::usage(
+                "--consistency-policy journal needs --write-journal PATH (the journal device)",
+            ))
+        }
+        (Some("resync"), _) | (None, Some("none")) => Some(ConsistencyPolicy::Resync),
+        (Some("bitmap"), _) | (None, Some("internal")) => Some(ConsistencyPolicy::Bitmap {
+            chunk_bytes: bitmap_chunk,
+        }),
+        (Some("ppl"), _) => Some(ConsistencyPolicy::Ppl),
+        (None, None) => None,
+        (Some(other), _) => {
+            return Err(CliError::usage(format!(
+                "--consistency-policy {other}: one of resync, bitmap, ppl, journal"
+            )))
+        }
+        (None, Some(other)) => {
+            return Err(CliError::usage(format!(
+                "--bitmap {other}: internal or none (bitmap files are not supported)"
+            )))
+        }
+    };
+    if args.bitmap_chunk.is_some() && !matches!(policy, Some(ConsistencyPolicy::Bitmap { .. })) {
+        return Err(CliError::usage(
+            "--bitmap-chunk needs --bitmap internal (or --consistency-policy bitmap)",
+        ));
+    }
+    let host = hostname();
+    let name = if host.is_empty() {
+        args.name.clone()
+    } else {
+        format!("{host}:{}", args.name)
+    };
+    Ok((
+        CreatePlan {
+            level,
+            layout,
+            chunk_sectors,
+            raid_devices,
+            metadata: parse_metadata(&args.metadata)?,
+            image_bytes,
+            name,
+        },
+        CreateChecks {
+            size_sectors,
+            force: args.force,
+            consistency: policy,
+        },
+    ))
+}
+
+/// Opens or creates the new member of add or replace, before the array is assembled, so
+/// that a member that cannot be used (held by someone, no disk, missing without a size)
+/// refuses the command before anything else is touched. A file created here is removed again
+/// unless the caller sets `keep` once the command succeeded.
+pub fn open_new_member(
+    path: &Path,
+    image_bytes: Option<u64>,
+) -> Result<(Box<dyn Disk>, CreatedFiles), CliError> {
+    let mut created = CreatedFiles {
+        paths: Vec::new(),
+        keep: false,
+    };
+    if !path.exists() && image_bytes.is_some() {
+        created.paths.push(path.to_path_buf());
+    }
+    let disk = open_or_create(path, image_bytes)?;
+    Ok((disk, created))
+}
+
+/// What one member looked like before create touched anything.
+enum Before {
+    /// Not there: an image file of this size is to be created.
+    Missing { image_bytes: u64 },
+    /// There, holding no md superblock (or, with --force, one that is overwritten).
+    Exists {
+        size_bytes: u64,
+        logical_block_size: u32,
+    },
+}
+
+/// Image files this command created, removed again unless the command succeeds.
+pub struct CreatedFiles {
+    paths: Vec<PathBuf>,
+    /// Set once the command succeeded: the files stay.
+    pub keep: bool,
+}
+
+impl Drop for CreatedFiles {
+    fn drop(&mut self) {
+        if !self.keep {
+            for p in &self.paths {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// Creates an array on `paths` with the checks `create` makes; see [`create_array_checked`].
+pub fn create_array(
+    paths: &[PathBuf],
+    plan: &CreatePlan,
+    config: EngineConfig,
+) -> Result<Array, CliError> {
+    create_array_checked(paths, plan, CreateChecks::default(), config)
+}
+
+/// Creates an array on `paths`, in three steps so that a refusal changes nothing:
+/// 1. look: every path given once; existing members opened read-only and refused when they
+///    hold an md superblock (unless `checks.force`); missing ones need an image size;
+/// 2. rehearse: the engine's own create runs on [`util::DryRunDisk`]s of the same names and
+///    sizes, so its every rule (level, member count, chunk, layout, fit, `--size`) is checked
+///    before any file is created;
+/// 3. act: image files are created and the real create runs. Should it still fail, the files
+///    this call created are removed (files that existed are never removed).
+pub fn create_array_checked(
+    paths: &[PathBuf],
+    plan: &CreatePlan,
+    checks: CreateChecks,
+    config: EngineConfig,
+) -> Result<Array, CliError> {
+    // 1. Look.
+    let mut seen: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for p in paths {
+        let id = identity(p);
+        if let Some((_, prev)) = seen.iter().find(|(c, _)| *c == id) {
+            return Err(CliError::usage(format!(
+                "{}: listed twice (same file as {}); each member may be given once",
+                p.display(),
+                prev.display()
+            )));
+        }
+        seen.push((id, p));
+    }
+    let mut before = Vec::with_capacity(paths.len());
+    let mut in_use = Vec::new();
+    for p in paths {
+        if !p.exists() {
+            let Some(image_bytes) = plan.image_bytes else {
+                return Err(CliError::usage(format!(
+                    "{}: does not exist; give --image-size to create image files (--size is the space of each member the array uses, as in mdadm)",
+                    p.display()
+                )));
+            };
+            before.push(Before::Missing { image_bytes });
+            continue;
+        }
+        let disk = FileDisk::open(
+            p,
+            OpenOptions {
+                read_only: true,
+                direct: DirectIo::Auto,
+                map_memory: false,
+                ..Default::default()
+            },
+        )
+        .map_err(disk_error)?;
+        if let Some(owner) = util::md_owner(&disk)? {
+            in_use.push(format!("{}: {owner}", p.display()));
+        } else if let Some(what) = util::foreign_content(&disk)? {
+            in_use.push(format!("{}: holds {what}", p.display()));
+        }
+        before.push(Before::Exists {
+            size_bytes: disk.size_bytes(),
+            logical_block_size: disk.logical_block_size(),
+        });
+    }
+    if !in_use.is_empty() && !checks.force {
+        return Err(CliError::new(
+            ExitCode::Refused,
+            format!(
+                "refusing to create: {} already {} an md superblock or other data (a filesystem, a partition table), and create would overwrite it; nothing was written (give --force to overwrite)\n  {}",
+                if in_use.len() == 1 { "a member" } else { "members" },
+                if in_use.len() == 1 { "holds" } else { "hold" },
+                in_use.join("\n  ")
+            ),
+        ));
+    }
+    for line in &in_use {
+        eprintln!("raidkit: --force: overwriting what {line}");
+    }
+    let all_new = before.iter().all(|b| matches!(b, Before::Missing { .. }));
+    let options = |disks: &[Box<dyn Disk>]| -> Result<CreateOptions, CliError> {
+        let mut device_uuids = Vec::new();
+        for _ in disks {
+            device_uuids.push(random_uuid()?);
+        }
+        Ok(CreateOptions {
+            level: plan.level,
+            layout: plan.layout,
+            chunk_sectors: plan.chunk_sectors,
+            raid_devices: plan.raid_devices,
+            metadata: plan.metadata,
+            size_sectors: checks.size_sectors,
+            name: plan.name.clone(),
+            set_uuid: random_uuid()?,
+            device_uuids,
+            ctime_seconds: now_seconds(),
+            // Freshly created sparse image files read as zeroes: P and Q of zero data are zero.
+            members_zeroed: all_new,
+            consistency: checks.consistency.unwrap_or(ConsistencyPolicy::Auto),
+            config,
+        })
+    };
+
+    // 2. Rehearse.
+    let dry: Vec<Box<dyn Disk>> = paths
+        .iter()
+        .zip(&before)
+        .map(|(p, b)| {
+            let (size_bytes, lbs) = match *b {
+                Before::Missing { image_bytes } => (image_bytes, 512),
+                Before::Exists {
+                    size_bytes,
+                    logical_block_size,
+                } => (size_bytes, logical_block_size),
+            };
+            Box::new(util::DryRunDisk::new(
+                &p.display().to_string(),
+                size_bytes,
+                lbs,
+            )) as Box<dyn Disk>
+        })
+        .collect();
+    let opts = options(&dry)?;
+    match Array::create(dry, opts) {
+        Ok(array) => drop(array),
+        // Nothing was read from a member here: metadata the engine cannot build comes from
+        // the flags (a chunk md cannot use, say).
+        Err(EngineError::Metadata(m)) => return Err(CliError::usage(m)),
+        Err(e) => return Err(engine_error(e)),
+    }
+
+    // 3. Act.
+    let mut created = CreatedFiles {
+        paths: Vec::new(),
+        keep: false,
+    };
+    let mut disks: Vec<Box<dyn Disk>> = Vec::with_capacity(paths.len());
+    for (p, b) in paths.iter().zip(&before) {
+        match *b {
+            Before::Missing { image_bytes } => {
+                // create_new: a file that appeared since step 1 is not ours to remove.
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(p)
+                    .map_err(|e| CliError::failure(format!("{}: {e}", p.display())))?;
+                created.paths.push(p.clone());
+                disks.push(Box::new(
+                    FileDisk::create(p, image_bytes).map_err(disk_error)?,
+                ));
+            }
+            Before::Exists { .. } => disks.push(Box::new(
+                FileDisk::open(p, OpenOptions::default()).map_err(disk_error)?,
+            )),
+        }
+    }
+    let opts = options(&disks)?;
+    let array = Array::create(disks, opts).map_err(engine_error)?;
+    created.keep = true;
+    Ok(array)
+}
+
+/// `raidkit create`.
+pub fn run(args: CreateArgs) -> Result<(), CliError> {
+    let (plan, checks) = plan_create(&args)?;
+    let mut paths = args.members.clone();
+    if let Some(j) = &args.write_journal {
+        // The engine takes the journal as the last device.
+        paths.push(j.clone());
+    }
+    let array = create_array_checked(&paths, &plan, checks, EngineConfig::default())?;
+    array.stop().map_err(engine_error)?;
+    let status = array.status();
+    if args.json {
+        return print_json(&status);
+    }
+    println!(
+        "raidkit: created RAID {} ({} data bytes) over {} members, UUID {}",
+        status.level,
+        status.array_bytes,
+        status.members.len(),
+        status.uuid
+    );
+    warn_if_sparse_members_may_not_fit(&paths);
+    let policy = status.consistency_policy.name();
+    if (4..=6).contains(&status.level) && policy != "journal" && policy != "ppl" {
+        eprintln!(
+            "raidkit: note: consistency policy {policy}: a crash followed by the loss of a member can corrupt stripes that were being written (the write hole); --write-journal DEV closes it{}",
+            if status.level == 5 { ", as does --consistency-policy ppl" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// Warns when sparse image members could grow past the free space of their filesystem:
+/// writes would then fail with "no space left" (the members are not failed for it, but the
+/// array cannot take the data).
+fn warn_if_sparse_members_may_not_fit(paths: &[PathBuf]) {
+    let mut by_fs: Vec<(raidkit_disk::SparseGrowth, u64, usize)> = Vec::new();
+    for p in paths {
+        let Some(g) = raidkit_disk::sparse_growth(p) else {
+            continue;
+        };
+        match by_fs.iter_mut().find(|(f, _, _)| f.device == g.device) {
+            Some((_, grow, count)) => {
+                *grow += g.unallocated_bytes;
+                *count += 1;
+            }
+            None => {
+                let grow = g.unallocated_bytes;
+                by_fs.push((g, grow, 1));
+            }
+        }
+    }
+    for (fs, grow, count) in by_fs {
+        if grow > fs.free_bytes {
+            eprintln!(
+                "raidkit: warning: {count} sparse member image{} on {} could outgrow it: {} MiB still to allocate, {} MiB free. Once it is full, writes fail with \"no space left\" (the members are not failed); allocate the images in full (fallocate -l SIZE FILE) or make room",
+                if count == 1 { "" } else { "s" },
+                fs.filesystem,
+                grow >> 20,
+                fs.free_bytes >> 20
+            );
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The server behind `raidkit serve`: arrays exported over NBD, a control socket that manages
+//! them, a pool of global hot spares, and a log of everything that happens.
+//!
+//! Owns serving: [`assemble_served`] makes an array ready to serve (members opened, faults
+//! injected where asked, assembled, background work started), and [`Serving::run`] serves a
+//! set of them until SIGINT/SIGTERM (the `shutdown` flag): it stops accepting, lets in-flight
+//! requests finish, flushes every export, waits for control requests in progress (a rebuild
+//! onto an added member), and then stops every array, which marks it clean in its superblocks.
+//! The binary's `cmd/serve.rs` only turns flags into these values.
+//!
+//! - [`export`]: an array as an NBD export, and the gate that keeps writes apart from a
+//!   membership change;
+//! - [`control`]: the control socket's server and its client (`raidkit detail|fail|remove|add
+//!   --control PATH`);
+//! - [`spares`]: global hot spares, handed to whichever served array needs one;
+//! - [`log`]: the server's log lines, as text or JSON.
+//!
+//! Imports go one way: `control` uses `export` and `spares`, `spares` uses `export`, and this
+//! module uses all four.
+
+pub mod control;
+pub mod export;
+pub mod log;
+pub mod spares;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use raidkit_engine::{Array, AssembleOptions};
+use raidkit_nbd::{Export, Listener, Server, ServerEvent, TlsConfig, TlsMode};
+use raidkit_sim::{FaultSpec, FaultyDisk};
+
+use crate::common::{assembly_error, engine_error, open_members_mapped};
+use crate::error::{CliError, ExitCode};
+use control::{ControlListener, ControlServer};
+use export::{ArrayExport, ServedArray, WriteGate};
+use log::ServerLog;
+use spares::GlobalSpares;
+
+/// Faults to inject into one member: its canonical path, the rules as given (for the log),
+/// and the parsed rules.
+pub struct Injection {
+    pub member: PathBuf,
+    pub text: String,
+    pub spec: FaultSpec,
+}
+
+/// Opens `members` (mapping fully allocated tmpfs images when `map_memory`), wraps those
+/// named in `injections` in a fault-injecting disk, assembles the array and starts its
+/// background work (rebuilds onto spares, resync after an unclean stop), logging each step
+/// under `name`.
+pub fn assemble_served(
+    name: &str,
+    members: &[PathBuf],
+    options: AssembleOptions,
+    map_memory: bool,
+    injections: &[Injection],
+    log: &ServerLog,
+) -> Result<Arc<Array>, CliError> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let (mut disks, mapped) = open_members_mapped(members, options.read_only, map_memory)?;
+    for p in mapped {
+        log.info(
+            "member-mapped",
+            Some(name),
+            &format!(
+                "{}: on tmpfs, fully allocated: mapped into memory",
+                p.display()
+            ),
+        );
+    }
+    for (disk, path) in disks.iter_mut().zip(members) {
+        let target = canon(path);
+        if let Some(inject) = injections.iter().find(|i| i.member == target) {
+            log.warning(
+                "server-inject",
+                Some(name),
+                &format!("injecting faults into {}: {}", path.display(), inject.text),
+            );
+            let inner = std::mem::replace(disk, Box::new(raidkit_disk::MemDisk::new("-", 0)));
+            *disk = Box::new(FaultyDisk::new(
+                inner,
+                inject.spec.rules.clone(),
+                inject.spec.seed,
+            ));
+        }
+    }
+    let (array, report) =
+        Array::assemble(disks, options).map_err(|e| assembly_error(e, members))?;
+    for (member, why) in &report.excluded {
+        log.warning(
+            "member-excluded",
+            Some(name),
+            &format!("{member}: not used: {why}"),
+        );
+    }
+    for note in &report.notes {
+        log.info("array-assembled", Some(name), note);
+    }
+    let array = Arc::new(array);
+    // Rebuilds onto spares, resync after an unclean stop and requested checks run in the
+    // background while the array is served.
+    array.start_background().map_err(engine_error)?;
+    for kind in array.pending_tasks() {
+        log.info(
+            "task-pending",
+            Some(name),
+            &format!("{kind} pending; it runs in the background"),
+        );
+    }
+    Ok(array)
+}
+
+/// How the NBD side serves, from the binary's flags.
+pub struct NbdSettings {
+    pub threads_per_connection: usize,
+    pub max_connections: usize,
+    pub inflight_bytes_per_connection: u64,
+    pub idle_timeout: Option<Duration>,
+    pub tls_mode: TlsMode,
+    pub tls: Option<Arc<TlsConfig>>,
+}
+
+/// Everything a running server needs; [`Serving::run`] serves it until shutdown.
+pub struct Serving {
+    /// Export name and array, in the order given (the first is the default export, and gets
+    /// a global spare first).
+    pub arrays: Vec<(String, Arc<Array>)>,
+    pub read_only: bool,
+    pub nbd: NbdSettings,
+    pub listener: Listener,
+    pub control: Option<ControlListener>,
+    pub spares: Arc<GlobalSpares>,
+    pub log: Arc<ServerLog>,
+}
+
+/// Logs `array`'s events from number `next` on, waiting up to `wait` for the first; returns
+/// the number of the next event to log.
+fn log_events(log: &ServerLog, name: &str, array: &Array, next: u64, wait: Duration) -> u64 {
+    let (first, events) = array.events_since(next, wait);
+    if first > next {
+        log.warning(
+            "events-missed",
+            Some(name),
+            &format!(
+                "{} events were missed (the array keeps the newest {})",
+                first - next,
+                raidkit_engine::events::EVENTS_KEPT
+            ),
+        );
+    }
+    for event in &events {
+        log.array_event(name, event);
+    }
+    first + events.len() as u64
+}
+
+impl Serving {
+    /// Serves until `shutdown` is set (by SIGINT/SIGTERM) or the NBD server fails, then stops
+    /// every array. An error names each array that could not be flushed or stopped.
+    pub fn run(self, shutdown: &AtomicBool) -> Result<(), CliError> {
+        let Serving {
+            arrays,
+            read_only,
+            nbd,
+            listener,
+            control: control_listener,
+            spares,
+            log,
+        } = self;
+        let arrays: Vec<(String, Arc<Array>, Arc<WriteGate>)> = arrays
+            .into_iter()
+            .map(|(name, array)| (name, array, Arc::new(WriteGate::default())))
+            .collect();
+        let observer_log = log.clone();
+        let mut builder = Server::builder()
+            .threads_per_connection(nbd.threads_per_connection)
+            .max_connections(nbd.max_connections)
+            .inflight_bytes_per_connection(nbd.inflight_bytes_per_connection)
+            .idle_timeout(nbd.idle_timeout)
+            .tls(nbd.tls_mode, nbd.tls.clone())
+            .observer(Arc::new(move |e: &ServerEvent<'_>| {
+                observer_log.server_event(e)
+            }));
+        for (name, array, gate) in &arrays {
+            let export: Arc<dyn Export> =
+                Arc::new(ArrayExport::new(array.clone(), read_only, gate.clone()));
+            builder = builder.export(name.clone(), export);
+        }
+        if let Some((first, _, _)) = arrays.first() {
+            builder = builder.default_export(first.clone());
+        }
+        let server = builder
+            .build()
+            .map_err(|e| CliError::failure(format!("cannot start the server: {e}")))?;
+
+        for (name, array, _) in &arrays {
+            log.info(
+                "server-serving",
+                Some(name),
+                &format!(
+                    "serving {} bytes on {}{}",
+                    array.size_bytes(),
+                    listener.describe(),
+                    match nbd.tls_mode {
+                        TlsMode::Off => "",
+                        TlsMode::On => " (TLS offered)",
+                        TlsMode::Require => " (TLS required)",
+                    }
+                ),
+            );
+        }
+        if let Some(l) = &control_listener {
+            log.info(
+                "server-control",
+                None,
+                &format!("control socket {}", l.path().display()),
+            );
+        }
+        let served: Vec<ServedArray> = arrays
+            .iter()
+            .map(|(name, array, gate)| ServedArray {
+                name: name.clone(),
+                array: array.clone(),
+                read_only,
+                gate: gate.clone(),
+                nbd_address: listener.describe(),
+            })
+            .collect();
+        // Every spare is offered before serving starts: an empty pool stays empty.
+        let tend_spares = !spares.waiting().is_empty();
+        let control = ControlServer::new(served.clone()).with_spares(spares.clone());
+        let (report, control_report, logged) = std::thread::scope(|scope| {
+            let control_thread = control_listener
+                .as_ref()
+                .map(|l| scope.spawn(|| control.serve(l, shutdown)));
+            if tend_spares {
+                let (spares, served, log) = (&spares, &served, &log);
+                scope.spawn(move || {
+                    while !shutdown.load(Ordering::SeqCst) {
+                        for line in spares.tend(served) {
+                            log.info("spare-taken", None, &line);
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                });
+            }
+            // Every array's events, logged as they happen (from the first: assembly records
+            // none, and a task started at once must not be missed).
+            let watchers: Vec<_> = arrays
+                .iter()
+                .map(|(name, array, _)| {
+                    let log = &log;
+                    scope.spawn(move || {
+                        let mut next = 0;
+                        while !shutdown.load(Ordering::SeqCst) {
+                            next = log_events(log, name, array, next, Duration::from_millis(200));
+                        }
+                        next
+                    })
+                })
+                .collect();
+            let report = server.serve(&listener, shutdown);
+            // The NBD server may also end on an error: the control server must end with it.
+            shutdown.store(true, Ordering::SeqCst);
+            let control_report = control_thread.map(|t| t.join());
+            let logged: Vec<u64> = watchers
+                .into_iter()
+                .map(|w| w.join().unwrap_or(0))
+                .collect();
+            (report, control_report, logged)
+        });
+        let report = report.map_err(|e| CliError::failure(format!("server failed: {e}")))?;
+        log.info(
+            "server-stopping",
+            None,
+            &format!(
+                "shutting down after {} connections ({} refused)",
+                report.connections_accepted, report.connections_refused
+            ),
+        );
+        match control_report {
+            Some(Ok(c)) => log.info(
+                "server-control",
+                None,
+                &format!(
+                    "control socket: {} connections, {} requests, {} refused",
+                    c.connections, c.requests, c.refused
+                ),
+            ),
+            Some(Err(_)) => log.warning(
+                "server-control",
+                None,
+                "the control server ended abnormally",
+            ),
+            None => {}
+        }
+
+        let mut failed = Vec::new();
+        for (name, err) in &report.flush_failures {
+            failed.push(format!("{name}: flush failed: {err}"));
+        }
+        for ((name, array, _), next) in arrays.iter().zip(logged) {
+            let stopped = if read_only || report.flush_failures.iter().any(|(n, _)| n == name) {
+                // Not flushed: left marked dirty so the next assembly resyncs.
+                None
+            } else {
+                Some(array.stop())
+            };
+            // What stopping did (a task stopped at its checkpoint), then how it ended.
+            log_events(&log, name, array, next, Duration::ZERO);
+            match stopped {
+                Some(Err(e)) => failed.push(format!("{name}: stop failed: {e}")),
+                Some(Ok(())) => log.info("array-stopped", Some(name), "flushed and marked clean"),
+                None => {}
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(CliError::new(ExitCode::Failure, failed.join("; ")))
+        }
+    }
+}
