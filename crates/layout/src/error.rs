@@ -139,8 +139,8 @@ impl fmt::Display for GeometryError {
             }
             Raid10CopiesOutOfRange { copies, raid_disks } => write!(
                 f,
-                "raid10 needs 2 <= copies (near x far) <= raid_disks, got {copies} copies on \
-                 {raid_disks} devices"
+                "raid10 layout with {copies} copies (near x far) on {raid_disks} devices: md \
+                 needs 2 <= copies <= devices"
             ),
             Raid0MultiZoneNeedsLayout { layout, zones } => write!(
                 f,
