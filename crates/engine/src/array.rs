@@ -25,11 +25,11 @@
 //! RAID 4/5/6 arrays have no write-hole guard: after an unclean stop, stripes written at the
 //! time may have parity that disagrees with data until the resync has run.
 
-use crate::core::{
-    self, BufRef, Dir, MemberState, Piece, PieceKind, PieceOp, PlanError, Step, UserBuf, SECTOR,
-};
 use crate::error::{EngineError, Result};
 use crate::geometry::{Geo, Scheme};
+use crate::plan::{
+    self, BufRef, Dir, MemberState, Piece, PieceKind, PieceOp, PlanError, Step, UserBuf, SECTOR,
+};
 // The layout crate's level, beside the superblock's `Level` imported above.
 use crate::meta::{read_superblock, write_superblock};
 use crate::pool::{self, Batch, Job, JobKind, Semaphore, StripeLocks, Worker};
@@ -2799,10 +2799,10 @@ impl Array {
         user_len: usize,
         suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
-        let mut pieces = core::split(&self.geo, array_sector, sectors, self.max_band_sectors);
+        let mut pieces = plan::split(&self.geo, array_sector, sectors, self.max_band_sectors);
         let one_member_bands = dir == Dir::Write && self.ppl.is_some();
         if one_member_bands {
-            pieces = core::one_data_member_per_band(&self.geo, pieces);
+            pieces = plan::one_data_member_per_band(&self.geo, pieces);
         }
         let healthy = {
             let st = lock(&self.state);
@@ -2827,7 +2827,7 @@ impl Array {
                 if j > i
                     && (bytes + b > self.batch_budget_bytes
                         || (one_member_bands
-                            && pieces[i..j].iter().any(|p| core::same_rows(p, &pieces[j])))
+                            && pieces[i..j].iter().any(|p| plan::same_rows(p, &pieces[j])))
                         || !log_fits
                         || !self.journal_fits(dir == Dir::Write, &pieces[i..=j]))
                 {
@@ -2935,7 +2935,7 @@ impl Array {
         let _active = pool::ActiveGuard::enter();
         loop {
             // Collect the next phase of every op.
-            let mut ios: Vec<(usize, core::MemberIo)> = Vec::new();
+            let mut ios: Vec<(usize, plan::MemberIo)> = Vec::new();
             let mut phase_dir = vec![Dir::Read; ops.len()];
             for (k, op) in ops.iter_mut().enumerate() {
                 if done[k] {
@@ -3149,7 +3149,7 @@ impl Array {
     /// anything of the phase is written. Other errors are left to the writes themselves.
     fn reserve_phase(
         &self,
-        ios: &[(usize, core::MemberIo)],
+        ios: &[(usize, plan::MemberIo)],
         states: &[MemberState],
         members: &[Option<Arc<Member>>],
         replacements: &[Option<Arc<Member>>],

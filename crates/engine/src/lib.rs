@@ -1,6 +1,6 @@
 //! raidkit-engine: the array engine, on-disk compatible with Linux md.
 //!
-//! - [`core`]: the sans-IO core. Requests are split into per-stripe pieces and each piece is a
+//! - [`plan`]: the sans-IO core. Requests are split into per-stripe pieces and each piece is a
 //!   small state machine that hands out member I/O and computes parity with
 //!   `raidkit_parity`'s kernels (their only user in the engine); no threads, files or
 //!   clock, so simulated drivers can reuse it unchanged.
@@ -14,11 +14,11 @@
 pub mod array;
 pub mod bench;
 mod buffers;
-pub mod core;
 pub mod error;
 pub mod events;
 pub mod geometry;
 mod meta;
+pub mod plan;
 mod pool;
 pub mod ppl;
 pub mod recon;

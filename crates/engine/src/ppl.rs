@@ -5,7 +5,7 @@
 //!
 //! Owns the meaning of an entry for our geometry. An entry names contiguous data indices
 //! `dd..dd+k` of one stripe and the in-chunk rows `[lo, lo+n)` they are written over, exactly a
-//! band of the core ([`crate::core::Piece`]): `data_sector` is the array sector of `(dd, lo)`,
+//! band of the core ([`crate::plan::Piece`]): `data_sector` is the array sector of `(dd, lo)`,
 //! `data_size` is `k * n` sectors, `pp_size` is `n` sectors of *partial parity*, the XOR of the
 //! stripe's data indices the write leaves alone over those rows (0 for a full-stripe write).
 //! The log of a stripe lives on the member holding its parity.
@@ -23,7 +23,7 @@
 //! full-stripe write, and a partial-stripe write over several data members) it can read as
 //! neither. raidkit closes that: every band over several data members, full-stripe bands too,
 //! is logged and written one data member at a time
-//! ([`crate::core::one_data_member_per_band`]), so the lost member's rows are parity XOR data
+//! ([`crate::plan::one_data_member_per_band`]), so the lost member's rows are parity XOR data
 //! that did not change. Each piece is an ordinary md entry for one data member, so md replays
 //! the log as it replays its own.
 //!
@@ -42,8 +42,8 @@
 //! checked against the geometry: an entry that does not fit is refused (counted as a mismatch,
 //! as md counts a bad checksum), never a panic.
 
-use crate::core::{kernel_ok, BandWriteView, PlanKind, SECTOR};
 use crate::geometry::Geo;
+use crate::plan::{kernel_ok, BandWriteView, PlanKind, SECTOR};
 use raidkit_metadata::ppl::{pp_checksum, PplEntry, PplHeader, PPL_HEADER_SECTORS};
 use raidkit_metadata::ppl::{PPL_HDR_MAX_ENTRIES, PPL_HEADER_SIZE};
 
@@ -302,7 +302,7 @@ impl EntryRecovery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{split, Dir, MemberState, PieceOp, Step, UserBuf};
+    use crate::plan::{split, Dir, MemberState, PieceOp, Step, UserBuf};
     use raidkit_metadata::ppl::ppl_signature;
 
     /// Runs one write request through the core on an in-memory RAID 5 and returns each band's
@@ -331,10 +331,10 @@ mod tests {
                             let at = io.member_sector as usize * SECTOR;
                             let n = io.sectors as usize * SECTOR;
                             let buf: &mut [u8] = match io.buf {
-                                crate::core::BufRef::Scratch { index } => {
+                                crate::plan::BufRef::Scratch { index } => {
                                     &mut op.scratch_mut()[index][..n]
                                 }
-                                crate::core::BufRef::User { offset_bytes } => {
+                                crate::plan::BufRef::User { offset_bytes } => {
                                     // Writes only: reads of a write plan go to scratch.
                                     assert_eq!(dir, Dir::Write);
                                     let m = &mut members[io.member][at..at + n];

@@ -11,8 +11,8 @@
 //! counts mismatches the way md's `mismatch_cnt` does (in 512-byte sectors, per 4 KiB page
 //! of the stripe whose P or Q disagrees).
 
-use crate::core::SECTOR;
 use crate::geometry::{Geo, Scheme};
+use crate::plan::SECTOR;
 
 /// md's stripe page: mismatches are counted per page of this many bytes.
 pub const CHECK_PAGE_BYTES: usize = 4096;

@@ -5,13 +5,13 @@
 //! 1. its planning view ([`Geo::copies`], [`Geo::stripe`] with syndrome slots named by data
 //!    index, [`Geo::data_disks`], [`Geo::survives`]) agrees with the layout crate's `map`,
 //!    `stripe_map` and `unmap`;
-//! 2. the planner itself (`core::split` and `PieceOp`, run here over in-memory members) puts
+//! 2. the planner itself (`plan::split` and `PieceOp`, run here over in-memory members) puts
 //!    every written byte where the layout crate's `map` says, with P and Q that
 //!    raidkit-parity's kernels compute from the layout crate's stripe map (slots named by
 //!    member), and reads everything back with up to `max_degraded` members gone.
 
-use raidkit_engine::core::{split, BufRef, Dir, MemberState, PieceOp, Step, UserBuf, SECTOR};
 use raidkit_engine::geometry::Scheme;
+use raidkit_engine::plan::{split, BufRef, Dir, MemberState, PieceOp, Step, UserBuf, SECTOR};
 use raidkit_engine::Geo;
 use raidkit_layout::{Geometry, MdParams};
 

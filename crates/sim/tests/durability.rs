@@ -5,7 +5,7 @@
 //! shows as a difference between the two.
 
 use raidkit_disk::Disk;
-use raidkit_engine::core::MemberState;
+use raidkit_engine::plan::MemberState;
 use raidkit_engine::{Array, CreateOptions, EngineConfig, TaskKind};
 use raidkit_metadata::SuperblockVersion;
 use raidkit_sim::model::{sector_pattern, SECTOR};

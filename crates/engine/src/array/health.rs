@@ -769,7 +769,7 @@ impl Array {
         s.max(8)
     }
 
-    /// Lock keys (as `core::split` assigns them) covering member sectors `[ms, ms + n)` of a
+    /// Lock keys (as `plan::split` assigns them) covering member sectors `[ms, ms + n)` of a
     /// parity level, or array sectors `[s, s + n)` of a mirror level.
     fn keys_for_parity_range(&self, ms: u64, n: u64) -> Vec<u64> {
         let chunk = self.geo.chunk_sectors.max(1);
@@ -777,7 +777,7 @@ impl Array {
     }
 
     fn keys_for_array_range(&self, s: u64, n: u64) -> Vec<u64> {
-        let unit = core::copies_lock_unit(&self.geo);
+        let unit = plan::copies_lock_unit(&self.geo);
         let mut keys: Vec<u64> = (s / unit..=(s + n - 1) / unit).collect();
         keys.dedup();
         keys

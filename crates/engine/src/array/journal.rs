@@ -17,9 +17,9 @@
 //!    the checkpoint moves there, as md's `r5l_recovery_log` does.
 
 use super::{lock, Array, EngineError, Member, Result};
-use crate::core::{BufRef, Dir, MemberIo, MemberState, PieceOp, SECTOR};
 use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
+use crate::plan::{BufRef, Dir, MemberIo, MemberState, PieceOp, SECTOR};
 use raidkit_metadata::journal::{
     page_checksum, uuid_checksum, MetaBlock, Payload, JOURNAL_BLOCK_BYTES, JOURNAL_BLOCK_SECTORS,
 };
@@ -204,7 +204,7 @@ fn fresh_seq() -> u64 {
 impl Array {
     /// Whether a batch of write `pieces` is small enough that one phase of it fits a
     /// quarter of the write journal (always true without one).
-    pub(super) fn journal_fits(&self, write: bool, pieces: &[crate::core::Piece]) -> bool {
+    pub(super) fn journal_fits(&self, write: bool, pieces: &[crate::plan::Piece]) -> bool {
         let Some(j) = &self.journal else {
             return true;
         };
@@ -214,10 +214,10 @@ impl Array {
         let sectors: u64 = pieces
             .iter()
             .map(|p| match &p.kind {
-                crate::core::PieceKind::Band { sectors, .. } => {
+                crate::plan::PieceKind::Band { sectors, .. } => {
                     (sectors + 2 * PAGE_SECTORS) * self.geo.raid_disks as u64
                 }
-                crate::core::PieceKind::Copies { .. } => 0,
+                crate::plan::PieceKind::Copies { .. } => 0,
             })
             .sum();
         sectors + PAGE_SECTORS * pieces.len() as u64 <= j.ring / 4

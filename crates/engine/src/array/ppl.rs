@@ -14,7 +14,7 @@
 //!
 //! Every write of a stripe with an in-sync parity member is logged, full-stripe writes too
 //! (md logs them with no partial parity; here they arrive split into one band per data
-//! member, see `core::one_data_member_per_band`): otherwise an older entry could be replayed
+//! member, see `plan::one_data_member_per_band`): otherwise an older entry could be replayed
 //! over a stripe that a later, unlogged write changed. A stripe whose parity member is being
 //! rebuilt is logged where that member is already recovered (md's R5_Insync). At assembly of a
 //! dirty array the newest log of every member in sync or being rebuilt is replayed
@@ -23,7 +23,7 @@
 //! assembling it writes nothing.
 
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
-use crate::core::{MemberState, PieceKind, PieceOp, SECTOR};
+use crate::plan::{MemberState, PieceKind, PieceOp, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
 use crate::ppl::{newest_header, plan_entry, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
