@@ -1,0 +1,681 @@
+//! Membership: failing, removing, adding, re-adding and replacing members, spares taking a
+//! slot, bad blocks recorded, and the superblock writes each of those makes.
+
+use super::*;
+
+impl Array {
+    /// Marks the member at `index` (in the order given at create/assemble) faulty.
+    pub fn fail_member(&self, index: usize) -> Result<()> {
+        let slot = {
+            let st = lock(&self.state);
+            if index >= st.members.len() || st.members[index].is_none() {
+                return Err(EngineError::Invalid(format!("no member {index}")));
+            }
+            st.slot_member.iter().position(|&m| m == Some(index))
+        };
+        let replacing = lock(&self.state)
+            .replacement
+            .iter()
+            .position(|&r| r == Some(index));
+        match (slot, replacing) {
+            (Some(slot), _) => {
+                self.member_failed(slot, "failed on request");
+                Ok(())
+            }
+            (None, Some(slot)) => {
+                self.replacement_failed(slot, "failed on request");
+                Ok(())
+            }
+            (None, None) => {
+                let st = lock(&self.state);
+                let sb = &st.sbs[index];
+                if sb.role_of(sb.dev_number) == DevRole::Faulty {
+                    // Already faulty: failing it again changes nothing.
+                    return Ok(());
+                }
+                Err(EngineError::Invalid(format!(
+                    "member {index} is not an active member (a spare); remove it instead"
+                )))
+            }
+        }
+    }
+
+    /// Detaches a faulty member or a spare (md refuses to remove an active in-sync member).
+    pub fn remove_member(&self, index: usize) -> Result<()> {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        if index >= st.members.len() {
+            return Err(EngineError::Invalid(format!("no member {index}")));
+        }
+        if st.members[index].is_none() {
+            // Left out at assembly or removed earlier: already out of the array if the
+            // superblocks record its device faulty (what md writes for a removed device too),
+            // so there is nothing left to write.
+            let dev_number = st.sbs[index].dev_number;
+            let recorded_faulty = st
+                .sbs
+                .iter()
+                .zip(&st.members)
+                .filter(|(_, m)| m.is_some())
+                .all(|(sb, _)| sb.role_of(dev_number) == DevRole::Faulty);
+            if recorded_faulty {
+                let member = format!("member {index}");
+                st.events.push(ArrayEvent::MemberRemoved { member });
+                return Ok(());
+            }
+            return Err(EngineError::Invalid(format!(
+                "member {index} was left out of the array at assembly and is not recorded faulty; nothing to remove"
+            )));
+        }
+        if let Some(slot) = st.replacement.iter().position(|&r| r == Some(index)) {
+            return Err(EngineError::Invalid(format!(
+                "member {index} is replacing slot {slot}; fail it first to stop the replacement"
+            )));
+        }
+        if let Some(slot) = st.slot_member.iter().position(|&m| m == Some(index)) {
+            if st.slot_state[slot].writable() {
+                return Err(EngineError::Invalid(format!(
+                    "member {index} is {} in slot {slot}; fail it first (md refuses to remove an active member)",
+                    if st.slot_state[slot].usable() { "active" } else { "being rebuilt" }
+                )));
+            }
+            st.slot_member[slot] = None;
+            st.slot_state[slot] = MemberState::Missing;
+        }
+        let dev_number = st.sbs[index].dev_number;
+        let name = st.members[index]
+            .as_ref()
+            .map(|m| m.disk.name().to_string())
+            .unwrap_or_default();
+        st.members[index] = None;
+        st.events.push(ArrayEvent::MemberRemoved { member: name });
+        self.update_superblocks(&mut st, |sb| {
+            let _ = sb.set_role(dev_number, DevRole::Faulty);
+        });
+        Ok(())
+    }
+
+    /// Adds `disk` as a spare (it gets a superblock of this array with role spare). When a slot
+    /// is missing, the spare takes it at once and is rebuilt by the rebuild task (the
+    /// background service runs it by itself; otherwise call [`Array::run_pending`]).
+    pub fn add_spare(&self, disk: Box<dyn Disk>, device_uuid: [u8; 16]) -> Result<()> {
+        self.check_writable()?;
+        let disk: Arc<dyn Disk> = Arc::from(disk);
+        {
+            let _g = lock(&self.sb_lock);
+            let mut st = lock(&self.state);
+            let (_, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
+            st.events.push(ArrayEvent::SpareAdded {
+                member: disk.name().to_string(),
+            });
+            let assigned = self.assign_spare_locked(&mut st);
+            self.update_superblocks(&mut st, |sb| {
+                let _ = sb.set_role(dev_number, DevRole::Spare);
+                for &(slot, d) in &assigned {
+                    let _ = sb.set_role(d, DevRole::Active(slot as u16));
+                }
+            });
+        }
+        self.bg.wake();
+        Ok(())
+    }
+
+    /// Takes back a member that left the array (failed, or pulled) into its old slot, keeping
+    /// its data: with a write-intent bitmap, only the regions written since it left are
+    /// rebuilt (md's re-add). Refused, with the reason, when the array has no bitmap, the
+    /// member belongs elsewhere, its slot is taken, or it left before the bitmap's bits were
+    /// last cleared; then add it as a new spare instead.
+    pub fn re_add(&self, disk: Box<dyn Disk>) -> Result<usize> {
+        self.check_writable()?;
+        let found = read_superblock(disk.as_ref())?;
+        let name = disk.name().to_string();
+        let Some(wi) = &self.bitmap else {
+            return Err(EngineError::Invalid(format!(
+                "{name}: the array has no write-intent bitmap, so a returning member cannot be brought up to date from it; add it as a new spare"
+            )));
+        };
+        let disk: Arc<dyn Disk> = Arc::from(disk);
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let Some(template) = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .find(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.clone())
+        else {
+            return Err(EngineError::Invalid(
+                "no member left to copy the superblock from".into(),
+            ));
+        };
+        if found.sb.set_uuid != template.set_uuid {
+            return Err(EngineError::Foreign {
+                member: name,
+                member_uuid: found.sb.set_uuid.to_mdadm_string(),
+                array_uuid: template.set_uuid.to_mdadm_string(),
+                reference: "the running array".into(),
+            });
+        }
+        if let Some(i) = (0..st.members.len())
+            .find(|&i| st.members[i].is_some() && st.sbs[i].device_uuid == found.sb.device_uuid)
+        {
+            let in_use = st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i));
+            if in_use {
+                return Err(EngineError::Duplicate {
+                    member: name,
+                    other: st.members[i]
+                        .as_ref()
+                        .map(|m| m.disk.name().to_string())
+                        .unwrap_or_default(),
+                    device_uuid: found.sb.device_uuid.to_mdadm_string(),
+                });
+            }
+            // The same device is still attached as faulty: the returning copy replaces it.
+            st.members[i] = None;
+        }
+        let DevRole::Active(slot) = found.sb.role() else {
+            return Err(EngineError::Invalid(format!(
+                "{name}: it was not an active member (role {:?}); add it as a spare",
+                found.sb.role()
+            )));
+        };
+        let slot = slot as usize;
+        if slot >= self.geo.raid_disks || st.slot_state[slot].writable() {
+            return Err(EngineError::Invalid(format!(
+                "{name}: its slot {slot} is held by another member now; add it as a new spare"
+            )));
+        }
+        let cleared = wi.events_cleared();
+        if found.sb.events < cleared {
+            return Err(EngineError::Invalid(format!(
+                "{name}: it left at events {}, before the bitmap was last cleared (events {cleared}); the bitmap no longer shows everything it missed, so add it as a new spare (full rebuild)",
+                found.sb.events
+            )));
+        }
+        if found.sb.data_size_sectors < self.geo.member_data_sectors {
+            return Err(EngineError::SizeMismatch {
+                member: name,
+                detail: "its data area is smaller than the array's members'".into(),
+            });
+        }
+        let used: Vec<u32> = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .filter(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.dev_number)
+            .collect();
+        let dev_number = if used.contains(&found.sb.dev_number) {
+            (0..).find(|d| !used.contains(d)).unwrap_or(0)
+        } else {
+            found.sb.dev_number
+        };
+        let mut sb = template;
+        sb.device_uuid = found.sb.device_uuid;
+        sb.dev_number = dev_number;
+        sb.data_offset_sectors = found.sb.data_offset_sectors;
+        sb.data_size_sectors = found.sb.data_size_sectors;
+        sb.super_offset_sectors = found.sb.super_offset_sectors;
+        sb.bblog_offset = found.sb.bblog_offset;
+        sb.bblog_size_sectors = found.sb.bblog_size_sectors;
+        sb.bblog_shift = found.sb.bblog_shift;
+        sb.feature_map.remove(FeatureMap::REPLACEMENT);
+        sb.feature_map.remove(FeatureMap::BAD_BLOCKS);
+        sb.set_role(dev_number, DevRole::Active(slot as u16))
+            .map_err(meta_err)?;
+        sb.set_recovery_offset(0);
+        sb.feature_map.insert(FeatureMap::RECOVERY_BITMAP);
+        let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
+            .map_err(|e| {
+                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
+            })?;
+        st.members.push(Some(Arc::new(Member {
+            disk,
+            worker,
+            data_offset_bytes: found.sb.data_offset_sectors * 512,
+        })));
+        st.sbs.push(sb);
+        let index = st.members.len() - 1;
+        st.slot_member[slot] = Some(index);
+        st.slot_state[slot] = MemberState::Rebuilding;
+        st.bitmap_recovery[slot] = true;
+        st.events.push(ArrayEvent::ReAdded {
+            member: name.clone(),
+            slot,
+            bitmap_regions: wi.set_bits(),
+        });
+        self.update_superblocks(&mut st, |sb| {
+            let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
+        });
+        drop(st);
+        drop(_g);
+        self.bg.wake();
+        Ok(slot)
+    }
+
+    /// Starts copying the active member at `index` onto `disk` while it stays in service
+    /// (md's `--replace`): the new member is the slot's replacement, gets every write the slot
+    /// gets, and is filled by the replace task; when the copy is complete it takes the slot
+    /// and the old member is marked faulty. Should the old member fail first, the copy
+    /// carries on as an ordinary rebuild.
+    pub fn replace_member(
+        &self,
+        index: usize,
+        disk: Box<dyn Disk>,
+        device_uuid: [u8; 16],
+    ) -> Result<()> {
+        self.check_writable()?;
+        if self.geo.level() == RaidLevel::Raid0 {
+            return Err(EngineError::Invalid(
+                "RAID 0 cannot replace a member in service (md has no replacement for it); copy the array instead".into(),
+            ));
+        }
+        let disk: Arc<dyn Disk> = Arc::from(disk);
+        {
+            let _g = lock(&self.sb_lock);
+            let mut st = lock(&self.state);
+            let slot = match st.slot_member.iter().position(|&m| m == Some(index)) {
+                Some(slot) if st.slot_state[slot].usable() => slot,
+                _ => {
+                    return Err(EngineError::Invalid(format!(
+                        "member {index} is not an active member in sync; only those can be replaced (add a spare to rebuild a missing one)"
+                    )))
+                }
+            };
+            if st.replacement[slot].is_some() {
+                return Err(EngineError::Invalid(format!(
+                    "slot {slot} is already being replaced"
+                )));
+            }
+            let (new, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
+            st.sbs[new]
+                .set_role(dev_number, DevRole::Active(slot as u16))
+                .map_err(meta_err)?;
+            st.sbs[new].feature_map.insert(FeatureMap::REPLACEMENT);
+            st.sbs[new].set_recovery_offset(0);
+            st.replacement[slot] = Some(new);
+            self.note_replacements(&st);
+            st.events.push(ArrayEvent::ReplaceStarted {
+                member: disk.name().to_string(),
+                slot,
+            });
+            self.update_superblocks(&mut st, |sb| {
+                let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
+            });
+        }
+        self.bg.wake();
+        Ok(())
+    }
+
+    /// Attaches `disk` as a new member with a superblock of this array (role spare) and a
+    /// worker; returns its index and device number. Caller holds `sb_lock`.
+    pub(super) fn attach_locked(
+        &self,
+        st: &mut State,
+        disk: Arc<dyn Disk>,
+        device_uuid: [u8; 16],
+    ) -> Result<(usize, u32)> {
+        let Some(template) = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .find(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.clone())
+        else {
+            return Err(EngineError::Invalid(
+                "no member left to copy the superblock from".into(),
+            ));
+        };
+        let used: Vec<u32> = st
+            .sbs
+            .iter()
+            .zip(&st.members)
+            .filter(|(_, m)| m.is_some())
+            .map(|(sb, _)| sb.dev_number)
+            .collect();
+        let dev_number = (0..).find(|d| !used.contains(d)).unwrap_or(0);
+        let shape = CreateShape {
+            version: self.version,
+            device_sectors: disk.size_bytes() / 512,
+            level: level_from_md(self.geo.md_level()),
+            layout: self.geo.md_layout(),
+            raid_disks: self.geo.raid_disks as u32,
+            chunk_sectors: self.geo.chunk_sectors as u32,
+            with_bitmap: false,
+        };
+        // A member of an array with a partial parity log gets mdadm's placement for one, so
+        // its log area stays clear of its data.
+        let dl = if self.ppl.is_some() {
+            DataLayout::mdadm_create_ppl(&shape)
+        } else {
+            DataLayout::mdadm_create(&shape)
+        }
+        .map_err(meta_err)?;
+        if dl.data_size_sectors < self.geo.member_data_sectors {
+            return Err(EngineError::SizeMismatch {
+                member: disk.name().to_string(),
+                detail: format!(
+                    "only {} data sectors, the array needs {} per member",
+                    dl.data_size_sectors, self.geo.member_data_sectors
+                ),
+            });
+        }
+        // Space for all of it before anything is written: its metadata now, and the data a
+        // rebuild onto it writes, so a full filesystem refuses the add rather than failing
+        // the rebuild half-way.
+        let used_end = (dl.data_offset_sectors + self.geo.member_data_sectors) * 512;
+        disk.reserve(0, used_end.min(disk.size_bytes()))?;
+        if dl.super_offset_sectors * 512 >= used_end {
+            disk.reserve(used_end, disk.size_bytes() - used_end)?;
+        }
+        let mut sb = template;
+        sb.device_uuid = Uuid(device_uuid);
+        sb.dev_number = dev_number;
+        sb.data_offset_sectors = dl.data_offset_sectors;
+        sb.data_size_sectors = dl.data_size_sectors;
+        sb.super_offset_sectors = dl.super_offset_sectors;
+        sb.bblog_offset = dl.bblog_offset;
+        sb.bblog_size_sectors = dl.bblog_size_sectors;
+        sb.set_role(dev_number, DevRole::Spare).map_err(meta_err)?;
+        sb.clear_recovery_offset();
+        sb.feature_map.remove(FeatureMap::REPLACEMENT);
+        sb.feature_map.remove(FeatureMap::BAD_BLOCKS);
+        if let (Some(area), true) = (dl.ppl, sb.ppl().is_some()) {
+            // md's ppl_modify_log: a member joining the array starts with an empty log.
+            sb.set_ppl_area(area);
+            if let Some(at) = ppl::area_of(&sb) {
+                ppl::write_empty_log(
+                    disk.as_ref(),
+                    at,
+                    raidkit_metadata::ppl::ppl_signature(&sb.set_uuid.0),
+                )?;
+            }
+        }
+        let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
+            .map_err(|e| {
+                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
+            })?;
+        st.members.push(Some(Arc::new(Member {
+            disk,
+            worker,
+            data_offset_bytes: dl.data_offset_sectors * 512,
+        })));
+        st.sbs.push(sb);
+        Ok((st.members.len() - 1, dev_number))
+    }
+
+    /// Gives every slot without a working member a spare, if one is attached: the spare
+    /// becomes `Rebuilding` in that slot with recovery from sector 0 (md's recovery start).
+    /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
+    pub(super) fn assign_spare_locked(&self, st: &mut State) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        if self.read_only || st.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
+            return out;
+        }
+        for slot in 0..self.geo.raid_disks {
+            if st.slot_state[slot].writable() {
+                continue;
+            }
+            let in_use = |st: &State, i: usize| {
+                st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i))
+            };
+            let Some(i) = (0..st.members.len()).find(|&i| {
+                st.members[i].is_some()
+                    && !in_use(st, i)
+                    && st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Spare
+            }) else {
+                break;
+            };
+            let d = st.sbs[i].dev_number;
+            if st.sbs[i].set_role(d, DevRole::Active(slot as u16)).is_err() {
+                continue;
+            }
+            st.sbs[i].set_recovery_offset(0);
+            st.slot_member[slot] = Some(i);
+            st.slot_state[slot] = MemberState::Rebuilding;
+            st.bitmap_recovery[slot] = false;
+            let name = st.members[i]
+                .as_ref()
+                .map(|m| m.disk.name().to_string())
+                .unwrap_or_default();
+            st.events
+                .push(ArrayEvent::SpareTaken { member: name, slot });
+            out.push((slot, d));
+        }
+        out
+    }
+
+    /// Applies `change` to every working member's superblock, bumps events and writes them
+    /// (then flushes). A member whose superblock cannot be written is failed in turn.
+    /// Caller holds `sb_lock` and passes the state guard.
+    pub(super) fn update_superblocks(&self, st: &mut State, change: impl Fn(&mut Superblock)) {
+        let t = now();
+        for sb in st.sbs.iter_mut() {
+            change(sb);
+            sb.bump_events(t);
+        }
+        if self.read_only || st.failed.is_some() {
+            return;
+        }
+        let mut failures = Vec::new();
+        for i in 0..st.members.len() {
+            let Some(m) = st.members[i].clone() else {
+                continue;
+            };
+            let slot = st.slot_member.iter().position(|&x| x == Some(i));
+            if let Some(s) = slot {
+                if !st.slot_state[s].writable() {
+                    continue;
+                }
+            } else if st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Faulty {
+                continue;
+            }
+            let r = write_superblock(m.disk.as_ref(), &st.sbs[i], self.version)
+                .and_then(|_| m.disk.flush().map_err(EngineError::from));
+            if let Err(e) = r {
+                failures.push((slot, m.disk.name().to_string(), e.to_string()));
+            }
+        }
+        self.intent_follow_events(st);
+        for (slot, name, err) in failures {
+            if let Some(s) = slot {
+                self.fail_locked(st, s, &format!("{name}: superblock write failed: {err}"));
+            }
+        }
+    }
+
+    /// Records `[ms, ms + n)` of member `index` in its md bad-block log (and in memory, so
+    /// reads avoid it). Without a log, or with a full one, the member is failed instead, as
+    /// md does. Caller holds no locks.
+    pub(super) fn record_bad_block(&self, index: usize, ms: u64, n: u64) -> Result<bool> {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let slot = st.slot_member.iter().position(|&m| m == Some(index));
+        let sb = st.sbs[index].clone();
+        let Some(member) = st.members[index].clone() else {
+            return Ok(false);
+        };
+        let unit = 1u64 << sb.bblog_shift;
+        let first = (sb.data_offset_sectors + ms) / unit * unit;
+        let last = (sb.data_offset_sectors + ms + n).div_ceil(unit) * unit;
+        let count = st.members.len();
+        if st.bad.len() < count {
+            st.bad.resize(count, Vec::new());
+        }
+        let mut list: Vec<raidkit_metadata::BadBlock> = st.bad[index]
+            .iter()
+            .map(|&(b, len)| raidkit_metadata::BadBlock {
+                sector: sb.data_offset_sectors + b,
+                len_sectors: len,
+            })
+            .collect();
+        list.push(raidkit_metadata::BadBlock {
+            sector: first,
+            len_sectors: last - first,
+        });
+        list.sort();
+        let list = merge_bad_blocks(list, unit);
+        let encoded = if sb.bblog_offset != 0 && sb.bblog_size_sectors > 0 {
+            raidkit_metadata::badblocks::encode(&list, sb.bblog_shift, sb.bblog_size_sectors).ok()
+        } else {
+            None
+        };
+        let Some(page) = encoded else {
+            drop(st);
+            drop(_g);
+            if let Some(slot) = slot {
+                self.member_failed(
+                    slot,
+                    "an unreadable range could not be rewritten and there is no room to record it as a bad block",
+                );
+            }
+            return Ok(false);
+        };
+        let at = (sb.super_offset_sectors as i64 + sb.bblog_offset as i64) as u64 * 512;
+        member.disk.write_at(&page, at)?;
+        st.bad[index] = data_ranges(&list, sb.data_offset_sectors);
+        st.sbs[index].feature_map.insert(FeatureMap::BAD_BLOCKS);
+        self.has_bad
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let name = member.disk.name().to_string();
+        st.events.push(ArrayEvent::BadBlocksRecorded {
+            member: name,
+            first_sector: first,
+            last_sector: last,
+        });
+        self.update_superblocks(&mut st, |_| {});
+        Ok(true)
+    }
+
+    /// Keeps the lock-free "any replacement?" flag in step with the state.
+    pub(super) fn note_replacements(&self, st: &State) {
+        self.has_replacement.store(
+            st.replacement.iter().any(|r| r.is_some()),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The replacement of `slot` failed: it is marked faulty and the slot's member stays.
+    pub(super) fn replacement_failed(&self, slot: usize, why: &str) {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let Some(r) = st.replacement[slot].take() else {
+            return;
+        };
+        self.note_replacements(&st);
+        let d = st.sbs[r].dev_number;
+        let name = st.members[r]
+            .as_ref()
+            .map(|m| m.disk.name().to_string())
+            .unwrap_or_default();
+        st.events.push(ArrayEvent::MemberFaulty {
+            member: name,
+            slot: None,
+            reason: format!("replacement: {why}"),
+        });
+        self.update_superblocks(&mut st, |sb| {
+            let _ = sb.set_role(d, DevRole::Faulty);
+        });
+    }
+
+    /// Marks slot `slot` faulty after an error (or on request).
+    pub(super) fn member_failed(&self, slot: usize, why: &str) {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        self.fail_locked(&mut st, slot, why);
+    }
+
+    /// md skips a resync that cannot run because a parity array has lost as many members as
+    /// its level can lose (`raid5_sync_request`: degraded >= max_degraded), and counts it done:
+    /// parity is then the only record of the missing members' data, and recomputing it from
+    /// the data left would destroy that. (Stripes a crash left inconsistent were made whole
+    /// by the partial parity log or the journal where the array has one.)
+    pub(super) fn skip_resync_when_fully_degraded(&self, st: &mut State) {
+        let Scheme::Parity { max_degraded } = self.geo.scheme() else {
+            return;
+        };
+        let lost = st.slot_state.iter().filter(|s| !s.usable()).count();
+        if st.resync_from.is_some() && lost >= max_degraded as usize {
+            st.resync_from = None;
+            self.resync_pending
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            st.events.push(ArrayEvent::Note {
+                text: format!(
+                    "resync skipped: {lost} member(s) missing, parity is their only copy (md skips it too)"
+                ),
+            });
+        }
+    }
+
+    pub(super) fn fail_locked(&self, st: &mut State, slot: usize, why: &str) {
+        if !st.slot_state[slot].writable() {
+            return;
+        }
+        st.slot_state[slot] = MemberState::Faulty;
+        let (name, dev_number) = match st.slot_member[slot] {
+            Some(i) => (
+                st.members[i]
+                    .as_ref()
+                    .map(|m| m.disk.name().to_string())
+                    .unwrap_or_default(),
+                Some(st.sbs[i].dev_number),
+            ),
+            None => (format!("slot {slot}"), None),
+        };
+        st.events.push(ArrayEvent::MemberFaulty {
+            member: name.clone(),
+            slot: Some(slot),
+            reason: why.to_string(),
+        });
+        st.read_errors[slot] = 0; // the count belongs to the member leaving the slot
+        let failed: Vec<bool> = st.slot_state.iter().map(|s| !s.usable()).collect();
+        if !self.geo.survives(&failed) && st.failed.is_none() {
+            let lost: Vec<usize> = (0..failed.len()).filter(|&s| failed[s]).collect();
+            let detail =
+                format!(
+                "RAID {} over {} devices has lost slots {:?}, more than it can; no further writes",
+                self.geo.md_level(), self.geo.raid_disks, lost
+            );
+            st.events.push(ArrayEvent::ArrayFailed {
+                detail: detail.clone(),
+            });
+            st.failed = Some(detail);
+        }
+        if st.failed.is_none() {
+            let missing_slots = (0..failed.len()).filter(|&s| failed[s]).collect();
+            st.events.push(ArrayEvent::ArrayDegraded { missing_slots });
+        }
+        st.slot_member[slot] = None;
+        // A replacement being copied from the failed member carries on as a normal rebuild
+        // of the slot from where the copy got to (md does the same); otherwise a hot spare
+        // takes the slot at once and the rebuild task brings it in sync.
+        let mut assigned = Vec::new();
+        if let Some(r) = st.replacement[slot].take() {
+            self.note_replacements(st);
+            let d = st.sbs[r].dev_number;
+            st.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
+            if st.sbs[r].recovery_offset().is_none() {
+                st.sbs[r].set_recovery_offset(0);
+            }
+            st.slot_member[slot] = Some(r);
+            st.slot_state[slot] = MemberState::Rebuilding;
+            st.events
+                .push(ArrayEvent::ReplacementContinuesAsRebuild { slot });
+            assigned.push((slot, d));
+        }
+        assigned.extend(self.assign_spare_locked(st));
+        if !assigned.is_empty() || dev_number.is_some() {
+            self.update_superblocks(st, |sb| {
+                if let Some(d) = dev_number {
+                    let _ = sb.set_role(d, DevRole::Faulty);
+                }
+                for &(s, d) in &assigned {
+                    let _ = sb.set_role(d, DevRole::Active(s as u16));
+                }
+            });
+        }
+        if !assigned.is_empty() {
+            self.bg.wake();
+        }
+    }
+}
