@@ -8,11 +8,13 @@ use raidkit_metadata::SuperblockVersion;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A MemDisk that fails every I/O once `broken` is set, and counts writes.
+/// A MemDisk that fails every I/O once `broken` is set (writes and flushes only, once
+/// `writes_broken` is), and counts writes.
 #[derive(Debug, Clone)]
 struct Breakable {
     inner: MemDisk,
     broken: Arc<AtomicBool>,
+    writes_broken: Arc<AtomicBool>,
     writes: Arc<AtomicU64>,
 }
 
@@ -39,28 +41,31 @@ impl raidkit_disk::DiskWrapper for Breakable {
         self.inner.read_at(buf, off)
     }
     fn write_at(&self, buf: &[u8], off: u64) -> Result<(), DiskError> {
-        if self.broken.load(Ordering::SeqCst) {
+        if self.broken.load(Ordering::SeqCst) || self.writes_broken.load(Ordering::SeqCst) {
             return Err(self.err("write", off));
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.write_at(buf, off)
     }
     fn flush(&self) -> Result<(), DiskError> {
-        if self.broken.load(Ordering::SeqCst) {
+        if self.broken.load(Ordering::SeqCst) || self.writes_broken.load(Ordering::SeqCst) {
             return Err(self.err("flush", 0));
         }
         Ok(())
     }
 }
 
+fn breakable(name: &str) -> Breakable {
+    Breakable {
+        inner: MemDisk::new(name, 4 << 20),
+        broken: Arc::new(AtomicBool::new(false)),
+        writes_broken: Arc::new(AtomicBool::new(false)),
+        writes: Arc::new(AtomicU64::new(0)),
+    }
+}
+
 fn setup(level: i32, n: usize) -> (Vec<Breakable>, Array) {
-    let disks: Vec<Breakable> = (0..n)
-        .map(|i| Breakable {
-            inner: MemDisk::new(&format!("d{i}"), 4 << 20),
-            broken: Arc::new(AtomicBool::new(false)),
-            writes: Arc::new(AtomicU64::new(0)),
-        })
-        .collect();
+    let disks: Vec<Breakable> = (0..n).map(|i| breakable(&format!("d{i}"))).collect();
     let array = Array::create(
         disks
             .iter()
@@ -303,4 +308,40 @@ fn a_member_out_of_space_fails_the_write_not_the_member() {
     let mut back = vec![0u8; 8 << 10];
     array.read_at(&mut back, 4096).unwrap();
     assert_eq!(back, pattern(8 << 10, 3));
+}
+
+#[test]
+fn a_spare_whose_superblock_cannot_be_written_is_refused_not_reported_added() {
+    let (disks, array) = setup(1, 2);
+    let spare = breakable("spare");
+    spare.writes_broken.store(true, Ordering::SeqCst);
+    let err = array
+        .add_spare(Box::new(spare.clone()), [0x42; 16])
+        .expect_err("a spare without a superblock is not added");
+    assert!(err.to_string().contains("injected medium error"), "{err}");
+    let st = array.status();
+    let m = st
+        .members
+        .iter()
+        .find(|m| m.name == "spare")
+        .expect("the member is listed");
+    assert_eq!(m.role, "faulty", "{m:?}");
+    assert!(!st.degraded, "the array itself is untouched");
+    // The next superblock update records it faulty on the members that took it.
+    let data = pattern(4096, 3);
+    array.write_at(&data, 0, true).unwrap();
+    array.stop().unwrap();
+    drop(array);
+    let (again, _) = Array::assemble(
+        disks
+            .iter()
+            .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+            .collect(),
+        AssembleOptions::default(),
+    )
+    .unwrap();
+    let mut back = vec![0u8; 4096];
+    again.read_at(&mut back, 0).unwrap();
+    assert_eq!(back, data);
+    assert!(again.status().members.iter().all(|m| m.role == "active"));
 }

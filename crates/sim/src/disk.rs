@@ -22,6 +22,7 @@ use crate::rng::{mix, Rng};
 use raidkit_disk::{Disk, DiskError, DiskErrorKind};
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Sector size the fault model works in.
@@ -97,6 +98,17 @@ struct DiskState {
     rng: Rng,
     powered: bool,
     counters: DiskCounters,
+    /// Bytes whose first write, while a power cut is armed, cuts the power (see
+    /// [`SimWorld::arm_power_cut`]).
+    cut_range: Option<(u64, u64)>,
+}
+
+/// A power cut shared by every disk of a world: armed, it fires at the first write into a
+/// disk's cut range; fired, every operation on every disk fails until the world powers on.
+#[derive(Default)]
+struct PowerCut {
+    armed: AtomicBool,
+    fired: AtomicBool,
 }
 
 /// Bytes the volatile cache holds before it writes back its oldest half on its own (a real
@@ -110,6 +122,7 @@ pub struct SimDisk {
     name: Arc<str>,
     size_bytes: u64,
     state: Arc<Mutex<DiskState>>,
+    power: Arc<PowerCut>,
 }
 
 impl std::fmt::Debug for SimDisk {
@@ -142,7 +155,9 @@ impl SimDisk {
                 rng: Rng::new(seed),
                 powered: true,
                 counters: DiskCounters::default(),
+                cut_range: None,
             })),
+            power: Arc::default(),
         }
     }
 
@@ -253,7 +268,7 @@ impl SimDisk {
         offset_bytes: u64,
     ) -> Result<MutexGuard<'_, DiskState>, DiskError> {
         let mut st = self.lock();
-        if !st.powered {
+        if !st.powered || self.power.fired.load(Ordering::SeqCst) {
             return Err(sim_error(&self.name, op, offset_bytes, "power loss"));
         }
         if let Some(n) = st.faults.fail_after_ops {
@@ -302,6 +317,18 @@ impl SimDisk {
     fn store(&self, op: &'static str, offset_bytes: u64, data: Vec<u8>) -> Result<(), DiskError> {
         self.check_range(op, offset_bytes, data.len() as u64)?;
         let mut st = self.begin(op, offset_bytes)?;
+        if self.power.armed.load(Ordering::SeqCst) {
+            let end = offset_bytes + data.len() as u64;
+            if st
+                .cut_range
+                .is_some_and(|(a, b)| offset_bytes < b && a < end)
+            {
+                // The power goes before this write reaches the disk; nothing after it lands.
+                self.power.armed.store(false, Ordering::SeqCst);
+                self.power.fired.store(true, Ordering::SeqCst);
+                return Err(sim_error(&self.name, op, offset_bytes, "power loss"));
+            }
+        }
         st.counters.writes += 1;
         let n = data.len();
         let first = offset_bytes / SECTOR_BYTES;
@@ -423,6 +450,7 @@ pub struct SimWorld {
     disks: Vec<SimDisk>,
     crashes: u64,
     pub crash_policy: CrashPolicy,
+    power: Arc<PowerCut>,
 }
 
 impl SimWorld {
@@ -432,19 +460,48 @@ impl SimWorld {
             disks: Vec::new(),
             crashes: 0,
             crash_policy: CrashPolicy::default(),
+            power: Arc::default(),
         }
     }
 
     /// Creates a disk named `sim<index>`; its faults draw from the world's seed and its index.
     pub fn add_disk(&mut self, size_bytes: u64) -> SimDisk {
         let index = self.disks.len();
-        let d = SimDisk::new(
+        let mut d = SimDisk::new(
             &format!("sim{index}"),
             size_bytes,
             mix(self.seed, 0x1000 + index as u64),
         );
+        d.power = self.power.clone();
         self.disks.push(d.clone());
         d
+    }
+
+    /// Arms a power cut: the first write that touches `ranges[i]` (bytes `[start, end)`) of
+    /// disk `i` never lands, and from then on every operation on every disk fails, as if the
+    /// machine died just before it; what was cached is left for [`SimWorld::crash`] to decide.
+    /// A disk without a range (`None`) does not fire it.
+    pub fn arm_power_cut(&self, ranges: &[Option<(u64, u64)>]) {
+        for (d, r) in self.disks.iter().zip(ranges) {
+            d.lock().cut_range = *r;
+        }
+        self.power.fired.store(false, Ordering::SeqCst);
+        self.power.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Disarms a power cut that has not fired.
+    pub fn disarm_power_cut(&self) {
+        self.power.armed.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether an armed power cut has fired.
+    pub fn power_was_cut(&self) -> bool {
+        self.power.fired.load(Ordering::SeqCst)
+    }
+
+    /// Whether a power cut is armed and has not fired.
+    pub fn power_cut_armed(&self) -> bool {
+        self.power.armed.load(Ordering::SeqCst)
     }
 
     pub fn disks(&self) -> &[SimDisk] {
@@ -471,8 +528,12 @@ impl SimWorld {
         }
     }
 
+    /// Powers every disk on after a crash; an armed or fired power cut is cleared.
     pub fn power_on(&self) {
+        self.power.armed.store(false, Ordering::SeqCst);
+        self.power.fired.store(false, Ordering::SeqCst);
         for d in &self.disks {
+            d.lock().cut_range = None;
             d.power_on();
         }
     }
@@ -572,6 +633,39 @@ mod tests {
         assert!(d.read_at(&mut b, 0).is_err());
         assert!(d.flush().is_err());
         assert!(d.counters().injected_errors >= 3);
+    }
+
+    #[test]
+    fn an_armed_power_cut_fires_at_the_first_write_into_its_range_and_stops_every_disk() {
+        let mut w = SimWorld::new(7);
+        let a = w.add_disk(64 * 1024);
+        let b = w.add_disk(64 * 1024);
+        a.write_at(&[1; 512], 0).unwrap();
+        a.flush().unwrap();
+        w.arm_power_cut(&[Some((4096, 8192)), None]);
+        // Writes outside the range and on a disk without one go on.
+        a.write_at(&[2; 512], 0).unwrap();
+        b.write_at(&[3; 512], 4096).unwrap();
+        assert!(w.power_cut_armed() && !w.power_was_cut());
+        // The write into the range never lands, and nothing after it does either.
+        assert!(a.write_at(&[4; 512], 4096 + 512).is_err());
+        assert!(w.power_was_cut() && !w.power_cut_armed());
+        assert!(b.write_at(&[5; 512], 0).is_err());
+        assert!(b.flush().is_err());
+        let mut buf = [0u8; 512];
+        assert!(a.read_at(&mut buf, 0).is_err());
+        assert_eq!(a.peek_live(4096 + 512, 512), vec![0; 512]);
+        assert_eq!(b.peek_live(0, 512), vec![0; 512]);
+        // The crash then decides what the caches held; the flushed write is there for sure.
+        w.crash(&[]);
+        w.power_on();
+        assert!(!w.power_was_cut());
+        a.read_at(&mut buf, 4096 + 512).unwrap();
+        assert_eq!(buf, [0; 512]);
+        let first = a.peek_durable(0, 512);
+        assert!(first.iter().all(|&x| x == 1 || x == 2), "{first:?}");
+        // Powered on, the cut is gone: a write into the old range lands.
+        a.write_at(&[6; 512], 4096).unwrap();
     }
 
     #[test]

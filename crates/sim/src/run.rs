@@ -20,13 +20,13 @@
 //! degraded and every member fault after a crash, and says so in [`SeedReport::excluded`].
 
 use crate::check::{check_members, SlotMember};
-use crate::disk::SimWorld;
+use crate::disk::{SimDisk, SimWorld};
 use crate::model::{sector_pattern, Model, Verdict, SECTOR};
 use crate::rng::{mix, Rng};
 use raidkit_disk::Disk;
 use raidkit_engine::{Array, AssembleOptions, CreateOptions, EngineConfig, EngineError};
 use raidkit_layout::{Geometry, MdParams};
-use raidkit_metadata::SuperblockVersion;
+use raidkit_metadata::{Location, SuperblockVersion};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -73,6 +73,9 @@ pub struct SeedReport {
     /// Faults injected: member faults applied plus disk-level errors returned plus crashes.
     pub faults: u64,
     pub crashes: u64,
+    /// Of the crashes, power cuts at a superblock write (the first one after a member fault:
+    /// between the engine's decision and the superblock update that records it).
+    pub superblock_cuts: u64,
     pub rebuilds: u64,
     /// Resyncs after a crash run to completion.
     pub resyncs: u64,
@@ -100,8 +103,15 @@ enum FaultKind {
 
 #[derive(Clone, Debug)]
 enum Event {
-    Fault { disk: usize, kind: FaultKind },
-    Crash { mid_flush: bool },
+    /// A fault on a slot's disk; `cut`: the power goes at the next superblock write.
+    Fault {
+        disk: usize,
+        kind: FaultKind,
+        cut: bool,
+    },
+    Crash {
+        mid_flush: bool,
+    },
 }
 
 struct Scenario {
@@ -250,9 +260,14 @@ fn gen_scenario(rng: &mut Rng, opts: &SimOptions) -> Result<(Scenario, Geometry)
                 3 => FaultKind::FailAfter(rng.range(1, 300)),
                 _ => FaultKind::AdminFail,
             };
+            let cut = rng.chance(250);
             sc.events.push((
                 rng.below(ops as u64) as u32,
-                Event::Fault { disk: slot, kind },
+                Event::Fault {
+                    disk: slot,
+                    kind,
+                    cut,
+                },
             ));
         }
     }
@@ -263,6 +278,7 @@ fn gen_scenario(rng: &mut Rng, opts: &SimOptions) -> Result<(Scenario, Geometry)
             Event::Fault {
                 disk,
                 kind: FaultKind::Slow,
+                cut: false,
             },
         ));
     }
@@ -308,6 +324,9 @@ struct Run<'a> {
     next_id: u32,
     array: Option<Array>,
     crashed_parity: bool,
+    /// Members in sync when a power cut at the next superblock write was armed: the
+    /// superblocks on disk say the same until it fires (every membership change writes them).
+    cut_insync: Option<Vec<(usize, usize)>>,
     /// Names of members removed from the array and pulled from the machine.
     detached: BTreeSet<String>,
     /// Engine stripe cache for this run: 1 MiB makes the engine's band narrower than the
@@ -682,14 +701,61 @@ impl Run<'_> {
             Vec::new()
         };
         self.trace(|| format!("  crash (hardened first: {hardened:?})"));
-        self.world.crash(&hardened);
+        self.power_loss(&hardened, &insync)
+    }
+
+    /// Arms a power cut at the next superblock write on any member (see
+    /// [`SimWorld::arm_power_cut`]), unless the crash would open the write hole this run
+    /// leaves out.
+    fn arm_superblock_cut(&mut self, slot: usize) {
+        let Some(array) = self.array.as_ref() else {
+            return;
+        };
+        if self.parity() && self.hole_open() {
+            self.report.excluded.push(format!(
+                "power cut at the superblock update after a fault on slot {slot}, RAID {} (write hole)",
+                self.sc.level
+            ));
+            return;
+        }
+        let status = array.status();
+        self.cut_insync = Some(Self::insync_members(&status));
+        let version = self.sc.metadata;
+        let ranges: Vec<Option<(u64, u64)>> = self
+            .world
+            .disks()
+            .iter()
+            .map(|d| {
+                let at = superblock_offset(version, d);
+                Some((at, at + 4096))
+            })
+            .collect();
+        self.world.arm_power_cut(&ranges);
+        self.trace(|| {
+            format!("  power cut armed at the next superblock write (fault on slot {slot})")
+        });
+    }
+
+    /// The armed power cut fired: the crash that follows, from the members in sync when it
+    /// was armed.
+    fn superblock_cut(&mut self) -> Step {
+        let insync = self.cut_insync.take().unwrap_or_default();
+        self.trace(|| "  power cut at a superblock write".into());
+        self.report.superblock_cuts += 1;
+        self.power_loss(&[], &insync)
+    }
+
+    /// Power loss on every disk (after `hardened` wrote back their caches), then reassembly
+    /// from what survived; `insync`: the members the superblocks on disk call in sync.
+    fn power_loss(&mut self, hardened: &[usize], insync: &[(usize, usize)]) -> Step {
+        self.world.crash(hardened);
         self.report.crashes += 1;
         self.report.faults += 1;
         self.array = None; // dropped without stop: dirty, like the power loss it is
         let doubt = self.model.crashed();
         self.unsynced.extend(doubt);
         self.world.power_on();
-        if self.only_stale_left(&insync) {
+        if self.only_stale_left(insync) {
             // Every member still in sync has died: what is left are members the array had
             // already failed. md (and any RAID without outside knowledge) would assemble their
             // stale contents; the array is lost, so the run ends here.
@@ -735,6 +801,12 @@ impl Run<'_> {
             .collect()
     }
 
+    /// Whether `d`'s superblock sector is all zeros on the medium (never written).
+    fn blank_superblock(&self, d: &SimDisk) -> bool {
+        let at = superblock_offset(self.sc.metadata, d);
+        d.peek_durable(at, SECTOR).iter().all(|&b| b == 0)
+    }
+
     /// True when the members in sync that are still alive no longer hold the array.
     fn only_stale_left(&self, insync: &[(usize, usize)]) -> bool {
         let lost: Vec<usize> = (0..self.sc.raid_disks)
@@ -769,6 +841,19 @@ impl Run<'_> {
                 Err(EngineError::Disk(e)) if disks.iter().any(|d| d.name() == e.member) => {
                     self.trace(|| format!("  assembly {why}: {e}; retrying without that member"));
                     disks.retain(|d| d.name() != e.member);
+                }
+                // A disk the power went out on before its first superblock landed (a spare
+                // being added) is blank: mdadm finds no superblock there and an operator leaves
+                // it out. Only a blank disk: a member with a damaged superblock is a failure.
+                Err(EngineError::NoSuperblock { member, .. })
+                    if disks
+                        .iter()
+                        .any(|d| d.name() == member && self.blank_superblock(d)) =>
+                {
+                    self.trace(|| {
+                        format!("  assembly {why}: {member} is blank; retrying without it")
+                    });
+                    disks.retain(|d| d.name() != member);
                 }
                 r => break r,
             }
@@ -855,13 +940,31 @@ impl Run<'_> {
         {
             let (_, ev) = self.sc.events.remove(0);
             match ev {
-                Event::Fault { disk, kind } => self.apply_fault(disk, kind)?,
+                Event::Fault { disk, kind, cut } => {
+                    if cut {
+                        self.arm_superblock_cut(disk);
+                    }
+                    self.apply_fault(disk, kind)?;
+                    if self.world.power_was_cut() {
+                        self.superblock_cut()?;
+                    }
+                }
                 Event::Crash { mid_flush } => self.crash(mid_flush)?,
             }
         }
         if self.array.is_none() {
             return Ok(());
         }
+        let r = self.op();
+        if self.world.power_was_cut() {
+            // The machine died inside the request: what it returned never reached anyone.
+            self.trace(|| format!("  (request cut short by the power cut: {r:?})"));
+            return self.superblock_cut();
+        }
+        r
+    }
+
+    fn op(&mut self) -> Step {
         self.report.ops += 1;
         let roll = self.rng.below(100);
         match roll {
@@ -1011,6 +1114,10 @@ impl Run<'_> {
     }
 
     fn finish(&mut self) -> Step {
+        if self.world.power_cut_armed() {
+            self.world.disarm_power_cut();
+            self.cut_insync = None;
+        }
         self.quiet_check("final check")?;
         self.maybe_add_spare()?;
         self.background(false)?;
@@ -1043,6 +1150,11 @@ impl Run<'_> {
         }
         self.quiet_check("check after a clean stop and reassembly")
     }
+}
+
+/// Byte offset of the md superblock of `version` on `d`.
+fn superblock_offset(version: SuperblockVersion, d: &SimDisk) -> u64 {
+    Location::new(version, d.size_bytes() / SECTOR as u64).superblock_byte_offset()
 }
 
 /// Runs one seed.
@@ -1102,6 +1214,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         next_id: 0,
         array: None,
         crashed_parity: false,
+        cut_insync: None,
         detached: BTreeSet::new(),
         stripe_cache_bytes,
         keep_removed,

@@ -81,11 +81,12 @@ fn print_failure(r: &SeedReport) {
 
 fn summary(t: &Totals, elapsed: Duration, opts: &SimOptions) -> Result<(), CliError> {
     println!(
-        "seeds {}  ops {}  faults injected {}  crashes {}  rebuilds {}  resyncs {}  checks {}  patrols {}  member checks {}  over-budget seeds {}  seeds with write-hole exclusions {}{}  failures {}  time {:.1}s",
+        "seeds {}  ops {}  faults injected {}  crashes {} (at a superblock write {})  rebuilds {}  resyncs {}  checks {}  patrols {}  member checks {}  over-budget seeds {}  seeds with write-hole exclusions {}{}  failures {}  time {:.1}s",
         t.seeds,
         t.ops,
         t.faults,
         t.crashes,
+        t.superblock_cuts,
         t.rebuilds,
         t.resyncs,
         t.scrubs,

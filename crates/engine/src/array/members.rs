@@ -104,17 +104,21 @@ impl Array {
         {
             let _g = lock(&self.sb_lock);
             let mut st = lock(&self.state);
-            let (_, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
+            let (index, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
             st.events.push(ArrayEvent::SpareAdded {
                 member: disk.name().to_string(),
             });
             let assigned = self.assign_spare_locked(&mut st);
-            self.update_superblocks(&mut st, |sb| {
+            let failed = self.update_superblocks(&mut st, |sb| {
                 let _ = sb.set_role(dev_number, DevRole::Spare);
                 for &(slot, d) in &assigned {
                     let _ = sb.set_role(d, DevRole::Active(slot as u16));
                 }
             });
+            // A spare whose superblock never reached it is no spare: say so, not success.
+            if let Some((_, err)) = failed.into_iter().find(|(i, _)| *i == index) {
+                return Err(err);
+            }
         }
         self.bg.wake();
         Ok(())
@@ -448,14 +452,22 @@ impl Array {
     /// Applies `change` to every working member's superblock, bumps events and writes them
     /// (then flushes). A member whose superblock cannot be written is failed in turn.
     /// Caller holds `sb_lock` and passes the state guard.
-    pub(super) fn update_superblocks(&self, st: &mut State, change: impl Fn(&mut Superblock)) {
+    ///
+    /// A member in a slot whose superblock cannot be written is failed; a member in no slot (a
+    /// spare) is marked faulty in every superblock kept in memory (written at the next update,
+    /// as md does). Returns each such member (index as in `members`) with its error.
+    pub(super) fn update_superblocks(
+        &self,
+        st: &mut State,
+        change: impl Fn(&mut Superblock),
+    ) -> Vec<(usize, EngineError)> {
         let t = now();
         for sb in st.sbs.iter_mut() {
             change(sb);
             sb.bump_events(t);
         }
         if self.read_only || st.failed.is_some() {
-            return;
+            return Vec::new();
         }
         let mut failures = Vec::new();
         for i in 0..st.members.len() {
@@ -473,15 +485,30 @@ impl Array {
             let r = write_superblock(m.disk.as_ref(), &st.sbs[i], self.version)
                 .and_then(|_| m.disk.flush().map_err(EngineError::from));
             if let Err(e) = r {
-                failures.push((slot, m.disk.name().to_string(), e.to_string()));
+                failures.push((i, slot, m.disk.name().to_string(), e));
             }
         }
         self.intent_follow_events(st);
-        for (slot, name, err) in failures {
-            if let Some(s) = slot {
-                self.fail_locked(st, s, &format!("{name}: superblock write failed: {err}"));
+        let mut failed = Vec::new();
+        for (i, slot, name, err) in failures {
+            let why = format!("{name}: superblock write failed: {err}");
+            match slot {
+                Some(s) => self.fail_locked(st, s, &why),
+                None => {
+                    let d = st.sbs[i].dev_number;
+                    for sb in st.sbs.iter_mut() {
+                        let _ = sb.set_role(d, DevRole::Faulty);
+                    }
+                    st.events.push(ArrayEvent::MemberFaulty {
+                        member: name,
+                        slot: None,
+                        reason: why,
+                    });
+                }
             }
+            failed.push((i, err));
         }
+        failed
     }
 
     /// Records `[ms, ms + n)` of member `index` in its md bad-block log (and in memory, so
