@@ -1,6 +1,24 @@
 //! The real driver: an [`Array`] runs the sans-IO core on worker threads over member [`Disk`]s
 //! and keeps md's superblocks up to date.
 //!
+//! `Array`'s whole public surface, by what it is for (every method takes `&self`; one array
+//! is shared by many threads):
+//! - make one: [`Array::create`], [`Array::create_with_policy`] (array/create.rs),
+//!   [`Array::assemble`] (array/assemble.rs, with its [`AssembleReport`]);
+//! - the block device: [`Array::read_at`], [`Array::write_at`] (with `fua`), [`Array::flush`],
+//!   [`Array::trim`], [`Array::write_zeroes`], [`Array::size_bytes`],
+//!   [`Array::full_stripe_bytes`], [`Array::is_read_only`], [`Array::stop`];
+//! - what it is and what happened: [`Array::status`], [`Array::events_since`] (typed
+//!   [`crate::events::ArrayEvent`]s), [`Array::geometry`], [`Array::config`],
+//!   [`Array::consistency_policy`], [`Array::bitmap_dirty_bits`];
+//! - membership (array/members.rs): [`Array::fail_member`], [`Array::remove_member`],
+//!   [`Array::add_spare`], [`Array::re_add`], [`Array::replace_member`];
+//! - background work (rebuild, replace, check/repair, resync, patrol):
+//!   [`Array::pending_tasks`], [`Array::run_task`], [`Array::run_pending`],
+//!   [`Array::request_task`], [`Array::cancel_task`], [`Array::start_background`],
+//!   [`Array::set_task_rates`], [`Array::task_rates`], [`Array::set_task_start`],
+//!   [`Array::set_checkpoint_interval`], [`Array::set_patrol_interval`].
+//!
 //! Owns: create (mdadm's placement, clean and consistent from the start), assemble (md's
 //! rules: newest events wins; foreign, mismatched, duplicated, stale and undersized members are
 //! refused with the member named; dirty + degraded RAID 4/5/6 needs force), the clean/dirty
