@@ -11,9 +11,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
-/// What the threads of a burst share: the next step to claim, and which claimed steps are
-/// done, so the cursor only ever moves over finished steps.
-struct Burst {
+/// What the threads of a burst share: the task's range and step, the next step to claim, and
+/// which claimed steps are done, so the cursor only ever moves over finished steps.
+struct Burst<'s> {
+    kind: TaskKind,
+    steps: &'s BurstSteps,
+    /// The caller's stop request.
+    stop: &'s AtomicBool,
     quit: AtomicBool,
     done: Mutex<Frontier>,
     /// Signalled when the frontier moves or the burst quits.
@@ -23,7 +27,7 @@ struct Burst {
     error: Mutex<Option<EngineError>>,
 }
 
-impl Burst {
+impl Burst<'_> {
     fn quit(&self) {
         self.quit.store(true, Ordering::Relaxed);
         let _g = lock(&self.done);
@@ -32,7 +36,7 @@ impl Burst {
 }
 
 /// Ends a burst when the thread holding it leaves, however it leaves.
-struct QuitOnExit<'a>(&'a Burst);
+struct QuitOnExit<'a>(&'a Burst<'a>);
 
 impl Drop for QuitOnExit<'_> {
     fn drop(&mut self) {
@@ -89,7 +93,7 @@ impl Array {
     /// so one at a time) the frontier (every sector below it is done) is recorded as the
     /// task's cadence asks and published; an error from a step or a record ends the burst.
     /// Returns the frontier and whether a step reported [`StepResult::Dead`].
-    pub(super) fn burst<T: Task>(
+    pub(super) fn burst<'a, T: Task<'a>>(
         &self,
         task: &T,
         walk: &mut Walk<'_>,
@@ -97,8 +101,10 @@ impl Array {
         cursor: u64,
         steps: &BurstSteps,
     ) -> Result<(u64, bool)> {
-        let kind = walk.progress.kind;
         let b = Burst {
+            kind: walk.progress.kind,
+            steps,
+            stop,
             quit: AtomicBool::new(false),
             done: Mutex::new(Frontier {
                 at: cursor,
@@ -123,7 +129,7 @@ impl Array {
             self.publish(&mut walk);
             Ok(())
         };
-        let thread = || self.burst_steps(&b, stop, kind, steps, task, &after_step);
+        let thread = || self.burst_steps(&b, task, &after_step);
         std::thread::scope(|scope| {
             for _ in 1..steps.threads {
                 scope.spawn(thread);
@@ -141,12 +147,9 @@ impl Array {
     }
 
     /// One thread of a burst: claims and runs steps until told to quit.
-    fn burst_steps<T: Task>(
+    fn burst_steps<'a, T: Task<'a>>(
         &self,
-        b: &Burst,
-        stop: &AtomicBool,
-        kind: TaskKind,
-        steps: &BurstSteps,
+        b: &Burst<'_>,
         task: &T,
         after_step: &(dyn Fn(StepCounts) -> Result<()> + Sync),
     ) {
@@ -160,8 +163,8 @@ impl Array {
             lock(&b.error).get_or_insert(e);
             b.quit();
         };
-        while let Some(ms) = self.claim_step(b, stop, kind, steps) {
-            let n = steps.step.min(steps.end - ms);
+        while let Some(ms) = self.claim_step(b) {
+            let n = b.steps.step.min(b.steps.end - ms);
             let result = match task.skip(ms, n) {
                 Ok(true) => Ok(StepResult::done()),
                 Ok(false) => task.step(ms, n, &mut scratch),
@@ -190,25 +193,19 @@ impl Array {
     /// at most a window ahead of the frontier, so the cursor (what a checkpoint records, what
     /// progress shows) trails the work by a few steps at most and a stop takes effect within
     /// a few steps.
-    fn claim_step(
-        &self,
-        b: &Burst,
-        stop: &AtomicBool,
-        kind: TaskKind,
-        steps: &BurstSteps,
-    ) -> Option<u64> {
+    fn claim_step(&self, b: &Burst<'_>) -> Option<u64> {
         let mut f = lock(&b.done);
         loop {
             if b.quit.load(Ordering::Relaxed)
-                || self.cancelled(stop)
-                || f.next >= steps.end
-                || self.burst_threads(kind) < 2
+                || self.cancelled(b.stop)
+                || f.next >= b.steps.end
+                || self.burst_threads(b.kind) < 2
             {
                 return None;
             }
-            if f.next < f.at + steps.window_sectors {
+            if f.next < f.at + b.steps.window_sectors {
                 let ms = f.next;
-                f.next += steps.step;
+                f.next += b.steps.step;
                 return Some(ms);
             }
             f = b.moved.wait(f).unwrap_or_else(|p| p.into_inner());

@@ -47,8 +47,12 @@ mod runner;
 mod scrub;
 mod service;
 
-use crate::array::{lock, Array};
+use crate::array::{lock, Array, State};
 use crate::error::{EngineError, Result};
+use patrol::Patrol;
+use rebuild::Rebuild;
+use replace::Replace;
+use scrub::{Resync, Scrub};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -224,13 +228,28 @@ pub struct TaskReport {
 /// One kind of background work, as the loop in `runner.rs` runs it (md's `sync_request` to
 /// that loop's `md_do_sync`). A task is made for one run (after the array agreed to run it)
 /// and dropped at its end, whatever the outcome.
-trait Task: Sync {
+///
+/// A trait rather than one enum matched in every phase: the loop is generic over it
+/// (monomorphised, so a step costs no dispatch, as when each task had its own loop), and each
+/// task's state lives in its own type and file; another task (reshape) is one more type, one
+/// more [`TaskKind`] and an arm in each of the two matches below.
+trait Task<'a>: Sync + Sized {
     /// How the cursor is recorded.
     const CADENCE: Cadence;
 
     /// The failure when a step finds every member the task writes to gone
     /// ([`StepResult::Dead`]).
     const DEAD: &'static str = "every member the task writes to failed";
+
+    /// The range a run of `kind` would walk now, in the task's unit: where its cursor starts
+    /// (for check, repair and patrol, `resume`: where the last one stopped, or the start set)
+    /// and where it ends. Asked before the run (for its progress, and by
+    /// [`Array::set_task_start`]).
+    fn range(array: &Array, kind: TaskKind, resume: Option<u64>) -> Result<TaskRange>;
+
+    /// Sets up a run of `kind`, once the array agreed to run it; `None` when there is nothing
+    /// to do, an error when the task cannot run now.
+    fn open(array: &'a Array, kind: TaskKind) -> Result<Option<Self>>;
 
     /// Slots the task writes whole (shown in its progress).
     fn slots(&self) -> Vec<usize> {
@@ -436,12 +455,24 @@ impl Array {
     fn task_range(&self, kind: TaskKind) -> Result<TaskRange> {
         let resume = lock(&self.bg.state).resume_from.get(&kind).copied();
         match kind {
-            TaskKind::Rebuild => Ok(self.rebuild_range()),
-            TaskKind::Replace => Ok(self.replace_range()),
-            TaskKind::Resync => self.resync_range(),
-            TaskKind::Check | TaskKind::Repair => self.scrub_range(kind, resume),
-            TaskKind::Patrol => Ok(self.patrol_range(resume)),
+            TaskKind::Rebuild => Rebuild::range(self, kind, resume),
+            TaskKind::Replace => Replace::range(self, kind, resume),
+            TaskKind::Resync => Resync::range(self, kind, resume),
+            TaskKind::Check | TaskKind::Repair => Scrub::range(self, kind, resume),
+            TaskKind::Patrol => Patrol::range(self, kind, resume),
         }
+    }
+
+    /// The range of a task that writes members whole (rebuild, replace): member sectors from
+    /// the lowest `recovery_offset` of `written` (member indices), md's resume point for
+    /// both, to the end.
+    fn recovery_range(&self, st: &State, written: impl Iterator<Item = usize>) -> TaskRange {
+        let end = self.geo.member_data_sectors;
+        let start = written
+            .map(|i| st.sbs[i].recovery_offset().unwrap_or(0))
+            .min()
+            .unwrap_or(end);
+        ("member sectors", start.min(end), end)
     }
 
     /// Runs task `kind` to its end on the calling thread, each kind as its type.
@@ -452,13 +483,11 @@ impl Array {
         stop: &AtomicBool,
     ) -> Result<TaskOutcome> {
         match kind {
-            TaskKind::Rebuild => self.drive(rebuild::Rebuild::open(self), walk, stop),
-            TaskKind::Replace => self.drive(replace::Replace::open(self), walk, stop),
-            TaskKind::Resync => self.drive(scrub::Resync::open(self)?, walk, stop),
-            TaskKind::Check | TaskKind::Repair => {
-                self.drive(scrub::Scrub::open(self, kind)?, walk, stop)
-            }
-            TaskKind::Patrol => self.drive(Some(patrol::Patrol::open(self)), walk, stop),
+            TaskKind::Rebuild => self.drive::<Rebuild>(walk, stop),
+            TaskKind::Replace => self.drive::<Replace>(walk, stop),
+            TaskKind::Resync => self.drive::<Resync>(walk, stop),
+            TaskKind::Check | TaskKind::Repair => self.drive::<Scrub>(walk, stop),
+            TaskKind::Patrol => self.drive::<Patrol>(walk, stop),
         }
     }
 }

@@ -19,15 +19,6 @@ pub(super) struct Patrol<'a> {
     layout: Option<&'a raidkit_layout::Geometry>,
 }
 
-impl<'a> Patrol<'a> {
-    pub(super) fn open(array: &'a Array) -> Patrol<'a> {
-        Patrol {
-            array,
-            layout: array.raid10_layout(),
-        }
-    }
-}
-
 impl Drop for Patrol<'_> {
     fn drop(&mut self) {
         // Whatever its outcome, the next scheduled patrol counts from this one.
@@ -35,8 +26,21 @@ impl Drop for Patrol<'_> {
     }
 }
 
-impl Task for Patrol<'_> {
+impl<'a> Task<'a> for Patrol<'a> {
     const CADENCE: Cadence = Cadence::AtStop;
+
+    /// Every member sector, from where the last one stopped (or the start set).
+    fn range(array: &Array, _: TaskKind, resume: Option<u64>) -> Result<TaskRange> {
+        let end = array.geo.member_data_sectors;
+        Ok(("member sectors", resume.unwrap_or(0).min(end), end))
+    }
+
+    fn open(array: &'a Array, _: TaskKind) -> Result<Option<Patrol<'a>>> {
+        Ok(Some(Patrol {
+            array,
+            layout: array.raid10_layout(),
+        }))
+    }
 
     fn step(&self, ms: u64, n: u64, sc: &mut StepScratch) -> Result<StepResult> {
         let found = self.array.patrol_step(ms, n, &mut sc.bufs, self.layout)?;
@@ -55,13 +59,6 @@ impl Task for Patrol<'_> {
 }
 
 impl Array {
-    /// A patrol's range: every member sector, from where the last one stopped (or the start
-    /// set).
-    pub(super) fn patrol_range(&self, resume: Option<u64>) -> TaskRange {
-        let end = self.geo.member_data_sectors;
-        ("member sectors", resume.unwrap_or(0).min(end), end)
-    }
-
     /// One patrol step: reads `[cursor, cursor + n)` of every readable member and repairs
     /// what a member cannot read.
     fn patrol_step(

@@ -3,14 +3,14 @@
 //! member being rebuilt. Running alone, a parity rebuild reads the next step on the member
 //! workers while it computes and writes the current one.
 
-use super::io::{fit_bufs, slot_reads, MirrorPiece, RangeIo};
+use super::io::{fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo};
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member};
 use crate::error::{EngineError, Result};
 use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
 use crate::plan::{MemberState, SECTOR};
-use crate::pool::{Batch, Job};
+use crate::pool::Batch;
 use crate::recon::{self, ReconError};
 use std::sync::Arc;
 
@@ -54,27 +54,6 @@ impl Prefetch {
     }
 }
 
-impl<'a> Rebuild<'a> {
-    /// A pass over the slots being rebuilt now; `None` when there are none.
-    pub(super) fn open(array: &'a Array) -> Option<Rebuild<'a>> {
-        lock(&array.bg.state).rebuild_pass = None;
-        let (targets, _, _) = array.rebuild_view();
-        if targets.is_empty() {
-            return None;
-        }
-        lock(&array.bg.state).rebuild_pass = Some(targets.iter().map(|t| t.1).collect());
-        Some(Rebuild {
-            array,
-            slots: targets.iter().map(|t| t.0).collect(),
-            layout: array.raid10_layout(),
-            bitmap_only: array.bitmap_only_recovery(),
-            end: array.geo.member_data_sectors,
-            step: array.step_sectors(),
-            ahead: None,
-        })
-    }
-}
-
 impl Drop for Rebuild<'_> {
     fn drop(&mut self) {
         // Whatever way the pass ends (an error included), a read-ahead still in flight is
@@ -84,9 +63,37 @@ impl Drop for Rebuild<'_> {
     }
 }
 
-impl Task for Rebuild<'_> {
+impl<'a> Task<'a> for Rebuild<'a> {
     const CADENCE: Cadence = Cadence::Timed;
     const DEAD: &'static str = "every member being rebuilt failed";
+
+    /// From the lowest `recovery_offset` of the members being rebuilt.
+    fn range(array: &Array, _: TaskKind, _: Option<u64>) -> Result<TaskRange> {
+        let st = lock(&array.state);
+        let rebuilding = (0..array.geo.raid_disks)
+            .filter(|&slot| st.slot_state[slot] == MemberState::Rebuilding)
+            .filter_map(|slot| st.slot_member[slot]);
+        Ok(array.recovery_range(&st, rebuilding))
+    }
+
+    /// A pass over the slots being rebuilt now.
+    fn open(array: &'a Array, _: TaskKind) -> Result<Option<Rebuild<'a>>> {
+        lock(&array.bg.state).rebuild_pass = None;
+        let (targets, _, _) = array.rebuild_view();
+        if targets.is_empty() {
+            return Ok(None);
+        }
+        lock(&array.bg.state).rebuild_pass = Some(targets.iter().map(|t| t.1).collect());
+        Ok(Some(Rebuild {
+            array,
+            slots: targets.iter().map(|t| t.0).collect(),
+            layout: array.raid10_layout(),
+            bitmap_only: array.bitmap_only_recovery(),
+            end: array.geo.member_data_sectors,
+            step: array.step_sectors(),
+            ahead: None,
+        }))
+    }
 
     fn slots(&self) -> Vec<usize> {
         self.slots.clone()
@@ -162,22 +169,6 @@ fn alive(live: usize) -> StepResult {
 }
 
 impl Array {
-    /// A rebuild's range: from the lowest `recovery_offset` of the members being rebuilt.
-    pub(super) fn rebuild_range(&self) -> TaskRange {
-        let member_end = self.geo.member_data_sectors;
-        let st = lock(&self.state);
-        let start = st
-            .slot_state
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| **s == MemberState::Rebuilding)
-            .filter_map(|(slot, _)| st.slot_member[slot])
-            .map(|i| st.sbs[i].recovery_offset().unwrap_or(0))
-            .min()
-            .unwrap_or(member_end);
-        ("member sectors", start.min(member_end), member_end)
-    }
-
     /// Slots being rebuilt with their member, and the members able to serve reads.
     fn rebuild_view(&self) -> RebuildView {
         let pass = lock(&self.bg.state).rebuild_pass.clone();
@@ -251,8 +242,7 @@ impl Array {
         for (slot, b) in bufs.iter_mut().enumerate() {
             if let (true, Some(m)) = (states[slot].usable(), &members[slot]) {
                 batch.add(1);
-                let job: Job =
-                    super::io::member_job(m, false, ms, b.as_mut_ptr(), len, &batch, slot);
+                let job = member_job(m, false, ms, b.as_mut_ptr(), len, &batch, slot);
                 m.worker.submit(job, m.disk.name());
             }
         }

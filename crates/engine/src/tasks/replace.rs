@@ -3,7 +3,7 @@
 //! the others instead. The cursor is md's `recovery_offset` in each replacement's superblock.
 
 use super::io::RangeIo;
-use super::{Cadence, StepResult, StepScratch, Task, TaskRange};
+use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member};
 use crate::error::Result;
 use crate::events::ArrayEvent;
@@ -23,25 +23,29 @@ pub(super) struct Replace<'a> {
     end: u64,
 }
 
-impl<'a> Replace<'a> {
-    /// A run over the replacements there are now; `None` when there are none.
-    pub(super) fn open(array: &'a Array) -> Option<Replace<'a>> {
+impl<'a> Task<'a> for Replace<'a> {
+    const CADENCE: Cadence = Cadence::Timed;
+    const DEAD: &'static str = "no replacement left to copy to (failed, or continued as a rebuild)";
+
+    /// From the lowest `recovery_offset` of the replacements.
+    fn range(array: &Array, _: TaskKind, _: Option<u64>) -> Result<TaskRange> {
+        let st = lock(&array.state);
+        Ok(array.recovery_range(&st, st.replacement.iter().flatten().copied()))
+    }
+
+    /// A run over the replacements there are now.
+    fn open(array: &'a Array, _: TaskKind) -> Result<Option<Replace<'a>>> {
         let view = array.replace_view();
         if view.is_empty() {
-            return None;
+            return Ok(None);
         }
-        Some(Replace {
+        Ok(Some(Replace {
             array,
             slots: view.iter().map(|r| r.0).collect(),
             layout: array.raid10_layout(),
             end: array.geo.member_data_sectors,
-        })
+        }))
     }
-}
-
-impl Task for Replace<'_> {
-    const CADENCE: Cadence = Cadence::Timed;
-    const DEAD: &'static str = "no replacement left to copy to (failed, or continued as a rebuild)";
 
     fn slots(&self) -> Vec<usize> {
         self.slots.clone()
@@ -61,20 +65,6 @@ impl Task for Replace<'_> {
 }
 
 impl Array {
-    /// A replace's range: from the lowest `recovery_offset` of the replacements.
-    pub(super) fn replace_range(&self) -> TaskRange {
-        let member_end = self.geo.member_data_sectors;
-        let st = lock(&self.state);
-        let start = st
-            .replacement
-            .iter()
-            .flatten()
-            .map(|&i| st.sbs[i].recovery_offset().unwrap_or(0))
-            .min()
-            .unwrap_or(member_end);
-        ("member sectors", start.min(member_end), member_end)
-    }
-
     /// (slot, replacement index, replacement member, old member) of every replacement.
     fn replace_view(&self) -> Vec<Replacing> {
         let st = lock(&self.state);

@@ -130,18 +130,17 @@ impl Array {
         Ok(report)
     }
 
-    /// The loop: runs `task` (`None`: nothing to do) over the walk's range, a step at a time
-    /// or in bursts, until it ends, fails or is stopped.
-    pub(super) fn drive<T: Task>(
-        &self,
-        task: Option<T>,
+    /// The loop: runs a task of type `T` over the walk's range, a step at a time or in
+    /// bursts, until it ends, fails or is stopped.
+    pub(super) fn drive<'a, T: Task<'a>>(
+        &'a self,
         walk: &mut Walk<'_>,
         stop: &AtomicBool,
     ) -> Result<TaskOutcome> {
-        let Some(mut task) = task else {
+        let kind = walk.progress.kind;
+        let Some(mut task) = T::open(self, kind)? else {
             return Ok(TaskOutcome::Nothing);
         };
-        let kind = walk.progress.kind;
         walk.progress.slots = task.slots();
         let end = walk.progress.end_sectors;
         let step = self.step_sectors();
@@ -201,7 +200,12 @@ impl Array {
 
     /// After a step, with everything below `at` done: records the cursor as the task's
     /// cadence asks.
-    pub(super) fn record<T: Task>(&self, task: &T, walk: &mut Walk<'_>, at: u64) -> Result<()> {
+    pub(super) fn record<'a, T: Task<'a>>(
+        &self,
+        task: &T,
+        walk: &mut Walk<'_>,
+        at: u64,
+    ) -> Result<()> {
         match T::CADENCE {
             Cadence::AtStop => {}
             Cadence::EveryStep => task.checkpoint(at)?,

@@ -21,8 +21,16 @@ pub(super) struct Scrub<'a> {
     fix: bool,
 }
 
-impl<'a> Scrub<'a> {
-    pub(super) fn open(array: &'a Array, kind: TaskKind) -> Result<Option<Scrub<'a>>> {
+impl<'a> Task<'a> for Scrub<'a> {
+    const CADENCE: Cadence = Cadence::AtStop;
+
+    /// The scrub space, from where the last one stopped (or the start set).
+    fn range(array: &Array, kind: TaskKind, resume: Option<u64>) -> Result<TaskRange> {
+        let (unit, end) = array.scrub_range_of(kind)?;
+        Ok((unit, resume.unwrap_or(0).min(end), end))
+    }
+
+    fn open(array: &'a Array, kind: TaskKind) -> Result<Option<Scrub<'a>>> {
         array.scrub_can_compare(kind)?;
         Ok(Some(Scrub {
             array,
@@ -30,10 +38,6 @@ impl<'a> Scrub<'a> {
             fix: kind == TaskKind::Repair,
         }))
     }
-}
-
-impl Task for Scrub<'_> {
-    const CADENCE: Cadence = Cadence::AtStop;
 
     fn step(&self, s: u64, n: u64, sc: &mut StepScratch) -> Result<StepResult> {
         self.array.scrub_step(s, n, self.fix, sc)
@@ -55,19 +59,24 @@ pub(super) struct Resync<'a> {
     array: &'a Array,
 }
 
-impl<'a> Resync<'a> {
+impl<'a> Task<'a> for Resync<'a> {
+    const CADENCE: Cadence = Cadence::EveryStep;
+
+    /// The scrub space, from the pending resync's cursor.
+    fn range(array: &Array, kind: TaskKind, _: Option<u64>) -> Result<TaskRange> {
+        let (unit, end) = array.scrub_range_of(kind)?;
+        let start = lock(&array.state).resync_from.unwrap_or(end).min(end);
+        Ok((unit, start, end))
+    }
+
     /// A resync from where the pending one stands; `None` when none is pending.
-    pub(super) fn open(array: &'a Array) -> Result<Option<Resync<'a>>> {
+    fn open(array: &'a Array, kind: TaskKind) -> Result<Option<Resync<'a>>> {
         if lock(&array.state).resync_from.is_none() {
             return Ok(None);
         }
-        array.scrub_can_compare(TaskKind::Resync)?;
+        array.scrub_can_compare(kind)?;
         Ok(Some(Resync { array }))
     }
-}
-
-impl Task for Resync<'_> {
-    const CADENCE: Cadence = Cadence::EveryStep;
 
     fn skip(&self, s: u64, n: u64) -> Result<bool> {
         // The write-intent bitmap says nothing was written here: nothing to resync.
@@ -124,19 +133,6 @@ impl Array {
             )));
         }
         Ok(self.scrub_space())
-    }
-
-    /// A check's or repair's range: from where the last one stopped (or the start set).
-    pub(super) fn scrub_range(&self, kind: TaskKind, resume: Option<u64>) -> Result<TaskRange> {
-        let (unit, end) = self.scrub_range_of(kind)?;
-        Ok((unit, resume.unwrap_or(0).min(end), end))
-    }
-
-    /// A resync's range: from the pending resync's cursor.
-    pub(super) fn resync_range(&self) -> Result<TaskRange> {
-        let (unit, end) = self.scrub_range_of(TaskKind::Resync)?;
-        let start = lock(&self.state).resync_from.unwrap_or(end).min(end);
-        Ok((unit, start, end))
     }
 
     /// Parity can be compared with data only while every member is in sync.
