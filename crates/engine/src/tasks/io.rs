@@ -74,6 +74,37 @@ pub(super) fn member_job(
     }
 }
 
+/// Sectors of the 4 KiB blocks a range is narrowed to (bad blocks, unreadable sectors).
+pub(super) const BLOCK_SECTORS: u64 = 8;
+
+/// The 4 KiB blocks of `[ms, ms + n)` as (start, sectors); the last one may be shorter.
+pub(super) fn blocks(ms: u64, n: u64) -> impl Iterator<Item = (u64, u64)> {
+    (ms..ms + n)
+        .step_by(BLOCK_SECTORS as usize)
+        .map(move |b| (b, BLOCK_SECTORS.min(ms + n - b)))
+}
+
+/// Block `[b, b + len)` copied out of every buffer of a step that starts at `ms`, with the
+/// block's byte offset in those buffers.
+pub(super) fn copy_block(bufs: &[Vec<u8>], ms: u64, b: u64, len: u64) -> (usize, Vec<Vec<u8>>) {
+    let off = ((b - ms) as usize) * SECTOR;
+    let bytes = len as usize * SECTOR;
+    (
+        off,
+        bufs.iter().map(|v| v[off..off + bytes].to_vec()).collect(),
+    )
+}
+
+/// Whether any of `ranges` (start, sectors) overlaps `[b, b + len)`.
+pub(super) fn any_overlaps(ranges: &[(u64, u64)], b: u64, len: u64) -> bool {
+    ranges.iter().any(|&(s, l)| overlaps(s, l, b, len))
+}
+
+/// Whether `[a, a + a_len)` and `[b, b + b_len)` overlap.
+pub(super) fn overlaps(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
+    a < b + b_len && b < a + a_len
+}
+
 /// Sizes `bufs` to `count` buffers of `len` bytes each.
 pub(super) fn fit_bufs(bufs: &mut Vec<Vec<u8>>, count: usize, len: usize) {
     bufs.resize_with(count, Vec::new);
@@ -309,7 +340,7 @@ impl Array {
                     .get(i)?
                     .iter()
                     .copied()
-                    .filter(|&(b, len)| b < ms + n && ms < b + len)
+                    .filter(|&(b, len)| overlaps(b, len, ms, n))
                     .collect();
                 (!hits.is_empty()).then_some((slot, hits))
             })

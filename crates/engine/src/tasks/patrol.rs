@@ -3,7 +3,7 @@
 //! read back goes into the member's bad-block log (reads then avoid it). The narrowing and
 //! repair also serve foreground reads that hit an error, and check/repair/resync.
 
-use super::io::{fit_bufs, slot_reads, RangeIo};
+use super::io::{blocks, fit_bufs, slot_reads, RangeIo, BLOCK_SECTORS};
 use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member};
 use crate::error::Result;
@@ -92,16 +92,13 @@ impl Array {
         n: u64,
         layout: Option<&raidkit_layout::Geometry>,
     ) -> Result<(u64, u64)> {
-        const BLOCK: u64 = 8;
         let mut fixed = 0;
         let mut bad = 0;
-        let mut probe = vec![0u8; BLOCK as usize * SECTOR];
+        let mut probe = vec![0u8; BLOCK_SECTORS as usize * SECTOR];
         // Unreadable blocks next to each other go to the bad-block log as one range: one
         // log entry and one superblock update instead of one per block.
         let mut pending: Option<(usize, u64, u64)> = None;
-        let mut b = ms;
-        while b < ms + n {
-            let len = BLOCK.min(ms + n - b);
+        for (b, len) in blocks(ms, n) {
             let (states, members) = self.snapshot();
             let Some(member) = members[slot].clone().filter(|_| states[slot].usable()) else {
                 break; // the member failed meanwhile
@@ -116,7 +113,6 @@ impl Array {
             };
             if known {
                 // Already in the bad-block log: served from redundancy, nothing to find.
-                b += len;
                 continue;
             }
             let mut io = [RangeIo {
@@ -147,7 +143,6 @@ impl Array {
                     }
                 }
             }
-            b += len;
         }
         if let Some((i, from, to)) = pending {
             self.record_bad_block(i, from, to - from)?;

@@ -3,7 +3,9 @@
 //! member being rebuilt. Running alone, a parity rebuild reads the next step on the member
 //! workers while it computes and writes the current one.
 
-use super::io::{fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo};
+use super::io::{
+    any_overlaps, blocks, copy_block, fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo,
+};
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member};
 use crate::error::{EngineError, Result};
@@ -374,31 +376,24 @@ impl Array {
         targets: &[Target],
         bad: &[(usize, Vec<(u64, u64)>)],
     ) -> Result<usize> {
-        const BLOCK: u64 = 8;
         let mut lost_blocks: Vec<(u64, u64)> = Vec::new();
-        let mut b = ms;
-        while b < ms + n {
-            let len = BLOCK.min(ms + n - b);
+        for (b, len) in blocks(ms, n) {
             let mut r = readable.to_vec();
             for (slot, ranges) in bad {
-                if ranges.iter().any(|&(s, l)| s < b + len && b < s + l) {
+                if any_overlaps(ranges, b, len) {
                     r[*slot] = false;
                 }
             }
-            let off = ((b - ms) as usize) * SECTOR;
-            let bytes = len as usize * SECTOR;
-            let mut block: Vec<Vec<u8>> =
-                bufs.iter().map(|v| v[off..off + bytes].to_vec()).collect();
+            let (off, mut block) = copy_block(bufs, ms, b, len);
             match recon::parity_recover(&self.geo, b, len, &mut block, &r) {
                 Ok(()) => {
                     for (slot, ..) in targets {
-                        bufs[*slot][off..off + bytes].copy_from_slice(&block[*slot]);
+                        bufs[*slot][off..off + block[*slot].len()].copy_from_slice(&block[*slot]);
                     }
                 }
                 Err(ReconError::TooManyLost { .. }) => lost_blocks.push((b, len)),
                 Err(e) => return Err(EngineError::Invalid(e.to_string())),
             }
-            b += len;
         }
         for &(b, len) in &lost_blocks {
             // Zeroes, never another member's data, where nothing could be computed.

@@ -3,7 +3,7 @@
 //! got to in memory (md's `sync_min`); resync walks from md's `resync_offset`, skips what the
 //! write-intent bitmap says was not written, and clears the pending resync at its end.
 
-use super::io::{fit_bufs, slot_reads, RangeIo, Round};
+use super::io::{any_overlaps, blocks, copy_block, fit_bufs, slot_reads, RangeIo, Round};
 use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member};
 use crate::error::{EngineError, Result};
@@ -303,19 +303,10 @@ impl Array {
         members: &[Option<Arc<Member>>],
         bad: &[(usize, Vec<(u64, u64)>)],
     ) -> Result<u64> {
-        const BLOCK: u64 = 8;
         let mut mismatched = 0;
-        let mut b = ms;
-        while b < ms + n {
-            let len = BLOCK.min(ms + n - b);
-            let listed = bad
-                .iter()
-                .any(|(_, r)| r.iter().any(|&(s, l)| s < b + len && b < s + l));
-            if !listed {
-                let off = ((b - ms) as usize) * SECTOR;
-                let bytes = len as usize * SECTOR;
-                let mut block: Vec<Vec<u8>> =
-                    bufs.iter().map(|v| v[off..off + bytes].to_vec()).collect();
+        for (b, len) in blocks(ms, n) {
+            if !bad.iter().any(|(_, ranges)| any_overlaps(ranges, b, len)) {
+                let (_, mut block) = copy_block(bufs, ms, b, len);
                 let out = recon::parity_check(&self.geo, b, len, &mut block, fix, scratch)
                     .map_err(|e| EngineError::Invalid(e.to_string()))?;
                 mismatched += out.mismatch_sectors;
@@ -334,7 +325,6 @@ impl Array {
                     self.fail_erred(errors, Some("parity rewrite"));
                 }
             }
-            b += len;
         }
         Ok(mismatched)
     }
