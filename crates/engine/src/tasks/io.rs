@@ -23,6 +23,37 @@ pub(super) struct RangeIo<'a> {
     pub(super) buf: &'a mut [u8],
 }
 
+impl<'a> RangeIo<'a> {
+    /// A read of `buf.len()` bytes at `member_sector` of `member` (in `slot`) into `buf`.
+    pub(super) fn read(
+        slot: usize,
+        member: Arc<Member>,
+        member_sector: u64,
+        buf: &'a mut [u8],
+    ) -> RangeIo<'a> {
+        RangeIo {
+            slot,
+            member,
+            write: false,
+            member_sector,
+            buf,
+        }
+    }
+
+    /// A write of `buf` at `member_sector` of `member` (in `slot`).
+    pub(super) fn write(
+        slot: usize,
+        member: Arc<Member>,
+        member_sector: u64,
+        buf: &'a mut [u8],
+    ) -> RangeIo<'a> {
+        RangeIo {
+            write: true,
+            ..RangeIo::read(slot, member, member_sector, buf)
+        }
+    }
+}
+
 /// Where each part of a member range of a mirror slot lives in the array: (member sector,
 /// sectors, array sector or `None` where the member range holds no array data).
 pub(super) type MirrorPiece = (u64, u64, Option<u64>);
@@ -126,13 +157,7 @@ pub(super) fn slot_reads<'b>(
         .enumerate()
         .filter_map(|(slot, buf)| {
             let member = members[slot].clone().filter(|_| readable[slot])?;
-            Some(RangeIo {
-                slot,
-                member,
-                write: false,
-                member_sector: ms,
-                buf: &mut buf[..len],
-            })
+            Some(RangeIo::read(slot, member, ms, &mut buf[..len]))
         })
         .collect()
 }
@@ -423,13 +448,7 @@ impl Array {
                     ),
                 });
             };
-            reads.push(RangeIo {
-                slot: m,
-                member,
-                write: false,
-                member_sector,
-                buf: piece,
-            });
+            reads.push(RangeIo::read(m, member, member_sector, piece));
         }
         Ok(reads)
     }

@@ -115,13 +115,12 @@ impl Array {
                 // Already in the bad-block log: served from redundancy, nothing to find.
                 continue;
             }
-            let mut io = [RangeIo {
+            let mut io = [RangeIo::read(
                 slot,
-                member: member.clone(),
-                write: false,
-                member_sector: b,
-                buf: &mut probe[..len as usize * SECTOR],
-            }];
+                member.clone(),
+                b,
+                &mut probe[..len as usize * SECTOR],
+            )];
             if !self.range_io(&mut io).is_empty() {
                 match self.rewrite_block(slot, member, b, len, layout)? {
                     true => fixed += len,
@@ -186,24 +185,12 @@ impl Array {
             if !rebuilt {
                 return Ok(false);
             }
-            let mut w = [RangeIo {
-                slot,
-                member: member.clone(),
-                write: true,
-                member_sector: ms,
-                buf: &mut buf,
-            }];
+            let mut w = [RangeIo::write(slot, member.clone(), ms, &mut buf)];
             if !self.range_io(&mut w).is_empty() {
                 return Ok(false);
             }
             let mut check = vec![0u8; len];
-            let mut r = [RangeIo {
-                slot,
-                member,
-                write: false,
-                member_sector: ms,
-                buf: &mut check,
-            }];
+            let mut r = [RangeIo::read(slot, member, ms, &mut check)];
             Ok(self.range_io(&mut r).is_empty() && check == buf)
         })
     }

@@ -347,13 +347,7 @@ impl Array {
         let mut writes: Vec<RangeIo<'_>> = Vec::new();
         for (slot, buf) in bufs.iter_mut().enumerate() {
             if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
-                writes.push(RangeIo {
-                    slot,
-                    member: m.clone(),
-                    write: true,
-                    member_sector: ms,
-                    buf: &mut buf[..len],
-                });
+                writes.push(RangeIo::write(slot, m.clone(), ms, &mut buf[..len]));
             }
         }
         let errors = self.range_io(&mut writes);
@@ -466,13 +460,7 @@ impl Array {
         let Some(target) = target else {
             return Ok(false);
         };
-        let mut w = [RangeIo {
-            slot,
-            member: target,
-            write: true,
-            member_sector: ms,
-            buf,
-        }];
+        let mut w = [RangeIo::write(slot, target, ms, buf)];
         let errors = self.range_io(&mut w);
         Ok(self.fail_erred(errors, Some("rebuild write")))
     }

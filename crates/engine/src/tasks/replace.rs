@@ -105,13 +105,7 @@ impl Array {
             self.locked(&keys, || -> Result<()> {
                 let mut got = false;
                 if let Some(old) = old {
-                    let mut io = [RangeIo {
-                        slot,
-                        member: old,
-                        write: false,
-                        member_sector: cursor,
-                        buf: &mut buf[..len],
-                    }];
+                    let mut io = [RangeIo::read(slot, old, cursor, &mut buf[..len])];
                     got = self.range_io(&mut io).is_empty();
                 }
                 if !got {
@@ -127,13 +121,7 @@ impl Array {
                         }
                     }
                 }
-                let mut w = [RangeIo {
-                    slot,
-                    member: r_member,
-                    write: true,
-                    member_sector: cursor,
-                    buf: &mut buf[..len],
-                }];
+                let mut w = [RangeIo::write(slot, r_member, cursor, &mut buf[..len])];
                 if let Some((_, e)) = self.range_io(&mut w).into_iter().next() {
                     self.replacement_failed(slot, &format!("replacement write: {e}"));
                 }

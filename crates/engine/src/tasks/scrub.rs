@@ -274,13 +274,7 @@ impl Array {
                 let (seg, tail) = from.split_at_mut(sectors as usize * SECTOR);
                 taken[slot] = offset + seg.len();
                 rest[slot] = Some(tail);
-                writes.push(RangeIo {
-                    slot,
-                    member: m,
-                    write: true,
-                    member_sector: sector,
-                    buf: seg,
-                });
+                writes.push(RangeIo::write(slot, m, sector, seg));
             }
             let errors = self.range_io(&mut writes);
             self.fail_erred(errors, Some("parity rewrite"));
@@ -314,13 +308,12 @@ impl Array {
                     let Some(m) = members[slot].clone() else {
                         continue;
                     };
-                    let mut w = [RangeIo {
+                    let mut w = [RangeIo::write(
                         slot,
-                        member: m,
-                        write: true,
-                        member_sector: sector,
-                        buf: &mut block[slot][offset..offset + sectors as usize * SECTOR],
-                    }];
+                        m,
+                        sector,
+                        &mut block[slot][offset..offset + sectors as usize * SECTOR],
+                    )];
                     let errors = self.range_io(&mut w);
                     self.fail_erred(errors, Some("parity rewrite"));
                 }
@@ -362,13 +355,7 @@ impl Array {
                         .enumerate()
                         .filter_map(|(k, buf)| {
                             let (_, m, ms, member) = live.iter().find(|l| l.0 == k)?;
-                            Some(RangeIo {
-                                slot: *m,
-                                member: member.clone(),
-                                write: false,
-                                member_sector: *ms,
-                                buf: &mut buf[..len],
-                            })
+                            Some(RangeIo::read(*m, member.clone(), *ms, &mut buf[..len]))
                         })
                         .collect();
                     Ok((live, reads))
@@ -391,13 +378,7 @@ impl Array {
                         found = found.max(d);
                         if fix {
                             buf[..len].copy_from_slice(reference);
-                            writes.push(RangeIo {
-                                slot: *m,
-                                member: member.clone(),
-                                write: true,
-                                member_sector: *ms,
-                                buf: &mut buf[..len],
-                            });
+                            writes.push(RangeIo::write(*m, member.clone(), *ms, &mut buf[..len]));
                         }
                     }
                 }
