@@ -159,6 +159,8 @@ impl Array {
             let step_started = Instant::now();
             let n = step.min(end - cursor);
             if task.skip(cursor, n)? {
+                // Nothing was read or written: only a cursor kept in memory moves along (a
+                // record in the superblocks waits for a step that did something).
                 cursor += n;
                 if T::CADENCE == Cadence::EveryStep {
                     task.checkpoint(cursor)?;
