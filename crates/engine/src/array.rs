@@ -62,15 +62,14 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod assemble;
-mod bitmap;
+pub(crate) mod bitmap;
 mod create;
-mod health;
 mod journal;
 mod members;
 mod ppl;
 use crate::error::AbsentMember;
 use crate::events::{ArrayEvent, EventLog};
-pub use health::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
+pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 
 /// Memory and concurrency bounds of the driver.
 #[derive(Clone, Copy, Debug)]
@@ -263,61 +262,61 @@ pub struct Status {
     pub log: Vec<String>,
 }
 
-struct Member {
-    disk: Arc<dyn Disk>,
-    worker: Worker,
-    data_offset_bytes: u64,
+pub(crate) struct Member {
+    pub(crate) disk: Arc<dyn Disk>,
+    pub(crate) worker: Worker,
+    pub(crate) data_offset_bytes: u64,
 }
 
-struct State {
+pub(crate) struct State {
     /// Every device attached, in the order given (spares and faulty ones too); `None` once
     /// removed.
-    members: Vec<Option<Arc<Member>>>,
+    pub(crate) members: Vec<Option<Arc<Member>>>,
     /// Each attached member's superblock (kept in memory, written on every change).
-    sbs: Vec<Superblock>,
-    slot_member: Vec<Option<usize>>,
-    slot_state: Vec<MemberState>,
+    pub(crate) sbs: Vec<Superblock>,
+    pub(crate) slot_member: Vec<Option<usize>>,
+    pub(crate) slot_state: Vec<MemberState>,
     dirty: bool,
-    failed: Option<String>,
-    events: EventLog,
+    pub(crate) failed: Option<String>,
+    pub(crate) events: EventLog,
     /// Per slot: a member being copied from the slot's member (md's replacement).
-    replacement: Vec<Option<usize>>,
+    pub(crate) replacement: Vec<Option<usize>>,
     /// Per slot: read errors corrected from redundancy since the slot's member joined; past
     /// [`MAX_CORRECTED_READ_ERRORS`] the member is failed (md's max_corrected_read_errors).
     read_errors: Vec<u32>,
     /// A resync after an unclean stop is pending from here (member sectors, or array sectors
     /// for RAID 10); `None` when parity and copies are known consistent.
-    resync_from: Option<u64>,
+    pub(crate) resync_from: Option<u64>,
     /// Per member (index as in `members`): ranges md's bad-block log lists, in member data
     /// sectors (the log itself stores device sectors). Reads never go there.
-    bad: Vec<Vec<(u64, u64)>>,
+    pub(crate) bad: Vec<Vec<(u64, u64)>>,
     /// Per slot: the member being rebuilt came back and only needs what the write-intent
     /// bitmap marks (md's bitmap-based recovery after a re-add).
-    bitmap_recovery: Vec<bool>,
+    pub(crate) bitmap_recovery: Vec<bool>,
 }
 
 /// An assembled array. All methods take `&self` and may be called from many threads.
 pub struct Array {
-    geo: Geo,
+    pub(crate) geo: Geo,
     version: SuperblockVersion,
-    read_only: bool,
-    config: EngineConfig,
+    pub(crate) read_only: bool,
+    pub(crate) config: EngineConfig,
     max_band_sectors: u64,
     batch_budget_bytes: usize,
-    state: Mutex<State>,
-    locks: StripeLocks,
+    pub(crate) state: Mutex<State>,
+    pub(crate) locks: StripeLocks,
     inflight: Semaphore,
     /// Serialises superblock updates (dirty marking, failures) without blocking data I/O.
-    sb_lock: Mutex<()>,
+    pub(crate) sb_lock: Mutex<()>,
     /// Background tasks (rebuild, resync, check, patrol) and their service thread.
-    bg: health::Bg,
+    pub(crate) bg: crate::tasks::Bg,
     /// A resync is pending: mirror reads then go to the first live copy, as md's do, so a
     /// read never sees two different versions of a sector the crash left unsynced.
-    resync_pending: AtomicBool,
+    pub(crate) resync_pending: AtomicBool,
     /// Some slot has a replacement (checked on every write without taking the state lock).
     has_replacement: AtomicBool,
     /// Some member has bad blocks (checked on every request without taking the state lock).
-    has_bad: AtomicBool,
+    pub(crate) has_bad: AtomicBool,
     /// md's internal write-intent bitmap, when the array has one.
     bitmap: Option<bitmap::WriteIntent>,
     /// Serialises bitmap writes (so a bit is durable before any write under it starts, and
@@ -331,7 +330,7 @@ pub struct Array {
     no_space: AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // State stays consistent across a panic in another thread: every update is applied whole.
     match m.lock() {
         Ok(g) => g,
@@ -456,7 +455,7 @@ impl Array {
             locks: StripeLocks::default(),
             inflight: Semaphore::new(config.max_inflight),
             sb_lock: Mutex::new(()),
-            bg: health::Bg::new(),
+            bg: crate::tasks::Bg::new(),
             resync_pending: AtomicBool::new(false),
             has_replacement: AtomicBool::new(false),
             has_bad: AtomicBool::new(false),
@@ -804,14 +803,14 @@ impl Array {
         }
     }
 
-    fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         if self.read_only {
             return Err(EngineError::ReadOnly);
         }
         self.check_failed()
     }
 
-    fn check_failed(&self) -> Result<()> {
+    pub(crate) fn check_failed(&self) -> Result<()> {
         match &lock(&self.state).failed {
             Some(d) => Err(EngineError::ArrayFailed { detail: d.clone() }),
             None => Ok(()),
@@ -1083,7 +1082,7 @@ impl Array {
         Ok(())
     }
 
-    fn snapshot(&self) -> (Vec<MemberState>, Vec<Option<Arc<Member>>>) {
+    pub(crate) fn snapshot(&self) -> (Vec<MemberState>, Vec<Option<Arc<Member>>>) {
         let st = lock(&self.state);
         let members = st
             .slot_member

@@ -8,6 +8,8 @@
 //!   `raidkit_layout`'s typed geometry, where md's placement formulas live.
 //! - [`array`]: the real driver: [`Array`] runs the core on worker threads over [`Disk`]s and
 //!   keeps md's superblocks (create, assemble, clean/dirty, faulty members, spares).
+//! - `tasks`: background work (rebuild, replace, check/repair/resync, patrol), one type per
+//!   task run by one loop; its public types are re-exported here.
 //!
 //! [`Disk`]: raidkit_disk::Disk
 
@@ -22,6 +24,7 @@ pub mod plan;
 mod pool;
 pub mod ppl;
 pub mod recon;
+mod tasks;
 
 pub use array::{
     Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// md's default daemon_sleep: bits idle this long are cleared.
-pub(super) const CLEAR_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const CLEAR_AFTER: Duration = Duration::from_secs(5);
 
 pub(super) struct WriteIntent {
     inner: Mutex<Wi>,
@@ -323,7 +323,7 @@ impl Array {
     /// Clears bits idle for `after` (all idle bits with `all`) once the data under them is
     /// flushed, unless the array is degraded (then the bits are what a returning member
     /// needs). Called by the background service and at a clean stop.
-    pub(super) fn intent_sweep(&self, after: Duration, all: bool) {
+    pub(crate) fn intent_sweep(&self, after: Duration, all: bool) {
         let Some(wi) = &self.bitmap else { return };
         if self.read_only {
             return;
@@ -386,7 +386,7 @@ impl Array {
 
     /// Whether resync-space range `[s, s + n)` may hold inconsistent or missed writes:
     /// always without a bitmap, else when a bit of it is set.
-    pub(super) fn intent_covers(&self, s: u64, n: u64) -> bool {
+    pub(crate) fn intent_covers(&self, s: u64, n: u64) -> bool {
         match &self.bitmap {
             Some(wi) => wi.any_set(s, n),
             None => true,

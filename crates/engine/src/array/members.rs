@@ -313,7 +313,7 @@ impl Array {
 
     /// Attaches `disk` as a new member with a superblock of this array (role spare) and a
     /// worker; returns its index and device number. Caller holds `sb_lock`.
-    pub(super) fn attach_locked(
+    pub(crate) fn attach_locked(
         &self,
         st: &mut State,
         disk: Arc<dyn Disk>,
@@ -411,7 +411,7 @@ impl Array {
     /// Gives every slot without a working member a spare, if one is attached: the spare
     /// becomes `Rebuilding` in that slot with recovery from sector 0 (md's recovery start).
     /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
-    pub(super) fn assign_spare_locked(&self, st: &mut State) -> Vec<(usize, u32)> {
+    pub(crate) fn assign_spare_locked(&self, st: &mut State) -> Vec<(usize, u32)> {
         let mut out = Vec::new();
         if self.read_only || st.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
             return out;
@@ -456,7 +456,7 @@ impl Array {
     /// A member in a slot whose superblock cannot be written is failed; a member in no slot (a
     /// spare) is marked faulty in every superblock kept in memory (written at the next update,
     /// as md does). Returns each such member (index as in `members`) with its error.
-    pub(super) fn update_superblocks(
+    pub(crate) fn update_superblocks(
         &self,
         st: &mut State,
         change: impl Fn(&mut Superblock),
@@ -514,7 +514,7 @@ impl Array {
     /// Records `[ms, ms + n)` of member `index` in its md bad-block log (and in memory, so
     /// reads avoid it). Without a log, or with a full one, the member is failed instead, as
     /// md does. Caller holds no locks.
-    pub(super) fn record_bad_block(&self, index: usize, ms: u64, n: u64) -> Result<bool> {
+    pub(crate) fn record_bad_block(&self, index: usize, ms: u64, n: u64) -> Result<bool> {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         let slot = st.slot_member.iter().position(|&m| m == Some(index));
@@ -575,7 +575,7 @@ impl Array {
     }
 
     /// Keeps the lock-free "any replacement?" flag in step with the state.
-    pub(super) fn note_replacements(&self, st: &State) {
+    pub(crate) fn note_replacements(&self, st: &State) {
         self.has_replacement.store(
             st.replacement.iter().any(|r| r.is_some()),
             std::sync::atomic::Ordering::Relaxed,
@@ -583,7 +583,7 @@ impl Array {
     }
 
     /// The replacement of `slot` failed: it is marked faulty and the slot's member stays.
-    pub(super) fn replacement_failed(&self, slot: usize, why: &str) {
+    pub(crate) fn replacement_failed(&self, slot: usize, why: &str) {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         let Some(r) = st.replacement[slot].take() else {
@@ -606,7 +606,7 @@ impl Array {
     }
 
     /// Marks slot `slot` faulty after an error (or on request).
-    pub(super) fn member_failed(&self, slot: usize, why: &str) {
+    pub(crate) fn member_failed(&self, slot: usize, why: &str) {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         self.fail_locked(&mut st, slot, why);
@@ -617,7 +617,7 @@ impl Array {
     /// parity is then the only record of the missing members' data, and recomputing it from
     /// the data left would destroy that. (Stripes a crash left inconsistent were made whole
     /// by the partial parity log or the journal where the array has one.)
-    pub(super) fn skip_resync_when_fully_degraded(&self, st: &mut State) {
+    pub(crate) fn skip_resync_when_fully_degraded(&self, st: &mut State) {
         let Scheme::Parity { max_degraded } = self.geo.scheme() else {
             return;
         };
@@ -634,7 +634,7 @@ impl Array {
         }
     }
 
-    pub(super) fn fail_locked(&self, st: &mut State, slot: usize, why: &str) {
+    pub(crate) fn fail_locked(&self, st: &mut State, slot: usize, why: &str) {
         if !st.slot_state[slot].writable() {
             return;
         }

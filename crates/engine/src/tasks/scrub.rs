@@ -1,0 +1,393 @@
+//! Check, repair and resync: parity (or mirror copies) compared with data; repair and resync
+//! rewrite what disagrees. Check and repair walk the whole space and keep where a stopped one
+//! got to in memory (md's `sync_min`); resync walks from md's `resync_offset`, skips what the
+//! write-intent bitmap says was not written, and clears the pending resync at its end.
+
+use super::io::{any_overlaps, blocks, copy_block, fit_bufs, slot_reads, RangeIo, Round};
+use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRange};
+use crate::array::{lock, Array, Member};
+use crate::error::{EngineError, Result};
+use crate::geometry::Scheme;
+use crate::plan::SECTOR;
+use crate::recon;
+use raidkit_layout::Level as RaidLevel;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A check (`fix` false) or repair run.
+pub(super) struct Scrub<'a> {
+    array: &'a Array,
+    kind: TaskKind,
+    fix: bool,
+}
+
+impl<'a> Task<'a> for Scrub<'a> {
+    const CADENCE: Cadence = Cadence::AtStop;
+
+    /// The scrub space, from where the last one stopped (or the start set).
+    fn range(array: &Array, kind: TaskKind, resume: Option<u64>) -> Result<TaskRange> {
+        let (unit, end) = array.scrub_range_of(kind)?;
+        Ok((unit, resume.unwrap_or(0).min(end), end))
+    }
+
+    fn open(array: &'a Array, kind: TaskKind) -> Result<Option<Scrub<'a>>> {
+        array.scrub_can_compare(kind)?;
+        Ok(Some(Scrub {
+            array,
+            kind,
+            fix: kind == TaskKind::Repair,
+        }))
+    }
+
+    fn step(&self, s: u64, n: u64, sc: &mut StepScratch) -> Result<StepResult> {
+        self.array.scrub_step(s, n, self.fix, sc)
+    }
+
+    fn checkpoint(&self, at: u64) -> Result<()> {
+        self.array.set_resume_from(self.kind, Some(at));
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.array.set_resume_from(self.kind, None);
+        Ok(())
+    }
+}
+
+/// A resync run after an unclean stop.
+pub(super) struct Resync<'a> {
+    array: &'a Array,
+}
+
+impl<'a> Task<'a> for Resync<'a> {
+    const CADENCE: Cadence = Cadence::EveryStep;
+
+    /// The scrub space, from the pending resync's cursor.
+    fn range(array: &Array, kind: TaskKind, _: Option<u64>) -> Result<TaskRange> {
+        let (unit, end) = array.scrub_range_of(kind)?;
+        let start = lock(&array.state).resync_from.unwrap_or(end).min(end);
+        Ok((unit, start, end))
+    }
+
+    /// A resync from where the pending one stands; `None` when none is pending.
+    fn open(array: &'a Array, kind: TaskKind) -> Result<Option<Resync<'a>>> {
+        if lock(&array.state).resync_from.is_none() {
+            return Ok(None);
+        }
+        array.scrub_can_compare(kind)?;
+        Ok(Some(Resync { array }))
+    }
+
+    fn skip(&self, s: u64, n: u64) -> Result<bool> {
+        // The write-intent bitmap says nothing was written here: nothing to resync.
+        Ok(!self.array.intent_covers(s, n))
+    }
+
+    fn step(&self, s: u64, n: u64, sc: &mut StepScratch) -> Result<StepResult> {
+        self.array.scrub_step(s, n, true, sc)
+    }
+
+    fn checkpoint(&self, at: u64) -> Result<()> {
+        lock(&self.array.state).resync_from = Some(at);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        let a = self.array;
+        a.flush()?;
+        let mut st = lock(&a.state);
+        st.resync_from = None;
+        a.resync_pending.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Why a locked parity scrub step gave up.
+enum ScrubError {
+    /// These slots could not read part of the range (repaired without the locks).
+    Unreadable(Vec<usize>),
+    Engine(EngineError),
+}
+
+impl From<EngineError> for ScrubError {
+    fn from(e: EngineError) -> ScrubError {
+        ScrubError::Engine(e)
+    }
+}
+
+impl Array {
+    /// The space check, repair and resync walk: member sectors for parity levels and RAID 1,
+    /// array sectors for RAID 10 (md's raid10 resyncs by virtual address).
+    pub(crate) fn scrub_space(&self) -> (&'static str, u64) {
+        match self.geo.level() {
+            RaidLevel::Raid10 => ("array sectors", self.geo.array_sectors()),
+            _ => ("member sectors", self.geo.member_data_sectors),
+        }
+    }
+
+    /// The scrub space, for a level that has redundancy to compare.
+    fn scrub_range_of(&self, kind: TaskKind) -> Result<(&'static str, u64)> {
+        if self.geo.level() == RaidLevel::Raid0 {
+            return Err(EngineError::Invalid(format!(
+                "{kind}: RAID 0 has no redundancy to compare"
+            )));
+        }
+        Ok(self.scrub_space())
+    }
+
+    /// Parity can be compared with data only while every member is in sync.
+    fn scrub_can_compare(&self, kind: TaskKind) -> Result<()> {
+        let st = lock(&self.state);
+        if matches!(self.geo.scheme(), Scheme::Parity { .. })
+            && !st.slot_state.iter().all(|s| s.usable())
+        {
+            let missing: Vec<usize> = (0..self.geo.raid_disks)
+                .filter(|&s| !st.slot_state[s].usable())
+                .collect();
+            return Err(EngineError::Invalid(format!(
+                "{kind} compares parity with data and needs every member in sync; slots {missing:?} are missing or being rebuilt"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One check, repair or resync step over `[s, s + n)` of the scrub space.
+    fn scrub_step(&self, s: u64, n: u64, fix: bool, sc: &mut StepScratch) -> Result<StepResult> {
+        let mismatch_sectors = match self.geo.scheme() {
+            Scheme::Parity { .. } => {
+                self.scrub_parity_step(s, n, fix, &mut sc.bufs, &mut sc.parity)?
+            }
+            Scheme::Copies { .. } => self.scrub_copies_step(s, n, fix, &mut sc.bufs)?,
+        };
+        Ok(StepResult::Done(StepCounts {
+            mismatch_sectors,
+            ..StepCounts::default()
+        }))
+    }
+
+    fn scrub_parity_step(
+        &self,
+        ms: u64,
+        n: u64,
+        fix: bool,
+        bufs: &mut Vec<Vec<u8>>,
+        scratch: &mut (Vec<u8>, Vec<u8>),
+    ) -> Result<u64> {
+        let len = n as usize * SECTOR;
+        fit_bufs(bufs, self.geo.raid_disks, len);
+        let keys = self.keys_for_parity_range(ms, n);
+        // A member that cannot read part of the range has those sectors rebuilt from the
+        // others and rewritten, as md does during check, repair and resync, and the step is
+        // read again; one that still fails is failed. (After a crash with the partial parity
+        // log, the only stripes whose parity may be stale are those the replay could not
+        // read a modified member of: rebuilding that member's sectors from parity gives what
+        // the crash left there, old or new.)
+        let mut narrowed = false;
+        loop {
+            let narrow = !narrowed;
+            let r = self.locked(&keys, || {
+                self.scrub_parity_locked(ms, n, fix, bufs, scratch, len, narrow)
+            });
+            match r {
+                Err(ScrubError::Unreadable(slots)) => {
+                    narrowed = true;
+                    for slot in slots {
+                        if let Err(e) = self.patrol_narrow(slot, ms, n, None) {
+                            self.member_failed(
+                                slot,
+                                &format!("repairing a read error failed: {e}"),
+                            );
+                        }
+                    }
+                }
+                Err(ScrubError::Engine(e)) => return Err(e),
+                Ok(m) => return Ok(m),
+            }
+        }
+    }
+
+    /// Reads of `[ms, ms + len)` from every member, for comparing parity with data, which
+    /// needs every one of them; with the members they read from.
+    fn scrub_reads<'b>(
+        &self,
+        ms: u64,
+        bufs: &'b mut [Vec<u8>],
+        len: usize,
+    ) -> Result<Round<'b, Vec<Option<Arc<Member>>>>> {
+        let (states, members) = self.snapshot();
+        self.check_failed()?;
+        if !states.iter().all(|s| s.usable()) {
+            return Err(EngineError::Invalid(
+                "a member failed: parity can no longer be compared with data".into(),
+            ));
+        }
+        let every = vec![true; members.len()];
+        let reads = slot_reads(&members, &every, ms, bufs, len);
+        Ok((members, reads))
+    }
+
+    /// [`Self::scrub_parity_step`] with the range's stripe locks held. With `narrow`, read
+    /// errors are handed back (to be narrowed and repaired without the locks) instead of
+    /// failing their members.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_parity_locked(
+        &self,
+        ms: u64,
+        n: u64,
+        fix: bool,
+        bufs: &mut [Vec<u8>],
+        scratch: &mut (Vec<u8>, Vec<u8>),
+        len: usize,
+        narrow: bool,
+    ) -> std::result::Result<u64, ScrubError> {
+        let members = if narrow {
+            let (members, mut reads) = self.scrub_reads(ms, bufs, len)?;
+            let errors = self.range_io(&mut reads);
+            if !errors.is_empty() {
+                return Err(ScrubError::Unreadable(
+                    errors.into_iter().map(|(slot, _)| slot).collect(),
+                ));
+            }
+            members
+        } else {
+            self.read_retrying(bufs, |bufs| self.scrub_reads(ms, bufs, len))?
+        };
+        let bad = self.bad_slots_in(ms, n);
+        if !bad.is_empty() {
+            return Ok(self.scrub_blocks_around_bad(ms, n, fix, bufs, scratch, &members, &bad)?);
+        }
+        let out = recon::parity_check(&self.geo, ms, n, bufs, fix, scratch)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        if !out.rewrite.is_empty() {
+            // One write per slot and stripe segment; parity members differ per stripe.
+            let mut rest: Vec<Option<&mut [u8]>> =
+                bufs.iter_mut().map(|b| Some(&mut b[..])).collect();
+            let mut writes: Vec<RangeIo<'_>> = Vec::new();
+            // Segments of one slot are disjoint and in order: cut them off front to back.
+            let mut taken: Vec<usize> = vec![0; self.geo.raid_disks];
+            for &(slot, sector, sectors, offset) in &out.rewrite {
+                let Some(m) = members[slot].clone() else {
+                    continue;
+                };
+                let whole = rest[slot].take().unwrap_or(&mut []);
+                let (_, from) = whole.split_at_mut(offset - taken[slot]);
+                let (seg, tail) = from.split_at_mut(sectors as usize * SECTOR);
+                taken[slot] = offset + seg.len();
+                rest[slot] = Some(tail);
+                writes.push(RangeIo::write(slot, m, sector, seg));
+            }
+            let errors = self.range_io(&mut writes);
+            self.fail_erred(errors, Some("parity rewrite"));
+        }
+        Ok(out.mismatch_sectors)
+    }
+
+    /// [`Self::scrub_parity_step`] where members list bad blocks in the range: 4 KiB at a
+    /// time, a block some member's bad-block log lists is left alone (what the member holds
+    /// there is not data: comparing or recomputing parity from it would write garbage into
+    /// parity); the others are checked and, with `fix`, repaired as usual.
+    #[allow(clippy::too_many_arguments)]
+    fn scrub_blocks_around_bad(
+        &self,
+        ms: u64,
+        n: u64,
+        fix: bool,
+        bufs: &[Vec<u8>],
+        scratch: &mut (Vec<u8>, Vec<u8>),
+        members: &[Option<Arc<Member>>],
+        bad: &[(usize, Vec<(u64, u64)>)],
+    ) -> Result<u64> {
+        let mut mismatched = 0;
+        for (b, len) in blocks(ms, n) {
+            if !bad.iter().any(|(_, ranges)| any_overlaps(ranges, b, len)) {
+                let (_, mut block) = copy_block(bufs, ms, b, len);
+                let out = recon::parity_check(&self.geo, b, len, &mut block, fix, scratch)
+                    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+                mismatched += out.mismatch_sectors;
+                for &(slot, sector, sectors, offset) in &out.rewrite {
+                    let Some(m) = members[slot].clone() else {
+                        continue;
+                    };
+                    let mut w = [RangeIo::write(
+                        slot,
+                        m,
+                        sector,
+                        &mut block[slot][offset..offset + sectors as usize * SECTOR],
+                    )];
+                    let errors = self.range_io(&mut w);
+                    self.fail_erred(errors, Some("parity rewrite"));
+                }
+            }
+        }
+        Ok(mismatched)
+    }
+
+    /// Check/repair/resync of RAID 1/10 over `[s, s + n)` of the scrub space (member sectors
+    /// for RAID 1, array sectors for RAID 10): every live copy is compared with the first
+    /// live copy, which is what md's resync copies from.
+    fn scrub_copies_step(&self, s: u64, n: u64, fix: bool, bufs: &mut Vec<Vec<u8>>) -> Result<u64> {
+        let mut mismatched = 0;
+        let mut a = s;
+        while a < s + n {
+            let (copies, run) = self.geo.copies(a);
+            let len_sectors = run.min(s + n - a);
+            let len = len_sectors as usize * SECTOR;
+            fit_bufs(bufs, copies.len(), len);
+            let keys = self.keys_for_array_range(a, len_sectors);
+            mismatched += self.locked(&keys, || -> Result<u64> {
+                // (index into `copies`, slot, member sector, member) of each live copy.
+                let live = self.read_retrying(bufs, |bufs| {
+                    let (states, members) = self.snapshot();
+                    self.check_failed()?;
+                    let live: Vec<(usize, usize, u64, Arc<Member>)> = copies
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(k, &(m, ms))| {
+                            let member = members[m].clone().filter(|_| states[m].usable())?;
+                            Some((k, m, ms, member))
+                        })
+                        .collect();
+                    if live.len() < 2 {
+                        return Ok((live, Vec::new()));
+                    }
+                    let reads = bufs
+                        .iter_mut()
+                        .enumerate()
+                        .filter_map(|(k, buf)| {
+                            let (_, m, ms, member) = live.iter().find(|l| l.0 == k)?;
+                            Some(RangeIo::read(*m, member.clone(), *ms, &mut buf[..len]))
+                        })
+                        .collect();
+                    Ok((live, reads))
+                })?;
+                if live.len() < 2 {
+                    return Ok(0);
+                }
+                let first = live[0].0;
+                let (head, tail) = bufs.split_at_mut(first + 1);
+                let reference = &head[first][..len];
+                let mut found = 0;
+                let mut writes: Vec<RangeIo<'_>> = Vec::new();
+                for (k, buf) in tail.iter_mut().enumerate() {
+                    let k = k + first + 1;
+                    let Some((_, m, ms, member)) = live.iter().find(|l| l.0 == k) else {
+                        continue;
+                    };
+                    let d = recon::copies_mismatch_sectors(reference, &buf[..len]);
+                    if d > 0 {
+                        found = found.max(d);
+                        if fix {
+                            buf[..len].copy_from_slice(reference);
+                            writes.push(RangeIo::write(*m, member.clone(), *ms, &mut buf[..len]));
+                        }
+                    }
+                }
+                let errors = self.range_io(&mut writes);
+                self.fail_erred(errors, Some("copy rewrite"));
+                Ok(found)
+            })?;
+            a += len_sectors;
+        }
+        Ok(mismatched)
+    }
+}
