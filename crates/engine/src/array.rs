@@ -51,6 +51,7 @@ mod write_log;
 use crate::error::AbsentMember;
 use crate::events::{ArrayEvent, EventLog};
 pub use health::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
+use write_log::IntentHooks;
 
 /// Memory and concurrency bounds of the driver.
 #[derive(Clone, Copy, Debug)]
@@ -300,9 +301,6 @@ pub struct Array {
     has_bad: AtomicBool,
     /// md's internal write-intent bitmap, when the array has one.
     bitmap: Option<bitmap::WriteIntent>,
-    /// Serialises bitmap writes (so a bit is durable before any write under it starts, and
-    /// an older image never overwrites a newer one).
-    bitmap_io: Mutex<()>,
     /// The log that closes the write hole, when the array has one: md's partial parity log
     /// or its write journal (see `array/write_log.rs`).
     log: Option<Box<dyn write_log::WriteLog>>,
@@ -796,7 +794,6 @@ impl Array {
             has_bad: AtomicBool::new(false),
             no_space: AtomicBool::new(false),
             bitmap: None,
-            bitmap_io: Mutex::new(()),
             log,
             geo,
         })
@@ -2667,8 +2664,8 @@ impl Array {
         self.bg.note_foreground();
         let sectors = (user_len / SECTOR) as u64;
         let mut suspects = Vec::new();
-        if dir == Dir::Write && self.bitmap.is_some() {
-            self.intent_start(array_sector, sectors);
+        if let (Dir::Write, Some(wi)) = (dir, &self.bitmap) {
+            wi.start_write(self, array_sector, sectors);
             let r = self.run_pieces(
                 dir,
                 array_sector,
@@ -2677,7 +2674,7 @@ impl Array {
                 user_len,
                 &mut suspects,
             );
-            self.intent_end(array_sector, sectors);
+            wi.end_write(self, array_sector, sectors);
             return r;
         }
         let r = self.run_pieces(

@@ -7,7 +7,7 @@
 //! implement [`WriteLog`]; the array holds it as `Array::log` and calls it at these points of
 //! a write request, in this order:
 //!
-//! 1. the write-intent bitmap's `intent_start`: the request's bits are set and
+//! 1. the write-intent bitmap's [`IntentHooks::start_write`]: the request's bits are set and
 //!    durable before any of its writes (md's `md_bitmap_startwrite`);
 //! 2. planning: bands no wider than [`WriteLog::max_band_sectors`], one data member per band
 //!    where [`WriteLog::one_data_member_per_band`], and batches cut by [`PhaseCut`] so that
@@ -15,7 +15,7 @@
 //! 3. for every write phase of a batch, [`WriteLog::log_phase`] before the phase's member
 //!    writes are issued (md's `log_stripe`), and [`PhaseHold::written`] once they completed
 //!    or failed (md's `log_stripe_write_finished`);
-//! 4. the bitmap's `intent_end`: the request's bits may be cleared once idle
+//! 4. the bitmap's [`IntentHooks::end_write`]: the request's bits may be cleared once idle
 //!    and flushed (md's `md_bitmap_endwrite`).
 //!
 //! Around the writes: [`WriteLog::start`] at creation and at assembly (the replay after a
@@ -23,6 +23,11 @@
 //! marks the array dirty, [`WriteLog::flush`] with every flush, [`WriteLog::member_joins`] for
 //! a member added to the array (md's `log_modify`), [`WriteLog::stop`] at a clean stop (md's
 //! `log_quiesce` and `log_exit`), and [`WriteLog::device_failed`] when a log write fails.
+//!
+//! The bitmap is a second, smaller seam ([`IntentHooks`]) and not a third [`WriteLog`]: it
+//! brackets a whole request's range of the resync space, not a phase's member writes, it
+//! replays nothing (the resync reads its bits), and it serves RAID 1 and 10 too, which have no
+//! write log.
 
 use super::{Array, ConsistencyPolicy, Member, Result, State};
 use crate::geometry::Geo;
@@ -200,6 +205,16 @@ impl<'a> PhaseCut<'a> {
         t.1 += bytes;
         log.fits(t.0, t.1)
     }
+}
+
+/// The write-intent side of the seam: marks a request's range before its first write and
+/// releases it after its last (md's `md_bitmap_startwrite` / `md_bitmap_endwrite`), outside
+/// the log's per-phase calls. The write-intent bitmap implements it.
+pub(super) trait IntentHooks {
+    /// Before a write of array sectors `[a, a + n)`: its intent is durable.
+    fn start_write(&self, array: &Array, a: u64, n: u64);
+    /// After the write of array sectors `[a, a + n)` completed (or failed).
+    fn end_write(&self, array: &Array, a: u64, n: u64);
 }
 
 impl Array {
