@@ -349,17 +349,12 @@ impl WriteLog for Journal {
     }
 
     /// Before a write phase: logs what the phase writes (`ios` of `ops`, from the caller's
-    /// buffer or the ops' scratch) as stripe rows, durably. Returns the log
-    /// write, held until the phase's member writes complete.
+    /// buffer or the ops' scratch) as stripe rows, durably. Returns the log write, held until
+    /// the phase's member writes complete.
     fn log_phase<'a>(&'a self, array: &Array, phase: Phase<'_>) -> Result<Option<LogHold<'a>>> {
-        let Phase {
-            ops,
-            ios,
-            user,
-            states,
-            members,
-            ..
-        } = phase;
+        let (ops, ios, user) = (phase.ops, phase.ios, phase.user);
+        // The journal fails no member: the phase's states stand.
+        let (states, members) = (&*phase.states, &*phase.members);
         let chunk = array.geo.chunk_sectors;
         let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
         // The phase's member writes, and the new data of members that cannot be written
