@@ -67,9 +67,11 @@ mod create;
 mod journal;
 mod members;
 mod ppl;
+mod write_log;
 use crate::error::AbsentMember;
 use crate::events::{ArrayEvent, EventLog};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
+use write_log::IntentHooks;
 
 /// Memory and concurrency bounds of the driver.
 #[derive(Clone, Copy, Debug)]
@@ -319,13 +321,9 @@ pub struct Array {
     pub(crate) has_bad: AtomicBool,
     /// md's internal write-intent bitmap, when the array has one.
     bitmap: Option<bitmap::WriteIntent>,
-    /// Serialises bitmap writes (so a bit is durable before any write under it starts, and
-    /// an older image never overwrites a newer one).
-    bitmap_io: Mutex<()>,
-    /// md's partial parity log, when the array has one.
-    ppl: Option<ppl::Ppl>,
-    /// md's write journal (RAID 4/5/6 with a journal device), when the array has one.
-    journal: Option<journal::Journal>,
+    /// The log that closes the write hole, when the array has one: md's partial parity log
+    /// or its write journal (see `array/write_log.rs`).
+    log: Option<Box<dyn write_log::WriteLog>>,
     /// A write was refused for want of space and none has succeeded since.
     no_space: AtomicBool,
 }
@@ -399,38 +397,10 @@ impl Array {
         let per_block = batch_budget_bytes / (geo.raid_disks + 2);
         let mut max_band_sectors = (per_block / SECTOR) as u64 / 8 * 8;
         max_band_sectors = max_band_sectors.clamp(8, 4096);
-        let ppl = ppl::Ppl::from_superblocks(&sbs, geo.raid_disks);
-        if let Some(p) = &ppl {
-            // A band's partial parity must fit one log write.
-            max_band_sectors = max_band_sectors.min(p.max_band_sectors()).max(8);
-        }
-        let journal: Option<journal::Journal> = if sbs
-            .iter()
-            .any(|sb| sb.feature_map.contains(FeatureMap::JOURNAL))
-        {
-            let Some(i) = sbs.iter().position(|sb| sb.role() == DevRole::Journal) else {
-                return Err(EngineError::Invalid(
-                    "the array has a write journal but no journal device was given; md does not start it without one either (give the journal device too)".into(),
-                ));
-            };
-            let Some(m) = members[i].clone() else {
-                return Err(EngineError::Invalid("the journal device is gone".into()));
-            };
-            Some(journal::Journal::new(
-                i,
-                m,
-                &sbs[i].set_uuid.0,
-                sbs[i].data_size_sectors,
-                sbs[i].recovery_offset_sectors,
-            )?)
-        } else {
-            None
-        };
-        if let Some(j) = &journal {
-            // One band's rows (data and parity of every member) must fit a quarter of the
-            // journal, the most one write phase may log.
-            let fit = (j.ring_sectors() / 4 / geo.raid_disks as u64).saturating_sub(16) / 8 * 8;
-            max_band_sectors = max_band_sectors.min(fit).max(8);
+        let log = write_log::open(&geo, &sbs, &members)?;
+        if let Some(l) = &log {
+            // A band must fit what one write phase may log.
+            max_band_sectors = max_band_sectors.min(l.max_band_sectors(&geo)).max(8);
         }
         Ok(Array {
             version,
@@ -461,9 +431,7 @@ impl Array {
             has_bad: AtomicBool::new(false),
             no_space: AtomicBool::new(false),
             bitmap: None,
-            bitmap_io: Mutex::new(()),
-            ppl,
-            journal,
+            log,
             geo,
         })
     }
@@ -649,6 +617,9 @@ impl Array {
                 self.member_failed(slot, &err.to_string());
             }
         }
+        if let Some(log) = &self.log {
+            log.flush(self)?;
+        }
         self.check_failed()
     }
 
@@ -682,7 +653,9 @@ impl Array {
     pub fn stop(&self) -> Result<()> {
         self.stop_background();
         self.flush()?;
-        self.journal_stop()?;
+        if let Some(log) = &self.log {
+            log.stop(self)?;
+        }
         self.intent_sweep(std::time::Duration::ZERO, true);
         if self.read_only {
             return Ok(());
@@ -826,15 +799,14 @@ impl Array {
         if st.dirty {
             return Ok(());
         }
-        if self.journal.is_some() {
-            // md keeps an array with a write journal marked clean while it runs
-            // (MD_JOURNAL_CLEAN): after a crash the journal's replay, not a resync, makes the
-            // stripes consistent.
-            st.dirty = true;
-            return Ok(());
-        }
-        for text in self.ppl_reset_before_dirty(&mut st) {
-            st.events.push(ArrayEvent::Note { text });
+        if let Some(log) = &self.log {
+            if log.keeps_array_clean() {
+                st.dirty = true;
+                return Ok(());
+            }
+            for text in log.before_dirty(self, &mut st) {
+                st.events.push(ArrayEvent::Note { text });
+            }
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));
         st.dirty = true;
@@ -935,8 +907,8 @@ impl Array {
         self.bg.note_foreground();
         let sectors = (user_len / SECTOR) as u64;
         let mut suspects = Vec::new();
-        if dir == Dir::Write && self.bitmap.is_some() {
-            self.intent_start(array_sector, sectors);
+        if let (Dir::Write, Some(wi)) = (dir, &self.bitmap) {
+            wi.start_write(self, array_sector, sectors);
             let r = self.run_pieces(
                 dir,
                 array_sector,
@@ -945,7 +917,7 @@ impl Array {
                 user_len,
                 &mut suspects,
             );
-            self.intent_end(array_sector, sectors);
+            wi.end_write(self, array_sector, sectors);
             return r;
         }
         let r = self.run_pieces(
@@ -1022,7 +994,11 @@ impl Array {
         suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
         let mut pieces = plan::split(&self.geo, array_sector, sectors, self.max_band_sectors);
-        let one_member_bands = dir == Dir::Write && self.ppl.is_some();
+        let log = match dir {
+            Dir::Write => self.log.as_deref(),
+            Dir::Read => None,
+        };
+        let one_member_bands = log.is_some_and(|l| l.one_data_member_per_band());
         if one_member_bands {
             pieces = plan::one_data_member_per_band(&self.geo, pieces);
         }
@@ -1035,32 +1011,17 @@ impl Array {
             // One batch: consecutive pieces within the scratch budget (at least one).
             let mut j = i;
             let mut bytes = 0usize;
-            // Per parity slot, the entries and partial parity bytes its log write holds: a
-            // batch's pieces are logged on their own stripes' parity members, each in one log
-            // write, so pieces with different parity members share a phase.
-            let mut logs: Vec<(usize, u64)> = Vec::new();
+            let mut cut = write_log::PhaseCut::new(log, &self.geo);
             while j < pieces.len() {
                 let b = piece_scratch_estimate(&self.geo, &pieces[j], healthy);
-                let log = self.ppl_piece_log(dir == Dir::Write, &pieces[j].kind);
-                let log_fits = log.is_none_or(|(slot, pp)| {
-                    let (n, used) = logs.get(slot).copied().unwrap_or((0, 0));
-                    self.ppl_fits(n + 1, used + pp)
-                });
+                let log_fits = cut.admit(&pieces[j]);
                 if j > i
                     && (bytes + b > self.batch_budget_bytes
                         || (one_member_bands
                             && pieces[i..j].iter().any(|p| plan::same_rows(p, &pieces[j])))
-                        || !log_fits
-                        || !self.journal_fits(dir == Dir::Write, &pieces[i..=j]))
+                        || !log_fits)
                 {
                     break;
-                }
-                if let Some((slot, pp)) = log {
-                    if logs.len() <= slot {
-                        logs.resize(slot + 1, (0, 0));
-                    }
-                    logs[slot].0 += 1;
-                    logs[slot].1 += pp;
                 }
                 bytes += b;
                 j += 1;
@@ -1194,36 +1155,29 @@ impl Array {
             if dir == Dir::Write {
                 self.reserve_phase(&ios, &states, &members, &replacements)?;
             }
-            // The partial parity log goes first: bands about to be written are logged on
-            // their parity members before any of their data or parity is.
-            let writing: Vec<bool> = (0..ops.len())
-                .map(|k| !done[k] && phase_dir[k] == Dir::Write)
-                .collect();
-            let ppl_hold = if dir == Dir::Write && self.ppl.is_some() {
-                // SAFETY: as above; no member I/O of this phase has been issued yet.
-                let user = unsafe { std::slice::from_raw_parts(user_ptr as *const u8, user_len) };
-                let hold = self.ppl_log_phase(&ops, &writing, user, &states)?;
-                if hold.is_some() {
-                    // A member whose log failed is no longer written.
-                    (states, members) = self.snapshot();
+            // The write log goes first: what the phase writes is durable in the log before
+            // any member is written.
+            let hold = match (dir, self.log.as_deref()) {
+                (Dir::Write, Some(log)) => {
+                    let writing: Vec<bool> = (0..ops.len())
+                        .map(|k| !done[k] && phase_dir[k] == Dir::Write)
+                        .collect();
+                    // SAFETY: as above; no member I/O of this phase has been issued yet.
+                    let user =
+                        unsafe { std::slice::from_raw_parts(user_ptr as *const u8, user_len) };
+                    log.log_phase(
+                        self,
+                        write_log::Phase {
+                            ops: &mut ops,
+                            ios: &ios,
+                            writing: &writing,
+                            user,
+                            states: &mut states,
+                            members: &mut members,
+                        },
+                    )?
                 }
-                hold
-            } else {
-                None
-            };
-            // The write journal goes first too: the phase's writes, durable in the log,
-            // before any member is written.
-            let journal_hold = if dir == Dir::Write && self.journal.is_some() {
-                self.journal_log_phase(
-                    &mut ops,
-                    &ios,
-                    user_ptr as *const u8,
-                    user_len,
-                    &states,
-                    &members,
-                )?
-            } else {
-                None
+                _ => None,
             };
             let batch = Batch::new();
             // (op, slot, to the slot's replacement, member sector, sectors)
@@ -1301,11 +1255,8 @@ impl Array {
                 &batch,
             );
             let errors = batch.wait();
-            if let Some(hold) = ppl_hold {
-                hold.finish();
-            }
-            if let Some(hold) = journal_hold {
-                hold.finish();
+            if let Some(hold) = hold {
+                hold.written();
             }
             let mut replan: Vec<usize> = skipped_reads;
             let mut no_space = None;

@@ -660,26 +660,13 @@ impl Array {
                 st.bad[i] = data_ranges(&list, sb.data_offset_sectors);
             }
         }
-        let replayed = array.journal_start(&mut report.notes)?;
-        if array.journal.is_some() && report.was_dirty {
-            report.notes.push(format!(
-                "the write journal made every stripe written at the crash consistent ({replayed} stripe rows replayed); no resync is needed"
-            ));
-        }
-        let consistent = if array.journal.is_some() {
-            true
-        } else {
-            array.ppl_start(
-                report.was_dirty,
-                nsb.resync_offset_sectors,
-                &mut report.notes,
-            )?
-        };
-        if consistent && array.ppl.is_some() {
-            report.notes.push(
-                "the partial parity log made every stripe written at the crash consistent; no resync is needed".into(),
-            );
-        }
+        let consistent = array.start_log(
+            write_log::LogStart::Assembled {
+                dirty: report.was_dirty,
+                resync_offset: nsb.resync_offset_sectors,
+            },
+            &mut report.notes,
+        )?;
         if report.was_dirty && array.geo.level() != RaidLevel::Raid0 && !consistent {
             // md's resync_offset: in sync below it (0 after a crash, the cursor when a resync
             // was stopped cleanly part-way).

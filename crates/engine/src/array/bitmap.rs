@@ -14,6 +14,7 @@
 //! Lock order: the array state lock may be held when the bitmap lock is taken, never the other
 //! way round (member lists are taken from the state before the bitmap lock).
 
+use super::write_log::IntentHooks;
 use super::*;
 use raidkit_metadata::{BitmapBits, BitmapSuper};
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +25,9 @@ pub(crate) const CLEAR_AFTER: Duration = Duration::from_secs(5);
 
 pub(super) struct WriteIntent {
     inner: Mutex<Wi>,
+    /// Serialises bitmap writes (so a bit is durable before any write under it starts, and
+    /// an older image never overwrites a newer one).
+    io: Mutex<()>,
     /// Offset of the bitmap from each member's superblock, in sectors (signed, md's field).
     offset_sectors: i32,
     /// Resync-space sectors per bit.
@@ -70,6 +74,7 @@ impl WriteIntent {
                 inflight: HashMap::new(),
                 idle: BTreeMap::new(),
             }),
+            io: Mutex::new(()),
             offset_sectors,
             sectors_per_bit: chunk_bytes / SECTOR as u64,
         })
@@ -133,6 +138,7 @@ impl WriteIntent {
                     inflight: HashMap::new(),
                     idle,
                 }),
+                io: Mutex::new(()),
                 offset_sectors,
                 sectors_per_bit,
             },
@@ -298,28 +304,6 @@ impl Array {
         }
     }
 
-    /// Before a write of array sectors `[a, a + n)`: its bits are set and durable.
-    pub(super) fn intent_start(&self, a: u64, n: u64) {
-        let Some(wi) = &self.bitmap else { return };
-        let (s, len) = self.intent_range(a, n);
-        let targets = self.bitmap_targets(wi);
-        // Holding the bitmap lock across the write keeps a later writer of the same bit
-        // from starting before the bit is on disk.
-        let _serial = lock(&self.bitmap_io);
-        if let Some(image) = wi.start(s, len) {
-            let failed = Self::write_bitmap(&targets, &image);
-            drop(_serial);
-            self.fail_indices(failed);
-        }
-    }
-
-    /// After a write of array sectors `[a, a + n)` completed (or failed).
-    pub(super) fn intent_end(&self, a: u64, n: u64) {
-        let Some(wi) = &self.bitmap else { return };
-        let (s, len) = self.intent_range(a, n);
-        wi.end(s, len);
-    }
-
     /// Clears bits idle for `after` (all idle bits with `all`) once the data under them is
     /// flushed, unless the array is degraded (then the bits are what a returning member
     /// needs). Called by the background service and at a clean stop.
@@ -345,7 +329,7 @@ impl Array {
                 return;
             }
         }
-        let _serial = lock(&self.bitmap_io);
+        let _serial = lock(&wi.io);
         if let Some(image) = wi.clear_idle(after, all, events) {
             let failed = Self::write_bitmap(&targets, &image);
             drop(_serial);
@@ -359,7 +343,7 @@ impl Array {
         let Some(wi) = &self.bitmap else { return };
         let events = st.sbs.iter().map(|sb| sb.events).max().unwrap_or(0);
         // Serialised with intent_start, so an older image never lands over a newer one.
-        let _serial = lock(&self.bitmap_io);
+        let _serial = lock(&wi.io);
         let image = wi.set_events(events);
         for i in 0..st.members.len() {
             let Some(m) = st.members[i].clone() else {
@@ -391,5 +375,27 @@ impl Array {
             Some(wi) => wi.any_set(s, n),
             None => true,
         }
+    }
+}
+
+impl IntentHooks for WriteIntent {
+    /// Before a write of array sectors `[a, a + n)`: its bits are set and durable.
+    fn start_write(&self, array: &Array, a: u64, n: u64) {
+        let (s, len) = array.intent_range(a, n);
+        let targets = array.bitmap_targets(self);
+        // Holding the bitmap lock across the write keeps a later writer of the same bit
+        // from starting before the bit is on disk.
+        let _serial = lock(&self.io);
+        if let Some(image) = self.start(s, len) {
+            let failed = Array::write_bitmap(&targets, &image);
+            drop(_serial);
+            array.fail_indices(failed);
+        }
+    }
+
+    /// After a write of array sectors `[a, a + n)` completed (or failed).
+    fn end_write(&self, array: &Array, a: u64, n: u64) {
+        let (s, len) = array.intent_range(a, n);
+        self.end(s, len);
     }
 }

@@ -383,7 +383,7 @@ impl Array {
         )?;
         array.bitmap = intent;
         let mut notes = Vec::new();
-        array.journal_start(&mut notes)?;
+        array.start_log(write_log::LogStart::Created, &mut notes)?;
         Ok(array)
     }
 }

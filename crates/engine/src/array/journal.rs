@@ -16,10 +16,11 @@
 //!    then an empty meta block with the sequence number raised by 10000 starts a new chain and
 //!    the checkpoint moves there, as md's `r5l_recovery_log` does.
 
-use super::{lock, Array, EngineError, Member, Result};
+use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
+use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result};
 use crate::events::ArrayEvent;
-use crate::geometry::Scheme;
-use crate::plan::{BufRef, Dir, MemberIo, MemberState, PieceOp, SECTOR};
+use crate::geometry::{Geo, Scheme};
+use crate::plan::{BufRef, Dir, MemberIo, MemberState, Piece, PieceKind, SECTOR};
 use raidkit_metadata::journal::{
     page_checksum, uuid_checksum, MetaBlock, Payload, JOURNAL_BLOCK_BYTES, JOURNAL_BLOCK_SECTORS,
 };
@@ -34,7 +35,7 @@ const PAGE_SECTORS: u64 = JOURNAL_BLOCK_SECTORS;
 /// The journal of an array.
 pub(super) struct Journal {
     /// Index of the journal device in the array's members.
-    pub(super) member: usize,
+    member: usize,
     disk: Arc<Member>,
     seed: u32,
     /// Sectors of the ring (the journal device's data area rounded down to 4 KiB).
@@ -62,15 +63,15 @@ struct Unit {
     done: bool,
 }
 
-/// A log write held over a write phase; [`JournalHold::finish`] once its member writes are done.
-pub(super) struct JournalHold<'a> {
+/// A log write held over a write phase, until its member writes are done: then (or when it is
+/// dropped on an error) its log writes may go behind the checkpoint.
+struct JournalHold<'a> {
     journal: &'a Journal,
     seqs: Vec<u64>,
 }
 
-impl JournalHold<'_> {
-    /// The phase's member writes are done (or failed, which failed their members).
-    pub(super) fn finish(self) {}
+impl PhaseHold for JournalHold<'_> {
+    fn written(self: Box<Self>) {}
 }
 
 impl Drop for JournalHold<'_> {
@@ -136,11 +137,6 @@ impl Journal {
         })
     }
 
-    /// Sectors of the log ring.
-    pub(super) fn ring_sectors(&self) -> u64 {
-        self.ring
-    }
-
     fn add(&self, pos: u64, sectors: u64) -> u64 {
         (pos + sectors) % self.ring
     }
@@ -202,27 +198,6 @@ fn fresh_seq() -> u64 {
 }
 
 impl Array {
-    /// Whether a batch of write `pieces` is small enough that one phase of it fits a
-    /// quarter of the write journal (always true without one).
-    pub(super) fn journal_fits(&self, write: bool, pieces: &[crate::plan::Piece]) -> bool {
-        let Some(j) = &self.journal else {
-            return true;
-        };
-        if !write {
-            return true;
-        }
-        let sectors: u64 = pieces
-            .iter()
-            .map(|p| match &p.kind {
-                crate::plan::PieceKind::Band { sectors, .. } => {
-                    (sectors + 2 * PAGE_SECTORS) * self.geo.raid_disks as u64
-                }
-                crate::plan::PieceKind::Copies { .. } => 0,
-            })
-            .sum();
-        sectors + PAGE_SECTORS * pieces.len() as u64 <= j.ring / 4
-    }
-
     /// Where array sector `a` of a parity level lives: (slot, member sector).
     fn data_place(&self, a: u64) -> (usize, u64) {
         let chunk = self.geo.chunk_sectors;
@@ -234,129 +209,6 @@ impl Array {
             info.data_members[(within / chunk) as usize],
             stripe * chunk + within % chunk,
         )
-    }
-
-    /// At assembly: reads the log from the checkpoint and writes every complete stripe row
-    /// it holds to the members, then starts a new chain (see the module comment). Returns
-    /// the number of rows replayed.
-    pub(super) fn journal_start(&self, notes: &mut Vec<String>) -> Result<usize> {
-        let Some(j) = &self.journal else {
-            return Ok(0);
-        };
-        let tail = lock(&j.st).tail;
-        let name = j.disk.disk.name().to_string();
-        let Some(first) = j.read_meta(tail).filter(|m| m.position == tail) else {
-            // No chain (a new journal, or one md never wrote): start one at 0.
-            let seq = fresh_seq();
-            if !self.read_only {
-                j.write_empty(0, seq)?;
-                self.set_journal_tail(0)?;
-            }
-            let mut st = lock(&j.st);
-            st.tail = 0;
-            st.head = PAGE_SECTORS;
-            st.seq = seq + 1;
-            notes.push(format!("{name}: write journal started empty"));
-            return Ok(0);
-        };
-        // Walk the chain.
-        let mut pos = tail;
-        let mut seq = first.seq;
-        let mut units: Vec<(MetaBlock, Vec<u8>)> = Vec::new();
-        let mut scanned = 0u64;
-        while let Some(mb) = j.read_meta(pos) {
-            if mb.seq != seq || mb.position != pos {
-                break;
-            }
-            let pages = mb.pages();
-            let span = PAGE_SECTORS * (1 + pages);
-            if scanned + span > j.ring {
-                break;
-            }
-            let mut data = vec![0u8; pages as usize * PAGE];
-            if j.ring_io(j.add(pos, PAGE_SECTORS), &mut data, false)
-                .is_err()
-            {
-                break;
-            }
-            let mut ok = true;
-            let mut page = 0usize;
-            for p in &mb.payloads {
-                if let Payload::Data { checksums, .. } | Payload::Parity { checksums, .. } = p {
-                    for c in checksums {
-                        let b = &data[page * PAGE..(page + 1) * PAGE];
-                        if page_checksum(j.seed, b) != *c {
-                            ok = false;
-                        }
-                        page += 1;
-                    }
-                }
-            }
-            if !ok {
-                // md: a log write whose pages do not all match is where the log ends.
-                break;
-            }
-            scanned += span;
-            pos = j.add(pos, span);
-            seq += 1;
-            units.push((mb, data));
-        }
-        // Replay, oldest first, rows that carry their parity (write-through never writes a
-        // member before the row's parity is in the log, so a row without it was never
-        // written to the members).
-        let mut replayed = 0usize;
-        let (states, members) = self.snapshot();
-        let replacements: Vec<Option<Arc<Member>>> = {
-            let st = lock(&self.state);
-            st.replacement
-                .iter()
-                .map(|r| r.and_then(|i| st.members[i].clone()))
-                .collect()
-        };
-        for (mb, data) in &units {
-            for writes in self.rows_of(mb, data) {
-                replayed += 1;
-                if self.read_only {
-                    continue;
-                }
-                for (slot, ms, page) in writes {
-                    let targets = [
-                        members[slot]
-                            .clone()
-                            .filter(|_| states[slot] != MemberState::Missing),
-                        replacements.get(slot).cloned().flatten(),
-                    ];
-                    for m in targets.into_iter().flatten() {
-                        let at = m.data_offset_bytes + ms * SECTOR as u64;
-                        if let Err(e) = m.disk.write_at(&page, at) {
-                            self.member_failed(slot, &format!("journal replay: {e}"));
-                        }
-                    }
-                }
-            }
-        }
-        let next_seq = seq + 10_000;
-        if !self.read_only {
-            if replayed > 0 {
-                self.flush()?;
-            }
-            j.write_empty(pos, next_seq)?;
-            self.set_journal_tail(pos)?;
-        }
-        let mut st = lock(&j.st);
-        st.tail = pos;
-        st.head = j.add(pos, PAGE_SECTORS);
-        st.seq = next_seq + 1;
-        drop(st);
-        notes.push(if units.iter().all(|(mb, _)| mb.payloads.is_empty()) {
-            format!("{name}: write journal clean")
-        } else {
-            format!(
-                "{name}: write journal held {} log writes; {replayed} stripe rows replayed onto the members",
-                units.iter().filter(|(mb, _)| !mb.payloads.is_empty()).count()
-            )
-        });
-        Ok(replayed)
     }
 
     /// The rows of one log write that carry parity, as member writes.
@@ -411,278 +263,6 @@ impl Array {
             .filter(|(_, parity)| *parity)
             .map(|(w, _)| w)
             .collect()
-    }
-
-    /// Writes `tail` into the journal device's superblock (md's `r5l_write_super`).
-    fn set_journal_tail(&self, tail: u64) -> Result<()> {
-        let Some(j) = &self.journal else {
-            return Ok(());
-        };
-        let _g = lock(&self.sb_lock);
-        let mut st = lock(&self.state);
-        st.sbs[j.member].recovery_offset_sectors = tail;
-        let sb = st.sbs[j.member].clone();
-        drop(st);
-        crate::meta::write_superblock(j.disk.disk.as_ref(), &sb, self.version)?;
-        j.disk.disk.flush()?;
-        Ok(())
-    }
-
-    /// Before a write phase: logs what the phase writes (`ios` of `ops`, from the caller's
-    /// buffer at `user_ptr` or the ops' scratch) as stripe rows, durably. Returns the log
-    /// write, held until the phase's member writes complete.
-    pub(super) fn journal_log_phase(
-        &self,
-        ops: &mut [PieceOp],
-        ios: &[(usize, MemberIo)],
-        user_ptr: *const u8,
-        user_len: usize,
-        states: &[MemberState],
-        members: &[Option<Arc<Member>>],
-    ) -> Result<Option<JournalHold<'_>>> {
-        let Some(j) = &self.journal else {
-            return Ok(None);
-        };
-        let chunk = self.geo.chunk_sectors;
-        let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
-        // The phase's member writes, and the new data of members that cannot be written
-        // (the rest of a partial page of theirs is reconstructed below).
-        let mut extra: Vec<(usize, MemberIo)> = Vec::new();
-        let mut writing: Vec<usize> = ios
-            .iter()
-            .filter(|(_, io)| io.dir == Dir::Write)
-            .map(|(k, _)| *k)
-            .collect();
-        writing.dedup();
-        for &k in &writing {
-            for (m, ms, off, bytes) in ops[k].unwritten_data() {
-                extra.push((
-                    k,
-                    MemberIo {
-                        member: m,
-                        dir: Dir::Write,
-                        member_sector: ms,
-                        sectors: (bytes / SECTOR) as u64,
-                        buf: BufRef::User { offset_bytes: off },
-                    },
-                ));
-            }
-        }
-        for (k, io) in ios
-            .iter()
-            .chain(extra.iter())
-            .filter(|(_, io)| io.dir == Dir::Write)
-        {
-            let len = io.sectors as usize * SECTOR;
-            let src: &[u8] = match io.buf {
-                BufRef::User { offset_bytes } => {
-                    debug_assert!(offset_bytes + len <= user_len);
-                    // SAFETY: in bounds of the caller's buffer; no member I/O of this phase
-                    // has been issued yet.
-                    unsafe { std::slice::from_raw_parts(user_ptr.add(offset_bytes), len) }
-                }
-                BufRef::Scratch { index } => &ops[*k].scratch_mut()[index][..len],
-            };
-            let end = io.member_sector + io.sectors;
-            let mut s = io.member_sector / PAGE_SECTORS * PAGE_SECTORS;
-            let mut stripe_info = None;
-            while s < end {
-                let lo = s.max(io.member_sector);
-                let hi = (s + PAGE_SECTORS).min(end);
-                let stripe = s / chunk;
-                // An I/O stays within one chunk: one stripe lookup per I/O, not per page.
-                if stripe_info.as_ref().is_none_or(|(n, _)| *n != stripe) {
-                    stripe_info = Some((stripe, self.geo.stripe(stripe)));
-                }
-                let info = &stripe_info.as_ref().expect("just set").1;
-                let row = rows.entry(s).or_default();
-                let page: &mut Vec<u8> = if io.member == info.p_member {
-                    row.p.get_or_insert_with(Vec::new)
-                } else if Some(io.member) == info.q_member {
-                    row.q.get_or_insert_with(Vec::new)
-                } else {
-                    let dd = info
-                        .data_members
-                        .iter()
-                        .position(|&m| m == io.member)
-                        .unwrap_or(0);
-                    let a = (stripe * self.geo.data_disks() as u64 + dd as u64) * chunk + s % chunk;
-                    &mut row.data.entry(a).or_insert((io.member, Vec::new())).1
-                };
-                if page.is_empty() {
-                    *page = vec![0u8; PAGE];
-                    if lo > s || hi < s + PAGE_SECTORS {
-                        // A partial page: the rest is what the member holds now (the stripe
-                        // is locked, so nothing else changes it), or what redundancy says it
-                        // holds where the member cannot read it.
-                        // A member being rebuilt may not hold its page yet: reconstruct it.
-                        let read = states[io.member] == MemberState::InSync
-                            && members[io.member].as_ref().is_some_and(|m| {
-                                let at = m.data_offset_bytes + s * SECTOR as u64;
-                                m.disk.read_at(page, at).is_ok()
-                            });
-                        if !read {
-                            let mut bufs = Vec::new();
-                            self.reconstruct_parity_range(io.member, s, PAGE_SECTORS, &mut bufs)?;
-                            page.copy_from_slice(&bufs[io.member][..PAGE]);
-                        }
-                    }
-                }
-                let from = ((lo - io.member_sector) as usize) * SECTOR;
-                let to = ((hi - io.member_sector) as usize) * SECTOR;
-                let off = ((lo - s) as usize) * SECTOR;
-                page[off..off + (to - from)].copy_from_slice(&src[from..to]);
-                s += PAGE_SECTORS;
-            }
-        }
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        // Meta blocks of at most one 4 KiB block of descriptors each, all in one log write
-        // per block.
-        let parity_pages = match self.geo.scheme() {
-            Scheme::Parity { max_degraded } => max_degraded as usize,
-            Scheme::Copies { .. } => 0,
-        };
-        // A parity member that cannot be written gets no page from the phase; md logs its
-        // page anyway, and a replay must never write a made-up page to whatever member holds
-        // the slot by then. So compute it from the row as it will be.
-        for (&ms, row) in rows.iter_mut() {
-            if row.p.is_none() || (parity_pages == 2 && row.q.is_none()) {
-                self.complete_parity(ms, row, states, members)?;
-            }
-        }
-        // Split the rows over meta blocks (each holds at most 4 KiB of descriptors), then
-        // fill each block's pages into one buffer of the exact size.
-        let rows: Vec<(u64, Row)> = rows.into_iter().collect();
-        let mut bounds: Vec<(usize, usize, usize)> = Vec::new(); // (first row, end, pages)
-        let (mut first, mut meta, mut pages) = (0usize, 32usize, 0usize);
-        for (i, (_, row)) in rows.iter().enumerate() {
-            let need = row.data.len() * 20 + 16 + 4 * parity_pages;
-            if meta + need > PAGE && i > first {
-                bounds.push((first, i, pages));
-                (first, meta, pages) = (i, 32, 0);
-            }
-            meta += need;
-            pages += row.data.len() + parity_pages;
-        }
-        bounds.push((first, rows.len(), pages));
-        let mut rows = rows.into_iter();
-        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
-        for (from, to, count) in bounds {
-            let mut payloads = Vec::with_capacity((to - from) * 4);
-            let mut buf = crate::buffers::take_buffer(count * PAGE);
-            for (ms, row) in rows.by_ref().take(to - from) {
-                for (a, (_, page)) in row.data {
-                    payloads.push(Payload::Data {
-                        flags: 0,
-                        location: a,
-                        checksums: vec![page_checksum(j.seed, &page)],
-                    });
-                    buf.extend_from_slice(&page);
-                }
-                let mut sums = Vec::with_capacity(parity_pages);
-                for page in [row.p, row.q].into_iter().take(parity_pages) {
-                    let at = buf.len();
-                    match page {
-                        Some(p) => buf.extend_from_slice(&p),
-                        None => buf.resize(at + PAGE, 0),
-                    }
-                    sums.push(page_checksum(j.seed, &buf[at..]));
-                }
-                payloads.push(Payload::Parity {
-                    flags: 0,
-                    location: ms,
-                    checksums: sums,
-                });
-            }
-            chunks.push((payloads, buf));
-        }
-        let _io = lock(&j.io);
-        let total: u64 = chunks
-            .iter()
-            .map(|(_, pages)| PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS)
-            .sum();
-        self.journal_room(j, total)?;
-        let mut seqs = Vec::with_capacity(chunks.len());
-        for (payloads, mut pages) in chunks {
-            let span = PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS;
-            let (pos, seq) = {
-                let st = lock(&j.st);
-                if let Some(why) = &st.failed {
-                    return Err(EngineError::ArrayFailed {
-                        detail: format!("the write journal failed: {why}"),
-                    });
-                }
-                (st.head, st.seq)
-            };
-            let mb = MetaBlock {
-                seq,
-                position: pos,
-                payloads,
-            };
-            let mut block = mb.encode(j.seed).map_err(super::meta_err)?;
-            let r = j
-                .ring_io(j.add(pos, PAGE_SECTORS), &mut pages, true)
-                .and_then(|_| j.ring_io(pos, &mut block, true));
-            if let Err(e) = r {
-                return Err(self.journal_failed(j, e));
-            }
-            crate::buffers::keep_buffer(pages);
-            let mut st = lock(&j.st);
-            st.head = j.add(pos, span);
-            st.seq = seq + 1;
-            st.units.push_back(Unit {
-                seq,
-                start: pos,
-                done: false,
-            });
-            seqs.push(seq);
-        }
-        if let Err(e) = j.disk.disk.flush() {
-            return Err(self.journal_failed(j, e));
-        }
-        Ok(Some(JournalHold { journal: j, seqs }))
-    }
-
-    fn journal_failed(&self, j: &Journal, e: raidkit_disk::DiskError) -> EngineError {
-        let why = format!("{}: {e}", j.disk.disk.name());
-        lock(&j.st).failed = Some(why.clone());
-        lock(&self.state).events.push(ArrayEvent::ArrayFailed {
-            detail: format!("write journal failed ({why}); the array takes no more writes"),
-        });
-        EngineError::ArrayFailed {
-            detail: format!("the write journal failed: {why}"),
-        }
-    }
-
-    /// At a clean stop (members already flushed): a new chain with nothing in it starts at
-    /// the head and the checkpoint moves there, so the next start has nothing to replay.
-    pub(super) fn journal_stop(&self) -> Result<()> {
-        let Some(j) = &self.journal else {
-            return Ok(());
-        };
-        if self.read_only {
-            return Ok(());
-        }
-        let _io = lock(&j.io);
-        let (pos, seq) = {
-            let st = lock(&j.st);
-            if st.failed.is_some() {
-                return Ok(());
-            }
-            (st.head, st.seq)
-        };
-        if let Err(e) = j.write_empty(pos, seq) {
-            return Err(self.journal_failed(j, e));
-        }
-        self.set_journal_tail(pos)?;
-        let mut st = lock(&j.st);
-        st.tail = pos;
-        st.head = j.add(pos, PAGE_SECTORS);
-        st.seq = seq + 1;
-        st.units.clear();
-        Ok(())
     }
 
     /// Fills the missing parity pages of `row` (stripe row at member sector `ms`) from its new
@@ -740,21 +320,457 @@ impl Array {
         }
         Ok(())
     }
+}
+
+impl WriteLog for Journal {
+    fn policy(&self) -> ConsistencyPolicy {
+        ConsistencyPolicy::Journal
+    }
+
+    /// One band's rows (data and parity of every member) must fit a quarter of the journal,
+    /// the most one write phase may log.
+    fn max_band_sectors(&self, geo: &Geo) -> u64 {
+        (self.ring / 4 / geo.raid_disks as u64).saturating_sub(16) / 8 * 8
+    }
+
+    /// Every write piece goes to the one journal device: its rows, data and parity of every
+    /// member, with room for a page of each on either side.
+    fn piece_cost(&self, geo: &Geo, piece: &Piece) -> Option<(usize, u64)> {
+        let sectors = match &piece.kind {
+            PieceKind::Band { sectors, .. } => (sectors + 2 * PAGE_SECTORS) * geo.raid_disks as u64,
+            PieceKind::Copies { .. } => 0,
+        };
+        Some((0, sectors * SECTOR as u64))
+    }
+
+    /// Whether a phase's pieces, with a meta page each, fit a quarter of the journal.
+    fn fits(&self, entries: usize, bytes: u64) -> bool {
+        bytes / SECTOR as u64 + PAGE_SECTORS * entries as u64 <= self.ring / 4
+    }
+
+    /// Before a write phase: logs what the phase writes (`ios` of `ops`, from the caller's
+    /// buffer or the ops' scratch) as stripe rows, durably. Returns the log write, held until
+    /// the phase's member writes complete.
+    fn log_phase<'a>(&'a self, array: &Array, phase: Phase<'_>) -> Result<Option<LogHold<'a>>> {
+        let (ops, ios, user) = (phase.ops, phase.ios, phase.user);
+        // The journal fails no member: the phase's states stand.
+        let (states, members) = (&*phase.states, &*phase.members);
+        let chunk = array.geo.chunk_sectors;
+        let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
+        // The phase's member writes, and the new data of members that cannot be written
+        // (the rest of a partial page of theirs is reconstructed below).
+        let mut extra: Vec<(usize, MemberIo)> = Vec::new();
+        let mut writing: Vec<usize> = ios
+            .iter()
+            .filter(|(_, io)| io.dir == Dir::Write)
+            .map(|(k, _)| *k)
+            .collect();
+        writing.dedup();
+        for &k in &writing {
+            for (m, ms, off, bytes) in ops[k].unwritten_data() {
+                extra.push((
+                    k,
+                    MemberIo {
+                        member: m,
+                        dir: Dir::Write,
+                        member_sector: ms,
+                        sectors: (bytes / SECTOR) as u64,
+                        buf: BufRef::User { offset_bytes: off },
+                    },
+                ));
+            }
+        }
+        for (k, io) in ios
+            .iter()
+            .chain(extra.iter())
+            .filter(|(_, io)| io.dir == Dir::Write)
+        {
+            let len = io.sectors as usize * SECTOR;
+            let src: &[u8] = match io.buf {
+                BufRef::User { offset_bytes } => &user[offset_bytes..offset_bytes + len],
+                BufRef::Scratch { index } => &ops[*k].scratch_mut()[index][..len],
+            };
+            let end = io.member_sector + io.sectors;
+            let mut s = io.member_sector / PAGE_SECTORS * PAGE_SECTORS;
+            let mut stripe_info = None;
+            while s < end {
+                let lo = s.max(io.member_sector);
+                let hi = (s + PAGE_SECTORS).min(end);
+                let stripe = s / chunk;
+                // An I/O stays within one chunk: one stripe lookup per I/O, not per page.
+                if stripe_info.as_ref().is_none_or(|(n, _)| *n != stripe) {
+                    stripe_info = Some((stripe, array.geo.stripe(stripe)));
+                }
+                let info = &stripe_info.as_ref().expect("just set").1;
+                let row = rows.entry(s).or_default();
+                let page: &mut Vec<u8> = if io.member == info.p_member {
+                    row.p.get_or_insert_with(Vec::new)
+                } else if Some(io.member) == info.q_member {
+                    row.q.get_or_insert_with(Vec::new)
+                } else {
+                    let dd = info
+                        .data_members
+                        .iter()
+                        .position(|&m| m == io.member)
+                        .unwrap_or(0);
+                    let a =
+                        (stripe * array.geo.data_disks() as u64 + dd as u64) * chunk + s % chunk;
+                    &mut row.data.entry(a).or_insert((io.member, Vec::new())).1
+                };
+                if page.is_empty() {
+                    *page = vec![0u8; PAGE];
+                    if lo > s || hi < s + PAGE_SECTORS {
+                        // A partial page: the rest is what the member holds now (the stripe
+                        // is locked, so nothing else changes it), or what redundancy says it
+                        // holds where the member cannot read it.
+                        // A member being rebuilt may not hold its page yet: reconstruct it.
+                        let read = states[io.member] == MemberState::InSync
+                            && members[io.member].as_ref().is_some_and(|m| {
+                                let at = m.data_offset_bytes + s * SECTOR as u64;
+                                m.disk.read_at(page, at).is_ok()
+                            });
+                        if !read {
+                            let mut bufs = Vec::new();
+                            array.reconstruct_parity_range(
+                                io.member,
+                                s,
+                                PAGE_SECTORS,
+                                &mut bufs,
+                            )?;
+                            page.copy_from_slice(&bufs[io.member][..PAGE]);
+                        }
+                    }
+                }
+                let from = ((lo - io.member_sector) as usize) * SECTOR;
+                let to = ((hi - io.member_sector) as usize) * SECTOR;
+                let off = ((lo - s) as usize) * SECTOR;
+                page[off..off + (to - from)].copy_from_slice(&src[from..to]);
+                s += PAGE_SECTORS;
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        // Meta blocks of at most one 4 KiB block of descriptors each, all in one log write
+        // per block.
+        let parity_pages = match array.geo.scheme() {
+            Scheme::Parity { max_degraded } => max_degraded as usize,
+            Scheme::Copies { .. } => 0,
+        };
+        // A parity member that cannot be written gets no page from the phase; md logs its
+        // page anyway, and a replay must never write a made-up page to whatever member holds
+        // the slot by then. So compute it from the row as it will be.
+        for (&ms, row) in rows.iter_mut() {
+            if row.p.is_none() || (parity_pages == 2 && row.q.is_none()) {
+                array.complete_parity(ms, row, states, members)?;
+            }
+        }
+        // Split the rows over meta blocks (each holds at most 4 KiB of descriptors), then
+        // fill each block's pages into one buffer of the exact size.
+        let rows: Vec<(u64, Row)> = rows.into_iter().collect();
+        let mut bounds: Vec<(usize, usize, usize)> = Vec::new(); // (first row, end, pages)
+        let (mut first, mut meta, mut pages) = (0usize, 32usize, 0usize);
+        for (i, (_, row)) in rows.iter().enumerate() {
+            let need = row.data.len() * 20 + 16 + 4 * parity_pages;
+            if meta + need > PAGE && i > first {
+                bounds.push((first, i, pages));
+                (first, meta, pages) = (i, 32, 0);
+            }
+            meta += need;
+            pages += row.data.len() + parity_pages;
+        }
+        bounds.push((first, rows.len(), pages));
+        let mut rows = rows.into_iter();
+        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
+        for (from, to, count) in bounds {
+            let mut payloads = Vec::with_capacity((to - from) * 4);
+            let mut buf = crate::buffers::take_buffer(count * PAGE);
+            for (ms, row) in rows.by_ref().take(to - from) {
+                for (a, (_, page)) in row.data {
+                    payloads.push(Payload::Data {
+                        flags: 0,
+                        location: a,
+                        checksums: vec![page_checksum(self.seed, &page)],
+                    });
+                    buf.extend_from_slice(&page);
+                }
+                let mut sums = Vec::with_capacity(parity_pages);
+                for page in [row.p, row.q].into_iter().take(parity_pages) {
+                    let at = buf.len();
+                    match page {
+                        Some(p) => buf.extend_from_slice(&p),
+                        None => buf.resize(at + PAGE, 0),
+                    }
+                    sums.push(page_checksum(self.seed, &buf[at..]));
+                }
+                payloads.push(Payload::Parity {
+                    flags: 0,
+                    location: ms,
+                    checksums: sums,
+                });
+            }
+            chunks.push((payloads, buf));
+        }
+        let _io = lock(&self.io);
+        let total: u64 = chunks
+            .iter()
+            .map(|(_, pages)| PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS)
+            .sum();
+        self.room(array, total)?;
+        let mut seqs = Vec::with_capacity(chunks.len());
+        for (payloads, mut pages) in chunks {
+            let span = PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS;
+            let (pos, seq) = {
+                let st = lock(&self.st);
+                if let Some(why) = &st.failed {
+                    return Err(EngineError::ArrayFailed {
+                        detail: format!("the write journal failed: {why}"),
+                    });
+                }
+                (st.head, st.seq)
+            };
+            let mb = MetaBlock {
+                seq,
+                position: pos,
+                payloads,
+            };
+            let mut block = mb.encode(self.seed).map_err(super::meta_err)?;
+            let r = self
+                .ring_io(self.add(pos, PAGE_SECTORS), &mut pages, true)
+                .and_then(|_| self.ring_io(pos, &mut block, true));
+            if let Err(e) = r {
+                return Err(self.failed(array, &e.to_string()));
+            }
+            crate::buffers::keep_buffer(pages);
+            let mut st = lock(&self.st);
+            st.head = self.add(pos, span);
+            st.seq = seq + 1;
+            st.units.push_back(Unit {
+                seq,
+                start: pos,
+                done: false,
+            });
+            seqs.push(seq);
+        }
+        if let Err(e) = self.disk.disk.flush() {
+            return Err(self.failed(array, &e.to_string()));
+        }
+        Ok(Some(Box::new(JournalHold {
+            journal: self,
+            seqs,
+        })))
+    }
+
+    /// The journal device failed: the array takes no more writes (md's
+    /// `r5l_log_disk_error`), as nothing could close the write hole any more.
+    fn device_failed(&self, array: &Array, _device: usize, why: &str) -> Result<()> {
+        Err(self.failed(array, why))
+    }
+
+    /// Reads the log from the checkpoint and writes every complete stripe row it holds to
+    /// the members, then starts a new chain (see the module comment). The journal leaves
+    /// every stripe consistent: no resync is needed after a crash.
+    fn start(&self, array: &Array, how: LogStart, notes: &mut Vec<String>) -> Result<bool> {
+        let replayed = self.replay(array, notes)?;
+        if let LogStart::Assembled { dirty: true, .. } = how {
+            notes.push(format!(
+                "the write journal made every stripe written at the crash consistent ({replayed} stripe rows replayed); no resync is needed"
+            ));
+        }
+        Ok(true)
+    }
+
+    fn keeps_array_clean(&self) -> bool {
+        true
+    }
+
+    /// At a clean stop (members already flushed): a new chain with nothing in it starts at
+    /// the head and the checkpoint moves there, so the next start has nothing to replay.
+    fn stop(&self, array: &Array) -> Result<()> {
+        if array.read_only {
+            return Ok(());
+        }
+        let _io = lock(&self.io);
+        let (pos, seq) = {
+            let st = lock(&self.st);
+            if st.failed.is_some() {
+                return Ok(());
+            }
+            (st.head, st.seq)
+        };
+        if let Err(e) = self.write_empty(pos, seq) {
+            return Err(self.failed(array, &e.to_string()));
+        }
+        self.set_tail(array, pos)?;
+        let mut st = lock(&self.st);
+        st.tail = pos;
+        st.head = self.add(pos, PAGE_SECTORS);
+        st.seq = seq + 1;
+        st.units.clear();
+        Ok(())
+    }
+}
+
+impl Journal {
+    /// At assembly: reads the log from the checkpoint and writes every complete stripe row
+    /// it holds to the members, then starts a new chain (see the module comment). Returns
+    /// the number of rows replayed.
+    fn replay(&self, array: &Array, notes: &mut Vec<String>) -> Result<usize> {
+        let tail = lock(&self.st).tail;
+        let name = self.disk.disk.name().to_string();
+        let Some(first) = self.read_meta(tail).filter(|m| m.position == tail) else {
+            // No chain (a new journal, or one md never wrote): start one at 0.
+            let seq = fresh_seq();
+            if !array.read_only {
+                self.write_empty(0, seq)?;
+                self.set_tail(array, 0)?;
+            }
+            let mut st = lock(&self.st);
+            st.tail = 0;
+            st.head = PAGE_SECTORS;
+            st.seq = seq + 1;
+            notes.push(format!("{name}: write journal started empty"));
+            return Ok(0);
+        };
+        // Walk the chain.
+        let mut pos = tail;
+        let mut seq = first.seq;
+        let mut units: Vec<(MetaBlock, Vec<u8>)> = Vec::new();
+        let mut scanned = 0u64;
+        while let Some(mb) = self.read_meta(pos) {
+            if mb.seq != seq || mb.position != pos {
+                break;
+            }
+            let pages = mb.pages();
+            let span = PAGE_SECTORS * (1 + pages);
+            if scanned + span > self.ring {
+                break;
+            }
+            let mut data = vec![0u8; pages as usize * PAGE];
+            if self
+                .ring_io(self.add(pos, PAGE_SECTORS), &mut data, false)
+                .is_err()
+            {
+                break;
+            }
+            let mut ok = true;
+            let mut page = 0usize;
+            for p in &mb.payloads {
+                if let Payload::Data { checksums, .. } | Payload::Parity { checksums, .. } = p {
+                    for c in checksums {
+                        let b = &data[page * PAGE..(page + 1) * PAGE];
+                        if page_checksum(self.seed, b) != *c {
+                            ok = false;
+                        }
+                        page += 1;
+                    }
+                }
+            }
+            if !ok {
+                // md: a log write whose pages do not all match is where the log ends.
+                break;
+            }
+            scanned += span;
+            pos = self.add(pos, span);
+            seq += 1;
+            units.push((mb, data));
+        }
+        // Replay, oldest first, rows that carry their parity (write-through never writes a
+        // member before the row's parity is in the log, so a row without it was never
+        // written to the members).
+        let mut replayed = 0usize;
+        let (states, members) = array.snapshot();
+        let replacements: Vec<Option<Arc<Member>>> = {
+            let st = lock(&array.state);
+            st.replacement
+                .iter()
+                .map(|r| r.and_then(|i| st.members[i].clone()))
+                .collect()
+        };
+        for (mb, data) in &units {
+            for writes in array.rows_of(mb, data) {
+                replayed += 1;
+                if array.read_only {
+                    continue;
+                }
+                for (slot, ms, page) in writes {
+                    let targets = [
+                        members[slot]
+                            .clone()
+                            .filter(|_| states[slot] != MemberState::Missing),
+                        replacements.get(slot).cloned().flatten(),
+                    ];
+                    for m in targets.into_iter().flatten() {
+                        let at = m.data_offset_bytes + ms * SECTOR as u64;
+                        if let Err(e) = m.disk.write_at(&page, at) {
+                            array.member_failed(slot, &format!("journal replay: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        let next_seq = seq + 10_000;
+        if !array.read_only {
+            if replayed > 0 {
+                array.flush()?;
+            }
+            self.write_empty(pos, next_seq)?;
+            self.set_tail(array, pos)?;
+        }
+        let mut st = lock(&self.st);
+        st.tail = pos;
+        st.head = self.add(pos, PAGE_SECTORS);
+        st.seq = next_seq + 1;
+        drop(st);
+        notes.push(if units.iter().all(|(mb, _)| mb.payloads.is_empty()) {
+            format!("{name}: write journal clean")
+        } else {
+            format!(
+                "{name}: write journal held {} log writes; {replayed} stripe rows replayed onto the members",
+                units.iter().filter(|(mb, _)| !mb.payloads.is_empty()).count()
+            )
+        });
+        Ok(replayed)
+    }
+
+    /// Writes `tail` into the journal device's superblock (md's `r5l_write_super`).
+    fn set_tail(&self, array: &Array, tail: u64) -> Result<()> {
+        let _g = lock(&array.sb_lock);
+        let mut st = lock(&array.state);
+        st.sbs[self.member].recovery_offset_sectors = tail;
+        let sb = st.sbs[self.member].clone();
+        drop(st);
+        crate::meta::write_superblock(self.disk.disk.as_ref(), &sb, array.version)?;
+        self.disk.disk.flush()?;
+        Ok(())
+    }
+
+    /// A log write failed (`why`): the array takes no more writes.
+    fn failed(&self, array: &Array, why: &str) -> EngineError {
+        let why = format!("{}: {why}", self.disk.disk.name());
+        lock(&self.st).failed = Some(why.clone());
+        lock(&array.state).events.push(ArrayEvent::ArrayFailed {
+            detail: format!("write journal failed ({why}); the array takes no more writes"),
+        });
+        EngineError::ArrayFailed {
+            detail: format!("the write journal failed: {why}"),
+        }
+    }
 
     /// Makes room for `span` sectors at the head: moves the checkpoint past log writes whose
     /// member writes are done, flushing the members first; waits for writes in flight when
     /// nothing can move yet.
-    fn journal_room(&self, j: &Journal, span: u64) -> Result<()> {
-        if span + PAGE_SECTORS >= j.ring {
+    fn room(&self, array: &Array, span: u64) -> Result<()> {
+        if span + PAGE_SECTORS >= self.ring {
             return Err(EngineError::Invalid(format!(
                 "a log write of {} KiB does not fit the {} KiB write journal",
                 span / 2,
-                j.ring / 2
+                self.ring / 2
             )));
         }
         loop {
-            let mut st = lock(&j.st);
-            if j.ring > j.used(&st) + span {
+            let mut st = lock(&self.st);
+            if self.ring > self.used(&st) + span {
                 return Ok(());
             }
             // The new checkpoint: the oldest write not done, else the newest write.
@@ -767,9 +783,9 @@ impl Array {
             match target {
                 Some(u) if u.start != st.tail => {
                     drop(st);
-                    self.flush()?;
-                    self.set_journal_tail(u.start)?;
-                    let mut st = lock(&j.st);
+                    array.flush()?;
+                    self.set_tail(array, u.start)?;
+                    let mut st = lock(&self.st);
                     st.tail = u.start;
                     while st.units.front().is_some_and(|f| f.seq < u.seq) {
                         st.units.pop_front();
@@ -780,14 +796,14 @@ impl Array {
                     // the chain anew at the head with an empty meta block, then move there.
                     let (pos, seq) = (st.head, st.seq);
                     drop(st);
-                    if let Err(e) = j.write_empty(pos, seq) {
-                        return Err(self.journal_failed(j, e));
+                    if let Err(e) = self.write_empty(pos, seq) {
+                        return Err(self.failed(array, &e.to_string()));
                     }
-                    self.flush()?;
-                    self.set_journal_tail(pos)?;
-                    let mut st = lock(&j.st);
+                    array.flush()?;
+                    self.set_tail(array, pos)?;
+                    let mut st = lock(&self.st);
                     st.tail = pos;
-                    st.head = j.add(pos, PAGE_SECTORS);
+                    st.head = self.add(pos, PAGE_SECTORS);
                     st.seq = seq + 1;
                     st.units.clear();
                     st.units.push_back(Unit {
@@ -798,7 +814,7 @@ impl Array {
                 }
                 Some(_) => {
                     // The checkpoint is at the oldest write in flight: wait for it.
-                    st = j
+                    st = self
                         .finished
                         .wait_timeout(st, std::time::Duration::from_millis(50))
                         .map(|(g, _)| g)

@@ -349,7 +349,7 @@ impl Array {
         };
         // A member of an array with a partial parity log gets mdadm's placement for one, so
         // its log area stays clear of its data.
-        let dl = if self.ppl.is_some() {
+        let dl = if self.consistency_policy() == ConsistencyPolicy::Ppl {
             DataLayout::mdadm_create_ppl(&shape)
         } else {
             DataLayout::mdadm_create(&shape)
@@ -384,16 +384,8 @@ impl Array {
         sb.clear_recovery_offset();
         sb.feature_map.remove(FeatureMap::REPLACEMENT);
         sb.feature_map.remove(FeatureMap::BAD_BLOCKS);
-        if let (Some(area), true) = (dl.ppl, sb.ppl().is_some()) {
-            // md's ppl_modify_log: a member joining the array starts with an empty log.
-            sb.set_ppl_area(area);
-            if let Some(at) = ppl::area_of(&sb) {
-                ppl::write_empty_log(
-                    disk.as_ref(),
-                    at,
-                    raidkit_metadata::ppl::ppl_signature(&sb.set_uuid.0),
-                )?;
-            }
+        if let Some(log) = &self.log {
+            log.member_joins(disk.as_ref(), &mut sb, &dl)?;
         }
         let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
             .map_err(|e| {

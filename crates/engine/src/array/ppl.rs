@@ -22,13 +22,15 @@
 //! header; a clean array gets its empty headers just before its first write instead, so that
 //! assembling it writes nothing.
 
+use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
-use crate::plan::{MemberState, PieceKind, PieceOp, SECTOR};
+use crate::geometry::Geo;
+use crate::plan::{MemberState, Piece, PieceKind, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
 use crate::ppl::{newest_header, plan_entry, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
 use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
-use raidkit_metadata::Superblock;
+use raidkit_metadata::{DataLayout, Superblock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -42,7 +44,7 @@ pub(super) struct Ppl {
     /// Bytes of the smallest member's log area (entries of one log write must fit).
     area_bytes: u64,
     /// The logs still hold what the last run left; they are emptied before the first write
-    /// (see `ppl_start`).
+    /// (see `WriteLog::before_dirty`).
     reset_pending: AtomicBool,
 }
 
@@ -78,17 +80,6 @@ impl Ppl {
             reset_pending: AtomicBool::new(false),
         })
     }
-
-    /// Largest band (in sectors) whose partial parity fits one log write.
-    pub(super) fn max_band_sectors(&self) -> u64 {
-        ((self.area_bytes - PPL_HEADER_SIZE as u64) / SECTOR as u64) / 8 * 8
-    }
-
-    /// Whether `count` entries with `pp_bytes` of partial parity between them fit one log
-    /// write.
-    pub(super) fn fits(&self, count: usize, pp_bytes: u64) -> bool {
-        count <= PPL_HDR_MAX_ENTRIES && pp_bytes + PPL_HEADER_SIZE as u64 <= self.area_bytes
-    }
 }
 
 /// Logs held over a write phase; [`PplHold::finish`] records what the phase wrote.
@@ -97,52 +88,18 @@ pub(super) struct PplHold<'a> {
     written: Vec<usize>,
 }
 
-impl PplHold<'_> {
+impl PhaseHold for PplHold<'_> {
     /// The phase's writes have completed: each held log now covers them until it is next
     /// overwritten, when they are flushed first.
-    pub(super) fn finish(mut self) {
+    fn written(mut self: Box<Self>) {
+        let written = std::mem::take(&mut self.written);
         for g in &mut self.logs {
-            g.clone_from(&self.written);
+            g.clone_from(&written);
         }
     }
 }
 
 impl Array {
-    /// Where a write piece is logged and how much it may log: the slot holding its stripe's
-    /// parity (whose log gets its entry) and its partial parity bytes (0 for full-stripe
-    /// bands). `None` for reads, mirror pieces and arrays without a log.
-    pub(super) fn ppl_piece_log(&self, write: bool, kind: &PieceKind) -> Option<(usize, u64)> {
-        match (&self.ppl, kind) {
-            (
-                Some(_),
-                PieceKind::Band {
-                    stripe,
-                    sectors,
-                    dd_first,
-                    dd_last,
-                    ..
-                },
-            ) if write => {
-                let pp = if dd_last + 1 - dd_first < self.geo.data_disks() {
-                    sectors * SECTOR as u64
-                } else {
-                    0
-                };
-                Some((self.geo.stripe(*stripe).p_member, pp))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether `count` entries with `pp_bytes` of partial parity between them fit one log
-    /// write of one member.
-    pub(super) fn ppl_fits(&self, count: usize, pp_bytes: u64) -> bool {
-        match &self.ppl {
-            Some(p) => p.fits(count, pp_bytes),
-            None => true,
-        }
-    }
-
     /// Per slot, the member sectors a member being rebuilt holds current data below (its
     /// recovery offset as the superblocks record it; a crash resumes the rebuild there, so
     /// stripes above it are rebuilt again); 0 for other slots.
@@ -157,40 +114,65 @@ impl Array {
             })
             .collect()
     }
+}
 
-    /// The consistency policy the array runs with.
-    pub fn consistency_policy(&self) -> ConsistencyPolicy {
-        if self.journal.is_some() {
-            ConsistencyPolicy::Journal
-        } else if self.ppl.is_some() {
-            ConsistencyPolicy::Ppl
-        } else if let Some(b) = &self.bitmap {
-            ConsistencyPolicy::Bitmap {
-                chunk_bytes: b.sectors_per_bit * SECTOR as u64,
-            }
-        } else {
-            ConsistencyPolicy::Resync
-        }
+impl WriteLog for Ppl {
+    fn policy(&self) -> ConsistencyPolicy {
+        ConsistencyPolicy::Ppl
     }
 
-    /// Before a write phase: logs every band of `ops` that is about to be written (`writing`)
-    /// on its parity member, durably. Returns the logs held until the phase completes, or
-    /// `None` when nothing needed logging. A member whose log cannot be written is failed
-    /// (the caller re-reads member states before it writes).
-    pub(super) fn ppl_log_phase(
-        &self,
-        ops: &[PieceOp],
-        writing: &[bool],
-        user: &[u8],
-        states: &[MemberState],
-    ) -> Result<Option<PplHold<'_>>> {
-        let Some(ppl) = &self.ppl else {
-            return Ok(None);
+    /// Largest band (in sectors) whose partial parity fits one log write.
+    fn max_band_sectors(&self, _geo: &Geo) -> u64 {
+        ((self.area_bytes - PPL_HEADER_SIZE as u64) / SECTOR as u64) / 8 * 8
+    }
+
+    fn one_data_member_per_band(&self) -> bool {
+        true
+    }
+
+    /// A write band is logged on the slot holding its stripe's parity, with its partial
+    /// parity bytes (0 for full-stripe bands); mirror pieces are not logged.
+    fn piece_cost(&self, geo: &Geo, piece: &Piece) -> Option<(usize, u64)> {
+        let PieceKind::Band {
+            stripe,
+            sectors,
+            dd_first,
+            dd_last,
+            ..
+        } = &piece.kind
+        else {
+            return None;
         };
-        let n = self.geo.raid_disks;
+        let pp = if dd_last + 1 - dd_first < geo.data_disks() {
+            sectors * SECTOR as u64
+        } else {
+            0
+        };
+        Some((geo.stripe(*stripe).p_member, pp))
+    }
+
+    /// Whether `count` entries with `pp_bytes` of partial parity between them fit one log
+    /// write of one member.
+    fn fits(&self, count: usize, pp_bytes: u64) -> bool {
+        count <= PPL_HDR_MAX_ENTRIES && pp_bytes + PPL_HEADER_SIZE as u64 <= self.area_bytes
+    }
+
+    /// Logs every band of the phase that is about to be written on its parity member,
+    /// durably, and holds those logs until the phase completes. A member whose log cannot be
+    /// written is failed, and the phase's member states are taken again.
+    fn log_phase<'a>(&'a self, array: &Array, phase: Phase<'_>) -> Result<Option<LogHold<'a>>> {
+        let Phase {
+            ops,
+            writing,
+            user,
+            states,
+            members: phase_members,
+            ..
+        } = phase;
+        let n = array.geo.raid_disks;
         // Only a member being rebuilt needs its recovery offset looked up.
         let recovered = if states.contains(&MemberState::Rebuilding) {
-            self.recovered_sectors()
+            array.recovered_sectors()
         } else {
             Vec::new()
         };
@@ -210,7 +192,7 @@ impl Array {
             ) {
                 continue;
             }
-            if builders[bw.p_member].add(&self.geo, &bw, user) {
+            if builders[bw.p_member].add(&array.geo, &bw, user) {
                 written.push(bw.p_member);
                 written.extend_from_slice(&bw.data_members[bw.dd_first..=bw.dd_last]);
             }
@@ -222,8 +204,8 @@ impl Array {
         written.sort_unstable();
         written.dedup();
         let logs: Vec<MutexGuard<'_, Vec<usize>>> =
-            slots.iter().map(|&s| lock(&ppl.logs[s])).collect();
-        let (_, members) = self.snapshot();
+            slots.iter().map(|&s| lock(&self.logs[s])).collect();
+        let (_, members) = array.snapshot();
         // Writes the previous log writes covered become durable before those logs go.
         let mut to_flush: Vec<usize> = logs.iter().flat_map(|g| g.iter().copied()).collect();
         to_flush.sort_unstable();
@@ -246,11 +228,11 @@ impl Array {
             &batch,
         );
         for (tag, err) in batch.wait() {
-            self.member_failed(flushes[tag].0, &err.to_string());
+            array.member_failed(flushes[tag].0, &err.to_string());
         }
         // The new log writes, each followed by a flush of its member (md's FUA).
         let areas: Vec<Option<(u64, u64)>> = {
-            let st = lock(&self.state);
+            let st = lock(&array.state);
             slots.iter().map(|&s| slot_area(&st, s)).collect()
         };
         let mut bufs: Vec<(usize, Arc<Member>, u64, Vec<u8>)> = Vec::new();
@@ -263,9 +245,9 @@ impl Array {
             let (Some(m), Some((at, len))) = (members[slot].clone(), *area) else {
                 continue;
             };
-            let generation = ppl.generation.fetch_add(1, Ordering::Relaxed);
+            let generation = self.generation.fetch_add(1, Ordering::Relaxed);
             let bytes = builder
-                .finish(ppl.signature, generation, len)
+                .finish(self.signature, generation, len)
                 .map_err(|f| {
                     EngineError::Invalid(format!(
                         "partial parity log write of {} entries and {} bytes does not fit the {}-byte log area",
@@ -295,48 +277,103 @@ impl Array {
         let mut failed: Vec<usize> = batch.wait().into_iter().map(|(t, _)| t).collect();
         failed.dedup();
         for i in failed {
-            self.member_failed(
+            self.device_failed(
+                array,
                 bufs[i].0,
                 "the partial parity log could not be written to it",
-            );
+            )?;
         }
         for (_, _, _, bytes) in bufs {
             crate::buffers::keep_buffer(bytes);
         }
-        Ok(Some(PplHold { logs, written }))
+        let hold: LogHold<'a> = Box::new(PplHold { logs, written });
+        // A member whose log failed is no longer written.
+        (*states, *phase_members) = array.snapshot();
+        Ok(Some(hold))
+    }
+
+    /// The member holding the log leaves the array (md fails a member whose log write
+    /// fails); the stripes whose parity it held run degraded.
+    fn device_failed(&self, array: &Array, device: usize, why: &str) -> Result<()> {
+        array.member_failed(device, why);
+        Ok(())
     }
 
     /// At assembly: replays the newest log of every in-sync member when the array was not
     /// stopped cleanly, then zeroes every log area and writes an empty header (as md does at
     /// every start). Returns true when the replay leaves every stripe consistent, so no resync
     /// is needed: no entry mismatched and no resync was under way (md also wants at least one
-    /// recovered entry).
-    pub(super) fn ppl_start(
+    /// recovered entry). A new array's logs were written empty at creation.
+    fn start(&self, array: &Array, how: LogStart, notes: &mut Vec<String>) -> Result<bool> {
+        let LogStart::Assembled {
+            dirty,
+            resync_offset,
+        } = how
+        else {
+            return Ok(false);
+        };
+        let consistent = self.replay(array, dirty, resync_offset, notes)?;
+        if consistent {
+            notes.push(
+                "the partial parity log made every stripe written at the crash consistent; no resync is needed".into(),
+            );
+        }
+        Ok(consistent)
+    }
+
+    /// Before the first write after a clean assembly: md's empty log on every writable
+    /// member, as md writes it at every start.
+    fn before_dirty(&self, array: &Array, st: &mut State) -> Vec<String> {
+        if self.reset_pending.swap(false, Ordering::SeqCst) {
+            self.reset_locked(array, st)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// md's `ppl_modify_log`: a member joining the array starts with an empty log.
+    fn member_joins(
         &self,
+        disk: &dyn raidkit_disk::Disk,
+        sb: &mut Superblock,
+        dl: &DataLayout,
+    ) -> Result<()> {
+        if let (Some(area), true) = (dl.ppl, sb.ppl().is_some()) {
+            sb.set_ppl_area(area);
+            if let Some(at) = area_of(sb) {
+                write_empty_log(disk, at, ppl_signature(&sb.set_uuid.0))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Ppl {
+    /// The replay of [`WriteLog::start`] at assembly.
+    fn replay(
+        &self,
+        array: &Array,
         dirty: bool,
         resync_offset: u64,
         notes: &mut Vec<String>,
     ) -> Result<bool> {
-        let Some(ppl) = &self.ppl else {
-            return Ok(false);
-        };
-        let (states, members) = self.snapshot();
+        let (states, members) = array.snapshot();
         let areas: Vec<Option<(u64, u64)>> = {
-            let st = lock(&self.state);
-            (0..self.geo.raid_disks)
+            let st = lock(&array.state);
+            (0..array.geo.raid_disks)
                 .map(|s| slot_area(&st, s))
                 .collect()
         };
         let (mut recovered, mut mismatched) = (0usize, 0usize);
-        if dirty && self.read_only {
+        if dirty && array.read_only {
             notes.push(
                 "read-only: the partial parity log was not replayed; degraded reads of stripes written at the crash may be wrong".into(),
             );
         } else if dirty {
             // md replays the log of every member it has, one being rebuilt too, and reads a
             // modified member where it is in sync (below its recovery offset when rebuilt).
-            let rebuilt_to = self.recovered_sectors();
-            for slot in 0..self.geo.raid_disks {
+            let rebuilt_to = array.recovered_sectors();
+            for slot in 0..array.geo.raid_disks {
                 let (Some(m), Some((at, len)), true) =
                     (&members[slot], areas[slot], states[slot].writable())
                 else {
@@ -351,7 +388,7 @@ impl Array {
                     mismatched += 1;
                     continue;
                 }
-                let Some((offset, header)) = newest_header(&area, ppl.signature) else {
+                let Some((offset, header)) = newest_header(&area, self.signature) else {
                     notes.push(format!(
                         "{}: no valid partial parity log header",
                         m.disk.name()
@@ -369,7 +406,7 @@ impl Array {
                         mismatched += 1;
                         continue;
                     };
-                    let plan = match plan_entry(&self.geo, e, slot) {
+                    let plan = match plan_entry(&array.geo, e, slot) {
                         Ok(p) => p,
                         Err(why) => {
                             notes.push(format!(
@@ -436,64 +473,47 @@ impl Array {
                         "{}: writing parity while replaying the partial parity log failed ({e}); marked faulty",
                         m.disk.name()
                     ));
-                    self.member_failed(slot, &format!("partial parity log replay: {e}"));
+                    array.member_failed(slot, &format!("partial parity log replay: {e}"));
                 }
             }
             notes.push(format!(
                 "partial parity log replayed: {recovered} entries recovered, {mismatched} mismatched"
             ));
         }
-        if dirty && !self.read_only {
+        if dirty && !array.read_only {
             // The replayed entries must not be replayed again over later writes.
-            let _g = lock(&self.sb_lock);
-            let mut st = lock(&self.state);
-            notes.extend(self.ppl_reset_locked(&mut st));
-        } else if !self.read_only {
+            let _g = lock(&array.sb_lock);
+            let mut st = lock(&array.state);
+            notes.extend(self.reset_locked(array, &mut st));
+        } else if !array.read_only {
             // A clean array: the logs are emptied before its first write marks it dirty
-            // (`ppl_reset_before_dirty`), so an assembly that writes nothing leaves every
+            // (`before_dirty`), so an assembly that writes nothing leaves every
             // member as it was (a refused command must not change a member).
-            ppl.reset_pending.store(true, Ordering::SeqCst);
+            self.reset_pending.store(true, Ordering::SeqCst);
         }
         // md also asks for at least one recovered entry; every stripe write with a live parity
         // member is logged here, so an empty log without mismatches means none was in flight.
         let _ = recovered;
-        Ok(dirty && !self.read_only && mismatched == 0 && resync_offset == 0)
-    }
-}
-
-impl Array {
-    /// Before the first write after a clean assembly (called with the superblock lock and
-    /// the state held, ahead of the dirty mark): md's empty log on every writable member,
-    /// as md writes it at every start.
-    pub(super) fn ppl_reset_before_dirty(&self, st: &mut State) -> Vec<String> {
-        match &self.ppl {
-            Some(ppl) if ppl.reset_pending.swap(false, Ordering::SeqCst) => {
-                self.ppl_reset_locked(st)
-            }
-            _ => Vec::new(),
-        }
+        Ok(dirty && !array.read_only && mismatched == 0 && resync_offset == 0)
     }
 
     /// Writes an empty log on every writable slot's member; a member that cannot take it is
     /// failed. Returns what happened, a sentence per failure.
-    fn ppl_reset_locked(&self, st: &mut State) -> Vec<String> {
-        let Some(ppl) = &self.ppl else {
-            return Vec::new();
-        };
+    fn reset_locked(&self, array: &Array, st: &mut State) -> Vec<String> {
         let mut notes = Vec::new();
-        for slot in 0..self.geo.raid_disks {
+        for slot in 0..array.geo.raid_disks {
             let member = st.slot_member[slot].and_then(|i| st.members[i].clone());
             let (Some(m), Some(area), true) =
                 (member, slot_area(st, slot), st.slot_state[slot].writable())
             else {
                 continue;
             };
-            if let Err(e) = write_empty_log(m.disk.as_ref(), area, ppl.signature) {
+            if let Err(e) = write_empty_log(m.disk.as_ref(), area, self.signature) {
                 notes.push(format!(
                     "{}: writing an empty partial parity log failed ({e}); marked faulty",
                     m.disk.name()
                 ));
-                self.fail_locked(st, slot, &format!("empty partial parity log: {e}"));
+                array.fail_locked(st, slot, &format!("empty partial parity log: {e}"));
             }
         }
         notes
