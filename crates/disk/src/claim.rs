@@ -116,6 +116,11 @@ pub(crate) fn take(
     } else {
         libc::LOCK_SH
     } | libc::LOCK_NB;
+    // A child this process starts holds a copy of every descriptor from its fork to its exec
+    // (close-on-exec closes them only then), and with it any claim: a conflict whose holder
+    // is this very process (or gone by the time we look) is waited out this long.
+    let patience = std::time::Duration::from_millis(500);
+    let start = std::time::Instant::now();
     loop {
         // SAFETY: flock on a valid descriptor with a plain integer argument.
         if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
@@ -124,7 +129,18 @@ pub(crate) fn take(
         let err = std::io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Err(Ok(flock_holder(file))),
+            Some(libc::EWOULDBLOCK) => {
+                let holder = flock_holder(file);
+                let ours = match &holder {
+                    Holder::Process { pid, .. } => *pid == std::process::id(),
+                    Holder::Unknown => true,
+                    _ => false,
+                };
+                if !ours || start.elapsed() >= patience {
+                    return Err(Ok(holder));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
             _ => return Err(Err(err)),
         }
     }
