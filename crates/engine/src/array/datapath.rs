@@ -1,0 +1,615 @@
+//! The data path: how one request becomes member I/O. A request is split into pieces (see
+//! `plan.rs`), each piece is planned against the member states of the moment (with members
+//! whose bad-block log covers the piece treated as lost), run phase by phase on the member
+//! workers under its stripe lock, logged first where the array has a write log, and re-planned
+//! when a member read fails; read errors that redundancy served are rewritten afterwards.
+
+use super::*;
+
+impl Array {
+    /// Member states for `piece` with every member whose bad-block list covers part of the
+    /// piece's range treated as lost (its data there comes from redundancy); `None` when no
+    /// listed range is involved.
+    pub(crate) fn bad_block_states(
+        &self,
+        piece: &Piece,
+        states: &[MemberState],
+    ) -> Option<Vec<MemberState>> {
+        if !self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let st = lock(&self.state);
+        let hits = |slot: usize, from: u64, n: u64| {
+            st.slot_member[slot]
+                .and_then(|i| st.bad.get(i))
+                .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
+        };
+        let mut out: Option<Vec<MemberState>> = None;
+        let mut mark = |slot: usize| {
+            let v = out.get_or_insert_with(|| states.to_vec());
+            if v[slot].usable() {
+                v[slot] = MemberState::Faulty;
+            }
+        };
+        match &piece.kind {
+            PieceKind::Copies {
+                copies, sectors, ..
+            } => {
+                for &(m, s) in copies {
+                    if hits(m, s, *sectors) {
+                        mark(m);
+                    }
+                }
+            }
+            PieceKind::Band {
+                stripe,
+                lo,
+                sectors,
+                ..
+            } => {
+                let from = stripe * self.geo.chunk_sectors + lo;
+                for slot in 0..self.geo.raid_disks {
+                    if hits(slot, from, *sectors) {
+                        mark(slot);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Slot states and members, and for writes the members being copied onto per slot
+    /// (empty when there are none), all under one lock.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn snapshot_for(
+        &self,
+        dir: Dir,
+    ) -> (
+        Vec<MemberState>,
+        Vec<Option<Arc<Member>>>,
+        Vec<Option<Arc<Member>>>,
+    ) {
+        let st = lock(&self.state);
+        let members = st
+            .slot_member
+            .iter()
+            .map(|m| m.and_then(|i| st.members[i].clone()))
+            .collect();
+        let replacements = if dir == Dir::Write
+            && self
+                .has_replacement
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            st.replacement
+                .iter()
+                .map(|r| r.and_then(|i| st.members[i].clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (st.slot_state.clone(), members, replacements)
+    }
+
+    /// Runs one request through the core: split, then batches of pieces phase by phase.
+    pub(crate) fn run(
+        &self,
+        dir: Dir,
+        array_sector: u64,
+        user_ptr: *mut u8,
+        user_len: usize,
+        _fua: bool,
+    ) -> Result<()> {
+        self.bg.note_foreground();
+        let sectors = (user_len / SECTOR) as u64;
+        let mut suspects = Vec::new();
+        if let (Dir::Write, Some(wi)) = (dir, &self.bitmap) {
+            wi.start_write(self, array_sector, sectors);
+            let r = self.run_pieces(
+                dir,
+                array_sector,
+                sectors,
+                user_ptr,
+                user_len,
+                &mut suspects,
+            );
+            wi.end_write(self, array_sector, sectors);
+            return r;
+        }
+        let r = self.run_pieces(
+            dir,
+            array_sector,
+            sectors,
+            user_ptr,
+            user_len,
+            &mut suspects,
+        );
+        if !suspects.is_empty() {
+            self.fix_read_errors(suspects);
+        }
+        r
+    }
+
+    /// md's answer to a read error: the data was already served from redundancy; now the
+    /// unreadable blocks are rewritten from redundancy and read back (patrol's repair), and
+    /// what stays unreadable goes to the bad-block log. A member with more than
+    /// [`MAX_CORRECTED_READ_ERRORS`] such errors, or whose repair fails, is failed.
+    pub(crate) fn fix_read_errors(&self, suspects: Vec<(usize, u64, u64)>) {
+        let layout = self.raid10_layout();
+        for (slot, ms, n) in suspects {
+            let name = {
+                let mut st = lock(&self.state);
+                st.read_errors[slot] += 1;
+                let name = st.slot_member[slot]
+                    .and_then(|i| st.members[i].as_ref().map(|m| m.disk.name().to_string()));
+                let Some(name) = name.filter(|_| st.slot_state[slot].usable()) else {
+                    continue; // failed or replaced meanwhile
+                };
+                if st.read_errors[slot] > MAX_CORRECTED_READ_ERRORS {
+                    drop(st);
+                    self.member_failed(
+                        slot,
+                        &format!(
+                            "more than {MAX_CORRECTED_READ_ERRORS} read errors corrected; failing it, as md does"
+                        ),
+                    );
+                    continue;
+                }
+                st.events.push(ArrayEvent::ReadError {
+                    member: name.clone(),
+                    first_sector: ms,
+                    end_sector: ms + n,
+                    repaired: !self.read_only,
+                });
+                name
+            };
+            if self.read_only || self.check_writable().is_err() {
+                continue;
+            }
+            match self.patrol_narrow(slot, ms, n, layout) {
+                Ok((fixed, bad)) => {
+                    let mut st = lock(&self.state);
+                    st.events.push(ArrayEvent::ReadErrorsRepaired {
+                        member: name,
+                        rewritten_sectors: fixed,
+                        bad_block_sectors: bad,
+                    });
+                }
+                Err(e) => self.member_failed(slot, &format!("repairing a read error failed: {e}")),
+            }
+        }
+    }
+
+    pub(crate) fn run_pieces(
+        &self,
+        dir: Dir,
+        array_sector: u64,
+        sectors: u64,
+        user_ptr: *mut u8,
+        user_len: usize,
+        suspects: &mut Vec<(usize, u64, u64)>,
+    ) -> Result<()> {
+        let mut pieces = plan::split(&self.geo, array_sector, sectors, self.max_band_sectors);
+        let log = match dir {
+            Dir::Write => self.log.as_deref(),
+            Dir::Read => None,
+        };
+        let one_member_bands = log.is_some_and(|l| l.one_data_member_per_band());
+        if one_member_bands {
+            pieces = plan::one_data_member_per_band(&self.geo, pieces);
+        }
+        let healthy = {
+            let st = lock(&self.state);
+            st.slot_state.iter().all(|s| *s == MemberState::InSync)
+        };
+        let mut i = 0;
+        while i < pieces.len() {
+            // One batch: consecutive pieces within the scratch budget (at least one).
+            let mut j = i;
+            let mut bytes = 0usize;
+            let mut cut = write_log::PhaseCut::new(log, &self.geo);
+            while j < pieces.len() {
+                let b = piece_scratch_estimate(&self.geo, &pieces[j], healthy);
+                let log_fits = cut.admit(&pieces[j]);
+                if j > i
+                    && (bytes + b > self.batch_budget_bytes
+                        || (one_member_bands
+                            && pieces[i..j].iter().any(|p| plan::same_rows(p, &pieces[j])))
+                        || !log_fits)
+                {
+                    break;
+                }
+                bytes += b;
+                j += 1;
+                if j - i >= 256 {
+                    break;
+                }
+            }
+            self.inflight.acquire();
+            let mut keys: Vec<u64> = pieces[i..j].iter().map(|p| p.lock_key).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            self.locks.acquire(&keys);
+            let r = self.run_batch(dir, &pieces[i..j], user_ptr, user_len, suspects);
+            self.locks.release(&keys);
+            self.inflight.release();
+            r?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn snapshot(&self) -> (Vec<MemberState>, Vec<Option<Arc<Member>>>) {
+        let st = lock(&self.state);
+        let members = st
+            .slot_member
+            .iter()
+            .map(|m| m.and_then(|i| st.members[i].clone()))
+            .collect();
+        (st.slot_state.clone(), members)
+    }
+
+    pub(crate) fn plan(&self, piece: &Piece, dir: Dir, states: &[MemberState]) -> Result<PieceOp> {
+        let first_copy;
+        let piece = match &piece.kind {
+            // While a resync is pending, mirror reads go to the first live copy (the one the
+            // resync copies from), as md's do.
+            PieceKind::Copies { .. }
+                if dir == Dir::Read
+                    && self
+                        .resync_pending
+                        .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                let mut p = piece.clone();
+                if let PieceKind::Copies { read_hint, .. } = &mut p.kind {
+                    *read_hint = 0;
+                }
+                first_copy = p;
+                &first_copy
+            }
+            _ => piece,
+        };
+        let avoid;
+        let states = match self.bad_block_states(piece, states) {
+            Some(s) => {
+                avoid = s;
+                &avoid[..]
+            }
+            None => states,
+        };
+        PieceOp::new(&self.geo, piece, dir, states).map_err(|e| match e {
+            PlanError::Unrecoverable { lost_members } => EngineError::ArrayFailed {
+                detail: format!(
+                    "RAID {} cannot {} this range without slots {:?}",
+                    self.geo.md_level(),
+                    if dir == Dir::Read { "read" } else { "write" },
+                    lost_members
+                ),
+            },
+        })
+    }
+
+    /// Runs a batch of pieces. A read error on a member during a read request does not fail
+    /// the member: the piece is planned again without it (served from redundancy) and the
+    /// range goes to `suspects`, repaired after the stripe locks are released. Read errors
+    /// during a write, and write errors, fail the member.
+    pub(crate) fn run_batch(
+        &self,
+        dir: Dir,
+        pieces: &[Piece],
+        user_ptr: *mut u8,
+        user_len: usize,
+        suspects: &mut Vec<(usize, u64, u64)>,
+    ) -> Result<()> {
+        // Members and replacements are taken together: a write planned against a slot's
+        // member also reaches the replacement that may take the slot over meanwhile.
+        let (mut states, mut members, mut replacements) = self.snapshot_for(dir);
+        let mut ops: Vec<PieceOp> = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            ops.push(self.plan(p, dir, &states)?);
+        }
+        let mut done = vec![false; ops.len()];
+        // Per op: slots it must not read again (they returned a read error to it).
+        let mut unreadable: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+        let _active = pool::ActiveGuard::enter();
+        loop {
+            // Collect the next phase of every op.
+            let mut ios: Vec<(usize, plan::MemberIo)> = Vec::new();
+            let mut phase_dir = vec![Dir::Read; ops.len()];
+            for (k, op) in ops.iter_mut().enumerate() {
+                if done[k] {
+                    continue;
+                }
+                // SAFETY: no member I/O is in flight on the user buffer between phases; the
+                // caller's buffer is valid for user_len bytes for the whole call.
+                let user = unsafe {
+                    match dir {
+                        Dir::Read => {
+                            UserBuf::Read(std::slice::from_raw_parts_mut(user_ptr, user_len))
+                        }
+                        Dir::Write => UserBuf::Write(std::slice::from_raw_parts(
+                            user_ptr as *const u8,
+                            user_len,
+                        )),
+                    }
+                };
+                match op.next(user) {
+                    Step::Done => done[k] = true,
+                    Step::Io { dir: d, ios: list } => {
+                        phase_dir[k] = d;
+                        ios.extend(list.into_iter().map(|io| (k, io)));
+                    }
+                }
+            }
+            if ios.is_empty() {
+                return Ok(());
+            }
+            // Space first: on sparse image files every block this phase writes is allocated
+            // before anything is written, so a full filesystem fails the request here, with
+            // every stripe whole, instead of half-way through a stripe (and it is not a member
+            // failure: writing works again once there is room).
+            if dir == Dir::Write {
+                self.reserve_phase(&ios, &states, &members, &replacements)?;
+            }
+            // The write log goes first: what the phase writes is durable in the log before
+            // any member is written.
+            let hold = match (dir, self.log.as_deref()) {
+                (Dir::Write, Some(log)) => {
+                    let writing: Vec<bool> = (0..ops.len())
+                        .map(|k| !done[k] && phase_dir[k] == Dir::Write)
+                        .collect();
+                    // SAFETY: as above; no member I/O of this phase has been issued yet.
+                    let user =
+                        unsafe { std::slice::from_raw_parts(user_ptr as *const u8, user_len) };
+                    log.log_phase(
+                        self,
+                        write_log::Phase {
+                            ops: &mut ops,
+                            ios: &ios,
+                            writing: &writing,
+                            user,
+                            states: &mut states,
+                            members: &mut members,
+                        },
+                    )?
+                }
+                _ => None,
+            };
+            let batch = Batch::new();
+            // (op, slot, to the slot's replacement, member sector, sectors)
+            let mut submitted: Vec<(usize, usize, bool, u64, u64)> = Vec::with_capacity(ios.len());
+            let mut skipped_reads: Vec<usize> = Vec::new();
+            // Members borrowed from the snapshot: no reference-count traffic per I/O. Members
+            // being copied onto replacements get every write their slot gets.
+            let mut jobs: Vec<(&Member, Job)> = Vec::with_capacity(ios.len());
+            for (k, io) in &ios {
+                let live = if io.dir == Dir::Read {
+                    states[io.member].usable()
+                } else {
+                    states[io.member].writable()
+                };
+                let member = match (&members[io.member], live) {
+                    (Some(m), true) => &**m,
+                    _ => {
+                        // The member went away after planning: a read must be replanned,
+                        // a write to it is simply no longer needed.
+                        if io.dir == Dir::Read {
+                            skipped_reads.push(*k);
+                        }
+                        continue;
+                    }
+                };
+                let len = io.sectors as usize * SECTOR;
+                let ptr = match io.buf {
+                    BufRef::User { offset_bytes } => {
+                        debug_assert!(offset_bytes + len <= user_len);
+                        // SAFETY: in bounds of the caller's buffer (the core plans within it).
+                        unsafe { user_ptr.add(offset_bytes) }
+                    }
+                    BufRef::Scratch { index } => ops[*k].scratch_mut()[index].as_mut_ptr(),
+                };
+                if io.dir == Dir::Write {
+                    if let Some(Some(r)) = replacements.get(io.member) {
+                        submitted.push((*k, io.member, true, io.member_sector, io.sectors));
+                        jobs.push((
+                            &**r,
+                            Job {
+                                kind: JobKind::Write,
+                                offset_bytes: r.data_offset_bytes
+                                    + io.member_sector * SECTOR as u64,
+                                ptr,
+                                len,
+                                batch: batch.clone(),
+                                tag: submitted.len() - 1,
+                            },
+                        ));
+                    }
+                }
+                let tag = submitted.len();
+                submitted.push((*k, io.member, false, io.member_sector, io.sectors));
+                jobs.push((
+                    member,
+                    Job {
+                        kind: if io.dir == Dir::Read {
+                            JobKind::Read
+                        } else {
+                            JobKind::Write
+                        },
+                        offset_bytes: member.data_offset_bytes + io.member_sector * SECTOR as u64,
+                        ptr,
+                        len,
+                        batch: batch.clone(),
+                        tag,
+                    },
+                ));
+            }
+            batch.add(jobs.len());
+            pool::run_phase(
+                jobs.into_iter()
+                    .map(|(m, job)| (&m.worker, m.disk.name(), job))
+                    .collect(),
+                &batch,
+            );
+            let errors = batch.wait();
+            if let Some(hold) = hold {
+                hold.written();
+            }
+            let mut replan: Vec<usize> = skipped_reads;
+            let mut no_space = None;
+            for (tag, err) in errors {
+                let (k, slot, replacement, ms, n) = submitted[tag];
+                if err.is_no_space() {
+                    // Only where space could not be reserved (a copy-on-write filesystem
+                    // full on an overwrite): the member is fine, but the stripe may now hold
+                    // new data beside old parity, so it is resynced, as after a crash.
+                    self.needs_resync_from(ms);
+                    self.report_no_space(&err);
+                    no_space.get_or_insert(err);
+                    continue;
+                }
+                if replacement {
+                    self.replacement_failed(slot, &err.to_string());
+                    continue;
+                }
+                if dir == Dir::Read
+                    && self.geo.level() != RaidLevel::Raid0
+                    && !unreadable[k].contains(&slot)
+                {
+                    unreadable[k].push(slot);
+                    suspects.push((slot, ms, n));
+                    replan.push(k);
+                    continue;
+                }
+                self.member_failed(slot, &err.to_string());
+                if phase_dir[k] == Dir::Read {
+                    replan.push(k);
+                }
+            }
+            if !replan.is_empty() {
+                replan.sort_unstable();
+                replan.dedup();
+                (states, members, replacements) = self.snapshot_for(dir);
+                for k in replan {
+                    let mut local;
+                    let states = if unreadable[k].is_empty() {
+                        &states
+                    } else {
+                        local = states.clone();
+                        for &s in &unreadable[k] {
+                            local[s] = MemberState::Faulty;
+                        }
+                        &local
+                    };
+                    ops[k] = self.plan(&pieces[k], dir, states)?;
+                    done[k] = false;
+                }
+            }
+            if let Some(err) = no_space {
+                return Err(EngineError::Disk(err));
+            }
+            if dir == Dir::Write {
+                self.check_failed()?;
+            }
+        }
+    }
+
+    /// Reserves the space of a write phase on every member (and replacement) it writes; the
+    /// first member without room ends the request with its [`DiskError`] (`NoSpace`), before
+    /// anything of the phase is written. Other errors are left to the writes themselves.
+    pub(crate) fn reserve_phase(
+        &self,
+        ios: &[(usize, plan::MemberIo)],
+        states: &[MemberState],
+        members: &[Option<Arc<Member>>],
+        replacements: &[Option<Arc<Member>>],
+    ) -> Result<()> {
+        for (_, io) in ios {
+            if io.dir != Dir::Write || !states[io.member].writable() {
+                continue;
+            }
+            let len = io.sectors * SECTOR as u64;
+            let targets = [
+                &members[io.member],
+                replacements.get(io.member).unwrap_or(&None),
+            ];
+            for m in targets.into_iter().flatten() {
+                let at = m.data_offset_bytes + io.member_sector * SECTOR as u64;
+                if let Err(e) = m.disk.reserve(at, len) {
+                    if e.is_no_space() {
+                        self.report_no_space(&e);
+                        return Err(EngineError::Disk(e));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a write refused for want of space, once until writing works again (a client
+    /// retrying into a full filesystem does not flood the log).
+    pub(crate) fn report_no_space(&self, err: &raidkit_disk::DiskError) {
+        if !self
+            .no_space
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            lock(&self.state).events.push(ArrayEvent::NoSpace {
+                member: err.member.clone(),
+                detail: err.to_string(),
+            });
+        }
+    }
+
+    /// A write left stripes at member sector `ms` (array sector for RAID 10) possibly
+    /// inconsistent without a crash: a resync from there is pending, as after an unclean stop.
+    pub(crate) fn needs_resync_from(&self, ms: u64) {
+        if self.geo.level() == RaidLevel::Raid0 {
+            return;
+        }
+        let at = if self.geo.level() == RaidLevel::Raid10 {
+            // RAID 10's resync runs over array sectors: from the start is always safe.
+            0
+        } else {
+            ms
+        };
+        let mut st = lock(&self.state);
+        st.resync_from = Some(st.resync_from.map_or(at, |r| r.min(at)));
+        self.resync_pending
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Scratch bytes a piece's plan may allocate (see `PieceOp::plan_band_write`). On a healthy
+/// array the plan is known from the piece's shape: a full-stripe write needs only new parity,
+/// a read-modify-write the old data and old and new parity, a reconstruct-write the data it
+/// does not write and new parity, whichever reads less. Degraded plans may need every block.
+pub(crate) fn piece_scratch_estimate(geo: &Geo, p: &Piece, healthy: bool) -> usize {
+    match &p.kind {
+        PieceKind::Copies { .. } => 0,
+        PieceKind::Band {
+            sectors,
+            dd_first,
+            dd_last,
+            ..
+        } => {
+            let (n, d) = (geo.raid_disks, geo.data_disks());
+            let parity = n - d;
+            let k = dd_last + 1 - dd_first;
+            let blocks = if !healthy {
+                n + 2
+            } else if k >= d {
+                parity
+            } else if k + parity < d - k {
+                k + 2 * parity
+            } else {
+                d - k + parity
+            };
+            blocks * *sectors as usize * SECTOR
+        }
+    }
+}
+
+pub(crate) fn aligned_window(offset: u64, len: usize) -> (u64, usize) {
+    let s = SECTOR as u64;
+    let start = offset / s * s;
+    let end = (offset + len as u64).div_ceil(s) * s;
+    (start, (end - start) as usize)
+}

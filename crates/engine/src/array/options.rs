@@ -1,0 +1,195 @@
+//! What callers pass in and get back: the driver's bounds ([`EngineConfig`]), create and
+//! assemble options, the assembly report, and [`Status`] with its per-member rows.
+
+use super::*;
+
+/// Memory and concurrency bounds of the driver.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    /// Bytes of scratch (stripe) memory all requests in flight may hold together.
+    pub stripe_cache_bytes: usize,
+    /// Requests processed at the same time; further callers wait.
+    pub max_inflight: usize,
+    /// Threads a full-rate rebuild, replace, check, repair, resync or patrol runs its steps on. `None`: one
+    /// per CPU while every member involved does memory copies (tmpfs, page cache), one
+    /// otherwise (members that wait get their parallelism from the member workers instead).
+    /// `Some(1)`: always one (the simulator's choice, so that a seed replays the same member
+    /// I/O in the same order); `Some(k)`: k whenever the task runs at full rate, whatever the
+    /// members.
+    pub task_threads: Option<usize>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            stripe_cache_bytes: 64 << 20,
+            max_inflight: 16,
+            task_threads: None,
+        }
+    }
+}
+
+/// Parameters of a new array. UUIDs and the creation time come from the caller (the CLI reads
+/// /dev/urandom and the clock), so creating is deterministic given them.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub level: i32,
+    /// md layout number; `None` for mdadm's default (left-symmetric for RAID 5/6, n2 for 10).
+    pub layout: Option<u32>,
+    /// Chunk in sectors (ignored for RAID 1); mdadm's default is 1024 (512 KiB).
+    pub chunk_sectors: u32,
+    /// Active members; the remaining given members become spares.
+    pub raid_devices: usize,
+    pub metadata: SuperblockVersion,
+    /// Sectors of each member to use (mdadm --size); `None` for all that fits.
+    pub size_sectors: Option<u64>,
+    /// The set name as stored (mdadm stores "homehost:name").
+    pub name: String,
+    pub set_uuid: [u8; 16],
+    /// One per member.
+    pub device_uuids: Vec<[u8; 16]>,
+    pub ctime_seconds: u64,
+    /// True when every member's data area is known to read as zeroes (freshly created sparse
+    /// image files): all-zero data has all-zero P and Q, so the array is consistent as is.
+    /// When false, create writes zeroes over the data areas to make it so.
+    pub members_zeroed: bool,
+    /// How parity and copies are kept consistent across a crash (mdadm's
+    /// --consistency-policy).
+    pub consistency: ConsistencyPolicy,
+    pub config: EngineConfig,
+}
+
+/// mdadm's `--consistency-policy`: what keeps parity (or mirror copies) consistent with data
+/// across an unclean stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConsistencyPolicy {
+    /// Nothing on disk: after an unclean stop the whole array is resynced (md's "resync").
+    Resync,
+    /// An internal write-intent bitmap with one bit per `chunk_bytes` of the resync space:
+    /// only regions with bits set are resynced, and a member that comes back is brought up
+    /// to date from its bits (md's "bitmap").
+    Bitmap { chunk_bytes: u64 },
+    /// md's partial parity log (RAID 5 only): every write to a stripe is first logged on the
+    /// stripe's parity member, and parity is recomputed from the log at the next assembly,
+    /// which closes the write hole (md's "ppl").
+    Ppl,
+    /// md's write journal on a separate device (RAID 4/5/6): every write is first logged,
+    /// data and parity, and replayed after a crash, which closes the write hole whichever
+    /// member is lost (md's "journal").
+    Journal,
+    /// raidkit's default for the level: the partial parity log for RAID 5 when the members
+    /// have room for md's log area next to the data, a resync otherwise.
+    Auto,
+}
+
+impl ConsistencyPolicy {
+    /// raidkit's default for a new array: the partial parity log for RAID 5 (the only level
+    /// md has it for), a resync otherwise.
+    pub fn default_for(level: i32) -> ConsistencyPolicy {
+        if RaidLevel::from_md(level) == Ok(RaidLevel::Raid5) {
+            ConsistencyPolicy::Ppl
+        } else {
+            ConsistencyPolicy::Resync
+        }
+    }
+
+    /// The name mdadm uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConsistencyPolicy::Resync => "resync",
+            ConsistencyPolicy::Bitmap { .. } => "bitmap",
+            ConsistencyPolicy::Ppl => "ppl",
+            ConsistencyPolicy::Journal => "journal",
+            ConsistencyPolicy::Auto => "auto",
+        }
+    }
+}
+
+/// How to assemble.
+#[derive(Clone, Debug, Default)]
+pub struct AssembleOptions {
+    /// Accept stale members and start a dirty degraded RAID 4/5/6 (mdadm --force).
+    pub force: bool,
+    /// Refuse unless the members form this level.
+    pub level: Option<i32>,
+    /// Never write anything to the members (no dirty mark, failures only in memory).
+    pub read_only: bool,
+    /// Refuse members whose array UUID differs from this one.
+    pub uuid: Option<[u8; 16]>,
+    /// mdadm's `--run`: start writable even when members the superblocks list as active were
+    /// not given (they are then recorded faulty). Without it such an assembly is refused with
+    /// [`EngineError::Incomplete`] unless `read_only`.
+    pub run: bool,
+    pub config: EngineConfig,
+}
+
+/// What assembly found, for the caller to report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AssembleReport {
+    /// The array was not stopped cleanly (resync_offset != ~0).
+    pub was_dirty: bool,
+    /// Members not used, with why.
+    pub excluded: Vec<(String, String)>,
+    /// Other observations, one sentence each.
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArrayState {
+    /// Stopped cleanly and not written since assembly.
+    Clean,
+    /// Written since assembly (superblocks say dirty until stop).
+    Active,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberStatus {
+    pub index: usize,
+    pub name: String,
+    /// Raid slot for active members.
+    pub slot: Option<usize>,
+    /// "active", "spare", "faulty", "journal".
+    pub role: String,
+    pub state: Option<MemberState>,
+    pub device_uuid: String,
+    pub data_offset_sectors: u64,
+    pub events: u64,
+    /// Ranges the member's md bad-block log lists (reads there come from redundancy).
+    pub bad_block_ranges: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub uuid: String,
+    pub name: String,
+    pub metadata: String,
+    pub level: i32,
+    pub layout: u32,
+    pub raid_disks: usize,
+    pub chunk_sectors: u64,
+    pub member_data_sectors: u64,
+    pub array_bytes: u64,
+    pub state: ArrayState,
+    pub degraded: bool,
+    pub failed: bool,
+    pub read_only: bool,
+    /// How parity is kept consistent across an unclean stop ("resync" or "ppl").
+    pub consistency_policy: ConsistencyPolicy,
+    pub events: u64,
+    /// Slots without a working member.
+    pub missing_slots: Vec<usize>,
+    pub members: Vec<MemberStatus>,
+    /// The background task running now.
+    pub task: Option<TaskProgress>,
+    /// Work the array needs (rebuild, replace, resync), most urgent first.
+    pub pending: Vec<TaskKind>,
+    /// Tasks finished since assembly, oldest first.
+    pub finished_tasks: Vec<TaskReport>,
+    /// Where a resync after an unclean stop stands (member or array sectors, see the task).
+    pub resync_from_sectors: Option<u64>,
+    /// What happened to the array since assembly (member failures and such), oldest first,
+    /// as sentences: the newest [`crate::events::EVENTS_KEPT`] of [`Array::events_since`].
+    pub log: Vec<String>,
+}
