@@ -74,6 +74,7 @@ mod ppl;
 mod write_log;
 use crate::error::AbsentMember;
 use crate::events::{ArrayEvent, EventLog};
+pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Slot};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
 pub use options::*;
@@ -88,28 +89,29 @@ pub(crate) struct Member {
 pub(crate) struct State {
     /// Every device attached, in the order given (spares and faulty ones too); `None` once
     /// removed.
-    pub(crate) members: Vec<Option<Arc<Member>>>,
+    pub(crate) members: ByMember<Option<Arc<Member>>>,
     /// Each attached member's superblock (kept in memory, written on every change).
-    pub(crate) sbs: Vec<Superblock>,
-    pub(crate) slot_member: Vec<Option<usize>>,
-    pub(crate) slot_state: Vec<MemberState>,
+    pub(crate) sbs: ByMember<Superblock>,
+    /// Per slot: the member filling it, if any.
+    pub(crate) slot_member: BySlot<Option<MemberId>>,
+    pub(crate) slot_state: BySlot<MemberState>,
     dirty: bool,
     pub(crate) failed: Option<String>,
     pub(crate) events: EventLog,
     /// Per slot: a member being copied from the slot's member (md's replacement).
-    pub(crate) replacement: Vec<Option<usize>>,
+    pub(crate) replacement: BySlot<Option<MemberId>>,
     /// Per slot: read errors corrected from redundancy since the slot's member joined; past
     /// [`MAX_CORRECTED_READ_ERRORS`] the member is failed (md's max_corrected_read_errors).
-    read_errors: Vec<u32>,
+    read_errors: BySlot<u32>,
     /// A resync after an unclean stop is pending from here (member sectors, or array sectors
     /// for RAID 10); `None` when parity and copies are known consistent.
     pub(crate) resync_from: Option<u64>,
     /// Per member (index as in `members`): ranges md's bad-block log lists, in member data
     /// sectors (the log itself stores device sectors). Reads never go there.
-    pub(crate) bad: Vec<Vec<(u64, u64)>>,
+    pub(crate) bad: ByMember<Vec<(u64, u64)>>,
     /// Per slot: the member being rebuilt came back and only needs what the write-intent
     /// bitmap marks (md's bitmap-based recovery after a re-add).
-    pub(crate) bitmap_recovery: Vec<bool>,
+    pub(crate) bitmap_recovery: BySlot<bool>,
 }
 
 /// An assembled array. All methods take `&self` and may be called from many threads.
@@ -224,18 +226,20 @@ impl Array {
             max_band_sectors,
             batch_budget_bytes,
             state: Mutex::new(State {
-                members,
-                sbs,
-                slot_member,
-                slot_state,
+                members: ByMember::from_vec(members),
+                sbs: ByMember::from_vec(sbs),
+                slot_member: BySlot::from_vec(
+                    slot_member.into_iter().map(|m| m.map(MemberId)).collect(),
+                ),
+                slot_state: BySlot::from_vec(slot_state),
                 dirty,
                 failed: None,
                 events: EventLog::default(),
-                replacement: vec![None; geo.raid_disks],
-                read_errors: vec![0; geo.raid_disks],
+                replacement: BySlot::filled(None, geo.raid_disks),
+                read_errors: BySlot::filled(0, geo.raid_disks),
                 resync_from: None,
-                bad: Vec::new(),
-                bitmap_recovery: vec![false; geo.raid_disks],
+                bad: ByMember::from_vec(Vec::new()),
+                bitmap_recovery: BySlot::filled(false, geo.raid_disks),
             }),
             locks: StripeLocks::default(),
             inflight: Semaphore::new(config.max_inflight),
@@ -387,18 +391,17 @@ impl Array {
             return Ok(());
         }
         // (slot, is a replacement, member)
-        let targets: Vec<(usize, bool, Arc<Member>)> = {
+        let targets: Vec<(Slot, bool, Arc<Member>)> = {
             let st = lock(&self.state);
             let slots = st
                 .slot_member
-                .iter()
                 .enumerate()
                 .filter(|(s, _)| st.slot_state[*s].writable())
                 .filter_map(|(s, m)| {
                     m.and_then(|i| st.members[i].clone())
                         .map(|mm| (s, false, mm))
                 });
-            let replacements = st.replacement.iter().enumerate().filter_map(|(s, r)| {
+            let replacements = st.replacement.enumerate().filter_map(|(s, r)| {
                 r.and_then(|i| st.members[i].clone())
                     .map(|mm| (s, true, mm))
             });
@@ -501,21 +504,19 @@ impl Array {
             .find(|(_, m)| m.is_some())
             .map(|(sb, _)| sb)
             .or(st.sbs.first());
-        let missing_slots: Vec<usize> = (0..self.geo.raid_disks)
-            .filter(|&s| !st.slot_state[s].usable())
+        let missing_slots: Vec<usize> = st
+            .slot_state
+            .enumerate()
+            .filter(|(_, s)| !s.usable())
+            .map(|(s, _)| s.0)
             .collect();
         let members = st
             .members
-            .iter()
             .enumerate()
             .filter_map(|(i, m)| {
                 let m = m.as_ref()?;
-                let replacing = st.replacement.iter().position(|&x| x == Some(i));
-                let slot = st
-                    .slot_member
-                    .iter()
-                    .position(|&x| x == Some(i))
-                    .or(replacing);
+                let replacing = st.replacement.find(&Some(i));
+                let slot = st.slot_member.find(&Some(i)).or(replacing);
                 let state = slot.map(|s| st.slot_state[s]);
                 let role = match state {
                     _ if replacing.is_some() => "replacement",
@@ -534,9 +535,9 @@ impl Array {
                     }
                 };
                 Some(MemberStatus {
-                    index: i,
+                    index: i.0,
                     name: m.disk.name().to_string(),
-                    slot,
+                    slot: slot.map(|s| s.0),
                     role: role.to_string(),
                     state,
                     device_uuid: st.sbs[i].device_uuid.to_mdadm_string(),

@@ -19,6 +19,7 @@ mod buffers;
 pub mod error;
 pub mod events;
 pub mod geometry;
+mod membership;
 mod meta;
 pub mod plan;
 mod pool;

@@ -584,7 +584,7 @@ impl Array {
             report.was_dirty,
         )?;
         if nsb.bitmap_offset().is_some() {
-            let disk = lock(&array.state).members[newest].clone();
+            let disk = lock(&array.state).members[MemberId(newest)].clone();
             if let Some(m) = disk {
                 let (_, space) = array.scrub_space();
                 let (wi, note) = bitmap::WriteIntent::load(
@@ -607,13 +607,13 @@ impl Array {
             // Members left out are not attached: nothing is ever written to them.
             for (i, used) in use_member.iter().enumerate() {
                 if !used {
-                    st.members[i] = None;
+                    st.members[MemberId(i)] = None;
                 }
             }
             for (i, slot) in keep_replacing {
-                st.replacement[slot] = Some(i);
+                st.replacement[Slot(slot)] = Some(MemberId(i));
             }
-            for slot in 0..raid_disks {
+            for slot in st.slot_state.ids() {
                 if let (MemberState::Rebuilding, Some(i)) =
                     (st.slot_state[slot], st.slot_member[slot])
                 {
@@ -628,8 +628,8 @@ impl Array {
             array.note_replacements(&st);
             // md's bad-block logs: reads avoid what they list.
             let count = st.members.len();
-            st.bad = vec![Vec::new(); count];
-            for i in 0..count {
+            st.bad = ByMember::filled(Vec::new(), count);
+            for i in st.members.ids() {
                 let sb = st.sbs[i].clone();
                 let Some(m) = st.members[i].clone() else {
                     continue;
@@ -702,13 +702,12 @@ impl Array {
                 .unwrap_or(&nsb);
             let mut lost: Vec<u32> = st
                 .slot_state
-                .iter()
                 .enumerate()
                 .filter(|(_, s)| !s.writable())
                 .flat_map(|(slot, _)| match st.slot_member[slot] {
                     Some(i) => vec![st.sbs[i].dev_number],
                     None => (0..roles.max_dev())
-                        .filter(|&d| roles.role_of(d) == DevRole::Active(slot as u16))
+                        .filter(|&d| roles.role_of(d) == DevRole::Active(slot.0 as u16))
                         .filter(|&d| !st.sbs.iter().any(|sb| sb.dev_number == d))
                         .collect(),
                 })

@@ -266,12 +266,13 @@ impl Array {
 
     /// Members that get bitmap writes (those that get superblock writes), with the byte
     /// offset of their bitmap copy.
-    fn bitmap_targets(&self, wi: &WriteIntent) -> Vec<(usize, Arc<Member>, u64)> {
+    fn bitmap_targets(&self, wi: &WriteIntent) -> Vec<(MemberId, Arc<Member>, u64)> {
         let st = lock(&self.state);
-        (0..st.members.len())
+        st.members
+            .ids()
             .filter_map(|i| {
                 let m = st.members[i].clone()?;
-                let slot = st.slot_member.iter().position(|&x| x == Some(i));
+                let slot = st.slot_member.find(&Some(i));
                 let gets = match slot {
                     Some(s) => st.slot_state[s].writable(),
                     None => st.sbs[i].role_of(st.sbs[i].dev_number) != DevRole::Faulty,
@@ -282,7 +283,10 @@ impl Array {
     }
 
     /// Writes (and flushes) a bitmap image to `targets`; returns the indices that failed.
-    fn write_bitmap(targets: &[(usize, Arc<Member>, u64)], image: &[u8]) -> Vec<(usize, String)> {
+    fn write_bitmap(
+        targets: &[(MemberId, Arc<Member>, u64)],
+        image: &[u8],
+    ) -> Vec<(MemberId, String)> {
         let mut failed = Vec::new();
         for (i, m, at) in targets {
             if let Err(e) = m.disk.write_at(image, *at).and_then(|_| m.disk.flush()) {
@@ -292,12 +296,9 @@ impl Array {
         failed
     }
 
-    fn fail_indices(&self, failed: Vec<(usize, String)>) {
+    fn fail_indices(&self, failed: Vec<(MemberId, String)>) {
         for (i, why) in failed {
-            let slot = lock(&self.state)
-                .slot_member
-                .iter()
-                .position(|&x| x == Some(i));
+            let slot = lock(&self.state).slot_member.find(&Some(i));
             if let Some(s) = slot {
                 self.member_failed(s, &why);
             }
@@ -345,11 +346,11 @@ impl Array {
         // Serialised with intent_start, so an older image never lands over a newer one.
         let _serial = lock(&wi.io);
         let image = wi.set_events(events);
-        for i in 0..st.members.len() {
+        for i in st.members.ids() {
             let Some(m) = st.members[i].clone() else {
                 continue;
             };
-            let slot = st.slot_member.iter().position(|&x| x == Some(i));
+            let slot = st.slot_member.find(&Some(i));
             let gets = match slot {
                 Some(s) => st.slot_state[s].writable(),
                 None => st.sbs[i].role_of(st.sbs[i].dev_number) != DevRole::Faulty,

@@ -20,7 +20,7 @@ impl Array {
         }
         let st = lock(&self.state);
         let hits = |slot: usize, from: u64, n: u64| {
-            st.slot_member[slot]
+            st.slot_member[Slot(slot)]
                 .and_then(|i| st.bad.get(i))
                 .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
         };
@@ -87,7 +87,7 @@ impl Array {
         } else {
             Vec::new()
         };
-        (st.slot_state.clone(), members, replacements)
+        (st.slot_state.to_vec(), members, replacements)
     }
 
     /// Runs one request through the core: split, then batches of pieces phase by phase.
@@ -136,6 +136,7 @@ impl Array {
     pub(crate) fn fix_read_errors(&self, suspects: Vec<(usize, u64, u64)>) {
         let layout = self.raid10_layout();
         for (slot, ms, n) in suspects {
+            let slot = Slot(slot);
             let name = {
                 let mut st = lock(&self.state);
                 st.read_errors[slot] += 1;
@@ -165,7 +166,7 @@ impl Array {
             if self.read_only || self.check_writable().is_err() {
                 continue;
             }
-            match self.patrol_narrow(slot, ms, n, layout) {
+            match self.patrol_narrow(slot.0, ms, n, layout) {
                 Ok((fixed, bad)) => {
                     let mut st = lock(&self.state);
                     st.events.push(ArrayEvent::ReadErrorsRepaired {
@@ -245,7 +246,7 @@ impl Array {
             .iter()
             .map(|m| m.and_then(|i| st.members[i].clone()))
             .collect();
-        (st.slot_state.clone(), members)
+        (st.slot_state.to_vec(), members)
     }
 
     pub(crate) fn plan(&self, piece: &Piece, dir: Dir, states: &[MemberState]) -> Result<PieceOp> {
@@ -457,6 +458,7 @@ impl Array {
             let mut no_space = None;
             for (tag, err) in errors {
                 let (k, slot, replacement, ms, n) = submitted[tag];
+                let slot = Slot(slot);
                 if err.is_no_space() {
                     // Only where space could not be reserved (a copy-on-write filesystem
                     // full on an overwrite): the member is fine, but the stripe may now hold
@@ -472,10 +474,10 @@ impl Array {
                 }
                 if dir == Dir::Read
                     && self.geo.level() != RaidLevel::Raid0
-                    && !unreadable[k].contains(&slot)
+                    && !unreadable[k].contains(&slot.0)
                 {
-                    unreadable[k].push(slot);
-                    suspects.push((slot, ms, n));
+                    unreadable[k].push(slot.0);
+                    suspects.push((slot.0, ms, n));
                     replan.push(k);
                     continue;
                 }

@@ -17,7 +17,7 @@
 //!    the checkpoint moves there, as md's `r5l_recovery_log` does.
 
 use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
-use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result};
+use super::{lock, Array, ConsistencyPolicy, EngineError, Member, MemberId, Result, Slot};
 use crate::events::ArrayEvent;
 use crate::geometry::{Geo, Scheme};
 use crate::plan::{BufRef, Dir, MemberIo, MemberState, Piece, PieceKind, SECTOR};
@@ -34,8 +34,8 @@ const PAGE_SECTORS: u64 = JOURNAL_BLOCK_SECTORS;
 
 /// The journal of an array.
 pub(super) struct Journal {
-    /// Index of the journal device in the array's members.
-    member: usize,
+    /// The journal device among the array's members.
+    member: MemberId,
     disk: Arc<Member>,
     seed: u32,
     /// Sectors of the ring (the journal device's data area rounded down to 4 KiB).
@@ -102,7 +102,7 @@ impl Journal {
     /// The journal on `disk` (the member at index `member`, its data area `data_sectors`
     /// long), with the checkpoint `tail` from its superblock. Nothing is read yet.
     pub(super) fn new(
-        member: usize,
+        member: MemberId,
         disk: Arc<Member>,
         set_uuid: &[u8; 16],
         data_sectors: u64,
@@ -703,7 +703,7 @@ impl Journal {
                     for m in targets.into_iter().flatten() {
                         let at = m.data_offset_bytes + ms * SECTOR as u64;
                         if let Err(e) = m.disk.write_at(&page, at) {
-                            array.member_failed(slot, &format!("journal replay: {e}"));
+                            array.member_failed(Slot(slot), &format!("journal replay: {e}"));
                         }
                     }
                 }

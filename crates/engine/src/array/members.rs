@@ -6,17 +6,15 @@ use super::*;
 impl Array {
     /// Marks the member at `index` (in the order given at create/assemble) faulty.
     pub fn fail_member(&self, index: usize) -> Result<()> {
+        let index = MemberId(index);
         let slot = {
             let st = lock(&self.state);
-            if index >= st.members.len() || st.members[index].is_none() {
+            if index.0 >= st.members.len() || st.members[index].is_none() {
                 return Err(EngineError::Invalid(format!("no member {index}")));
             }
-            st.slot_member.iter().position(|&m| m == Some(index))
+            st.slot_member.find(&Some(index))
         };
-        let replacing = lock(&self.state)
-            .replacement
-            .iter()
-            .position(|&r| r == Some(index));
+        let replacing = lock(&self.state).replacement.find(&Some(index));
         match (slot, replacing) {
             (Some(slot), _) => {
                 self.member_failed(slot, "failed on request");
@@ -42,9 +40,10 @@ impl Array {
 
     /// Detaches a faulty member or a spare (md refuses to remove an active in-sync member).
     pub fn remove_member(&self, index: usize) -> Result<()> {
+        let index = MemberId(index);
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        if index >= st.members.len() {
+        if index.0 >= st.members.len() {
             return Err(EngineError::Invalid(format!("no member {index}")));
         }
         if st.members[index].is_none() {
@@ -67,12 +66,12 @@ impl Array {
                 "member {index} was left out of the array at assembly and is not recorded faulty; nothing to remove"
             )));
         }
-        if let Some(slot) = st.replacement.iter().position(|&r| r == Some(index)) {
+        if let Some(slot) = st.replacement.find(&Some(index)) {
             return Err(EngineError::Invalid(format!(
                 "member {index} is replacing slot {slot}; fail it first to stop the replacement"
             )));
         }
-        if let Some(slot) = st.slot_member.iter().position(|&m| m == Some(index)) {
+        if let Some(slot) = st.slot_member.find(&Some(index)) {
             if st.slot_state[slot].writable() {
                 return Err(EngineError::Invalid(format!(
                     "member {index} is {} in slot {slot}; fail it first (md refuses to remove an active member)",
@@ -112,7 +111,7 @@ impl Array {
             let failed = self.update_superblocks(&mut st, |sb| {
                 let _ = sb.set_role(dev_number, DevRole::Spare);
                 for &(slot, d) in &assigned {
-                    let _ = sb.set_role(d, DevRole::Active(slot as u16));
+                    let _ = sb.set_role(d, DevRole::Active(slot.0 as u16));
                 }
             });
             // A spare whose superblock never reached it is no spare: say so, not success.
@@ -160,7 +159,9 @@ impl Array {
                 reference: "the running array".into(),
             });
         }
-        if let Some(i) = (0..st.members.len())
+        if let Some(i) = st
+            .members
+            .ids()
             .find(|&i| st.members[i].is_some() && st.sbs[i].device_uuid == found.sb.device_uuid)
         {
             let in_use = st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i));
@@ -183,8 +184,8 @@ impl Array {
                 found.sb.role()
             )));
         };
-        let slot = slot as usize;
-        if slot >= self.geo.raid_disks || st.slot_state[slot].writable() {
+        let slot = Slot(slot as usize);
+        if slot.0 >= self.geo.raid_disks || st.slot_state[slot].writable() {
             return Err(EngineError::Invalid(format!(
                 "{name}: its slot {slot} is held by another member now; add it as a new spare"
             )));
@@ -225,7 +226,7 @@ impl Array {
         sb.bblog_shift = found.sb.bblog_shift;
         sb.feature_map.remove(FeatureMap::REPLACEMENT);
         sb.feature_map.remove(FeatureMap::BAD_BLOCKS);
-        sb.set_role(dev_number, DevRole::Active(slot as u16))
+        sb.set_role(dev_number, DevRole::Active(slot.0 as u16))
             .map_err(meta_err)?;
         sb.set_recovery_offset(0);
         sb.feature_map.insert(FeatureMap::RECOVERY_BITMAP);
@@ -239,22 +240,22 @@ impl Array {
             data_offset_bytes: found.sb.data_offset_sectors * 512,
         })));
         st.sbs.push(sb);
-        let index = st.members.len() - 1;
+        let index = MemberId(st.members.len() - 1);
         st.slot_member[slot] = Some(index);
         st.slot_state[slot] = MemberState::Rebuilding;
         st.bitmap_recovery[slot] = true;
         st.events.push(ArrayEvent::ReAdded {
             member: name.clone(),
-            slot,
+            slot: slot.0,
             bitmap_regions: wi.set_bits(),
         });
         self.update_superblocks(&mut st, |sb| {
-            let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
+            let _ = sb.set_role(dev_number, DevRole::Active(slot.0 as u16));
         });
         drop(st);
         drop(_g);
         self.bg.wake();
-        Ok(slot)
+        Ok(slot.0)
     }
 
     /// Starts copying the active member at `index` onto `disk` while it stays in service
@@ -268,6 +269,7 @@ impl Array {
         disk: Box<dyn Disk>,
         device_uuid: [u8; 16],
     ) -> Result<()> {
+        let index = MemberId(index);
         self.check_writable()?;
         if self.geo.level() == RaidLevel::Raid0 {
             return Err(EngineError::Invalid(
@@ -278,7 +280,7 @@ impl Array {
         {
             let _g = lock(&self.sb_lock);
             let mut st = lock(&self.state);
-            let slot = match st.slot_member.iter().position(|&m| m == Some(index)) {
+            let slot = match st.slot_member.find(&Some(index)) {
                 Some(slot) if st.slot_state[slot].usable() => slot,
                 _ => {
                     return Err(EngineError::Invalid(format!(
@@ -293,7 +295,7 @@ impl Array {
             }
             let (new, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
             st.sbs[new]
-                .set_role(dev_number, DevRole::Active(slot as u16))
+                .set_role(dev_number, DevRole::Active(slot.0 as u16))
                 .map_err(meta_err)?;
             st.sbs[new].feature_map.insert(FeatureMap::REPLACEMENT);
             st.sbs[new].set_recovery_offset(0);
@@ -301,10 +303,10 @@ impl Array {
             self.note_replacements(&st);
             st.events.push(ArrayEvent::ReplaceStarted {
                 member: disk.name().to_string(),
-                slot,
+                slot: slot.0,
             });
             self.update_superblocks(&mut st, |sb| {
-                let _ = sb.set_role(dev_number, DevRole::Active(slot as u16));
+                let _ = sb.set_role(dev_number, DevRole::Active(slot.0 as u16));
             });
         }
         self.bg.wake();
@@ -318,7 +320,7 @@ impl Array {
         st: &mut State,
         disk: Arc<dyn Disk>,
         device_uuid: [u8; 16],
-    ) -> Result<(usize, u32)> {
+    ) -> Result<(MemberId, u32)> {
         let Some(template) = st
             .sbs
             .iter()
@@ -397,25 +399,25 @@ impl Array {
             data_offset_bytes: dl.data_offset_sectors * 512,
         })));
         st.sbs.push(sb);
-        Ok((st.members.len() - 1, dev_number))
+        Ok((MemberId(st.members.len() - 1), dev_number))
     }
 
     /// Gives every slot without a working member a spare, if one is attached: the spare
     /// becomes `Rebuilding` in that slot with recovery from sector 0 (md's recovery start).
     /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
-    pub(crate) fn assign_spare_locked(&self, st: &mut State) -> Vec<(usize, u32)> {
+    pub(crate) fn assign_spare_locked(&self, st: &mut State) -> Vec<(Slot, u32)> {
         let mut out = Vec::new();
         if self.read_only || st.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
             return out;
         }
-        for slot in 0..self.geo.raid_disks {
+        for slot in st.slot_state.ids() {
             if st.slot_state[slot].writable() {
                 continue;
             }
-            let in_use = |st: &State, i: usize| {
+            let in_use = |st: &State, i: MemberId| {
                 st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i))
             };
-            let Some(i) = (0..st.members.len()).find(|&i| {
+            let Some(i) = st.members.ids().find(|&i| {
                 st.members[i].is_some()
                     && !in_use(st, i)
                     && st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Spare
@@ -423,7 +425,10 @@ impl Array {
                 break;
             };
             let d = st.sbs[i].dev_number;
-            if st.sbs[i].set_role(d, DevRole::Active(slot as u16)).is_err() {
+            if st.sbs[i]
+                .set_role(d, DevRole::Active(slot.0 as u16))
+                .is_err()
+            {
                 continue;
             }
             st.sbs[i].set_recovery_offset(0);
@@ -434,8 +439,10 @@ impl Array {
                 .as_ref()
                 .map(|m| m.disk.name().to_string())
                 .unwrap_or_default();
-            st.events
-                .push(ArrayEvent::SpareTaken { member: name, slot });
+            st.events.push(ArrayEvent::SpareTaken {
+                member: name,
+                slot: slot.0,
+            });
             out.push((slot, d));
         }
         out
@@ -452,7 +459,7 @@ impl Array {
         &self,
         st: &mut State,
         change: impl Fn(&mut Superblock),
-    ) -> Vec<(usize, EngineError)> {
+    ) -> Vec<(MemberId, EngineError)> {
         let t = now();
         for sb in st.sbs.iter_mut() {
             change(sb);
@@ -462,11 +469,11 @@ impl Array {
             return Vec::new();
         }
         let mut failures = Vec::new();
-        for i in 0..st.members.len() {
+        for i in st.members.ids() {
             let Some(m) = st.members[i].clone() else {
                 continue;
             };
-            let slot = st.slot_member.iter().position(|&x| x == Some(i));
+            let slot = st.slot_member.find(&Some(i));
             if let Some(s) = slot {
                 if !st.slot_state[s].writable() {
                     continue;
@@ -506,10 +513,10 @@ impl Array {
     /// Records `[ms, ms + n)` of member `index` in its md bad-block log (and in memory, so
     /// reads avoid it). Without a log, or with a full one, the member is failed instead, as
     /// md does. Caller holds no locks.
-    pub(crate) fn record_bad_block(&self, index: usize, ms: u64, n: u64) -> Result<bool> {
+    pub(crate) fn record_bad_block(&self, index: MemberId, ms: u64, n: u64) -> Result<bool> {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        let slot = st.slot_member.iter().position(|&m| m == Some(index));
+        let slot = st.slot_member.find(&Some(index));
         let sb = st.sbs[index].clone();
         let Some(member) = st.members[index].clone() else {
             return Ok(false);
@@ -575,7 +582,7 @@ impl Array {
     }
 
     /// The replacement of `slot` failed: it is marked faulty and the slot's member stays.
-    pub(crate) fn replacement_failed(&self, slot: usize, why: &str) {
+    pub(crate) fn replacement_failed(&self, slot: Slot, why: &str) {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         let Some(r) = st.replacement[slot].take() else {
@@ -598,7 +605,7 @@ impl Array {
     }
 
     /// Marks slot `slot` faulty after an error (or on request).
-    pub(crate) fn member_failed(&self, slot: usize, why: &str) {
+    pub(crate) fn member_failed(&self, slot: Slot, why: &str) {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         self.fail_locked(&mut st, slot, why);
@@ -626,7 +633,7 @@ impl Array {
         }
     }
 
-    pub(crate) fn fail_locked(&self, st: &mut State, slot: usize, why: &str) {
+    pub(crate) fn fail_locked(&self, st: &mut State, slot: Slot, why: &str) {
         if !st.slot_state[slot].writable() {
             return;
         }
@@ -643,7 +650,7 @@ impl Array {
         };
         st.events.push(ArrayEvent::MemberFaulty {
             member: name.clone(),
-            slot: Some(slot),
+            slot: Some(slot.0),
             reason: why.to_string(),
         });
         st.read_errors[slot] = 0; // the count belongs to the member leaving the slot
@@ -679,7 +686,7 @@ impl Array {
             st.slot_member[slot] = Some(r);
             st.slot_state[slot] = MemberState::Rebuilding;
             st.events
-                .push(ArrayEvent::ReplacementContinuesAsRebuild { slot });
+                .push(ArrayEvent::ReplacementContinuesAsRebuild { slot: slot.0 });
             assigned.push((slot, d));
         }
         assigned.extend(self.assign_spare_locked(st));
@@ -689,7 +696,7 @@ impl Array {
                     let _ = sb.set_role(d, DevRole::Faulty);
                 }
                 for &(s, d) in &assigned {
-                    let _ = sb.set_role(d, DevRole::Active(s as u16));
+                    let _ = sb.set_role(d, DevRole::Active(s.0 as u16));
                 }
             });
         }

@@ -23,7 +23,7 @@
 //! assembling it writes nothing.
 
 use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
-use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, State};
+use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, Slot, State};
 use crate::geometry::Geo;
 use crate::plan::{MemberState, Piece, PieceKind, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
@@ -105,7 +105,8 @@ impl Array {
     /// stripes above it are rebuilt again); 0 for other slots.
     fn recovered_sectors(&self) -> Vec<u64> {
         let st = lock(&self.state);
-        (0..self.geo.raid_disks)
+        st.slot_member
+            .ids()
             .map(|slot| {
                 st.slot_member[slot]
                     .filter(|_| st.slot_state[slot] == MemberState::Rebuilding)
@@ -228,12 +229,12 @@ impl WriteLog for Ppl {
             &batch,
         );
         for (tag, err) in batch.wait() {
-            array.member_failed(flushes[tag].0, &err.to_string());
+            array.member_failed(Slot(flushes[tag].0), &err.to_string());
         }
         // The new log writes, each followed by a flush of its member (md's FUA).
         let areas: Vec<Option<(u64, u64)>> = {
             let st = lock(&array.state);
-            slots.iter().map(|&s| slot_area(&st, s)).collect()
+            slots.iter().map(|&s| slot_area(&st, Slot(s))).collect()
         };
         let mut bufs: Vec<(usize, Arc<Member>, u64, Vec<u8>)> = Vec::new();
         for ((&slot, area), builder) in slots.iter().zip(&areas).zip(
@@ -295,7 +296,7 @@ impl WriteLog for Ppl {
     /// The member holding the log leaves the array (md fails a member whose log write
     /// fails); the stripes whose parity it held run degraded.
     fn device_failed(&self, array: &Array, device: usize, why: &str) -> Result<()> {
-        array.member_failed(device, why);
+        array.member_failed(Slot(device), why);
         Ok(())
     }
 
@@ -360,9 +361,7 @@ impl Ppl {
         let (states, members) = array.snapshot();
         let areas: Vec<Option<(u64, u64)>> = {
             let st = lock(&array.state);
-            (0..array.geo.raid_disks)
-                .map(|s| slot_area(&st, s))
-                .collect()
+            st.slot_member.ids().map(|s| slot_area(&st, s)).collect()
         };
         let (mut recovered, mut mismatched) = (0usize, 0usize);
         if dirty && array.read_only {
@@ -473,7 +472,7 @@ impl Ppl {
                         "{}: writing parity while replaying the partial parity log failed ({e}); marked faulty",
                         m.disk.name()
                     ));
-                    array.member_failed(slot, &format!("partial parity log replay: {e}"));
+                    array.member_failed(Slot(slot), &format!("partial parity log replay: {e}"));
                 }
             }
             notes.push(format!(
@@ -501,7 +500,7 @@ impl Ppl {
     /// failed. Returns what happened, a sentence per failure.
     fn reset_locked(&self, array: &Array, st: &mut State) -> Vec<String> {
         let mut notes = Vec::new();
-        for slot in 0..array.geo.raid_disks {
+        for slot in st.slot_member.ids() {
             let member = st.slot_member[slot].and_then(|i| st.members[i].clone());
             let (Some(m), Some(area), true) =
                 (member, slot_area(st, slot), st.slot_state[slot].writable())
@@ -545,7 +544,7 @@ pub(super) fn write_empty_log(
     Ok(())
 }
 
-fn slot_area(st: &State, slot: usize) -> Option<(u64, u64)> {
+fn slot_area(st: &State, slot: Slot) -> Option<(u64, u64)> {
     let i = st.slot_member.get(slot).copied().flatten()?;
     area_of(&st.sbs[i])
 }

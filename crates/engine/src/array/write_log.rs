@@ -161,7 +161,7 @@ pub(super) fn open(
         ));
     };
     Ok(Some(Box::new(super::journal::Journal::new(
-        i,
+        super::MemberId(i),
         m,
         &sbs[i].set_uuid.0,
         sbs[i].data_size_sectors,

@@ -3,7 +3,7 @@
 //! read again" in one place, the stripe-lock keys of a range, where a mirror member's range
 //! lives in the array, and rebuilding one member's range from the others.
 
-use crate::array::{lock, Array, Member};
+use crate::array::{lock, Array, Member, Slot};
 use crate::error::{EngineError, Result};
 use crate::plan::{self, MemberState, SECTOR};
 use crate::pool::{Batch, Job, JobKind};
@@ -221,7 +221,7 @@ impl Array {
                 Some(what) => format!("{what}: {e}"),
                 None => e.to_string(),
             };
-            self.member_failed(slot, &why);
+            self.member_failed(Slot(slot), &why);
         }
         clean
     }
@@ -359,7 +359,7 @@ impl Array {
         let st = lock(&self.state);
         (0..self.geo.raid_disks)
             .filter_map(|slot| {
-                let i = st.slot_member[slot]?;
+                let i = st.slot_member[Slot(slot)]?;
                 let hits: Vec<(u64, u64)> = st
                     .bad
                     .get(i)?

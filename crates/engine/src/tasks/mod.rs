@@ -47,7 +47,7 @@ mod runner;
 mod scrub;
 mod service;
 
-use crate::array::{lock, Array, State};
+use crate::array::{lock, Array, MemberId, State};
 use crate::error::{EngineError, Result};
 use patrol::Patrol;
 use rebuild::Rebuild;
@@ -355,7 +355,7 @@ struct BgState {
     checkpoint_every: Option<Duration>,
     /// Members the running rebuild pass brings in sync (a spare that takes a slot during the
     /// pass is rebuilt by the next pass, from its own start).
-    rebuild_pass: Option<Vec<usize>>,
+    rebuild_pass: Option<Vec<MemberId>>,
     /// Where the next check, repair or patrol starts: where the last one was stopped, or what
     /// [`Array::set_task_start`] set (md's `sync_min`, which md also moves to where an
     /// interrupted check stopped). Kept in memory only: md's superblock has no field for it.
@@ -466,7 +466,7 @@ impl Array {
     /// The range of a task that writes members whole (rebuild, replace): member sectors from
     /// the lowest `recovery_offset` of `written` (member indices), md's resume point for
     /// both, to the end.
-    fn recovery_range(&self, st: &State, written: impl Iterator<Item = usize>) -> TaskRange {
+    fn recovery_range(&self, st: &State, written: impl Iterator<Item = MemberId>) -> TaskRange {
         let end = self.geo.member_data_sectors;
         let start = written
             .map(|i| st.sbs[i].recovery_offset().unwrap_or(0))

@@ -5,7 +5,7 @@
 
 use super::io::{blocks, fit_bufs, slot_reads, RangeIo, BLOCK_SECTORS};
 use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRange};
-use crate::array::{lock, Array, Member};
+use crate::array::{lock, Array, Member, MemberId, Slot};
 use crate::error::Result;
 use crate::geometry::Scheme;
 use crate::plan::SECTOR;
@@ -97,7 +97,7 @@ impl Array {
         let mut probe = vec![0u8; BLOCK_SECTORS as usize * SECTOR];
         // Unreadable blocks next to each other go to the bad-block log as one range: one
         // log entry and one superblock update instead of one per block.
-        let mut pending: Option<(usize, u64, u64)> = None;
+        let mut pending: Option<(MemberId, u64, u64)> = None;
         for (b, len) in blocks(ms, n) {
             let (states, members) = self.snapshot();
             let Some(member) = members[slot].clone().filter(|_| states[slot].usable()) else {
@@ -105,7 +105,7 @@ impl Array {
             };
             let (index, known) = {
                 let st = lock(&self.state);
-                let index = st.slot_member[slot];
+                let index = st.slot_member[Slot(slot)];
                 let known = index
                     .and_then(|i| st.bad.get(i))
                     .is_some_and(|list| list.iter().any(|&(s, l)| s <= b && b + len <= s + l));

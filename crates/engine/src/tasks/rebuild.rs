@@ -7,7 +7,7 @@ use super::io::{
     any_overlaps, blocks, copy_block, fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo,
 };
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
-use crate::array::{lock, Array, Member};
+use crate::array::{lock, Array, Member, MemberId, Slot};
 use crate::error::{EngineError, Result};
 use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
@@ -17,7 +17,7 @@ use crate::recon::{self, ReconError};
 use std::sync::Arc;
 
 /// (slot, member index, member) of a slot being rebuilt.
-type Target = (usize, usize, Arc<Member>);
+type Target = (Slot, MemberId, Arc<Member>);
 
 /// Slots being rebuilt; slot states; slot members.
 type RebuildView = (Vec<Target>, Vec<MemberState>, Vec<Option<Arc<Member>>>);
@@ -72,7 +72,9 @@ impl<'a> Task<'a> for Rebuild<'a> {
     /// From the lowest `recovery_offset` of the members being rebuilt.
     fn range(array: &Array, _: TaskKind, _: Option<u64>) -> Result<TaskRange> {
         let st = lock(&array.state);
-        let rebuilding = (0..array.geo.raid_disks)
+        let rebuilding = st
+            .slot_state
+            .ids()
             .filter(|&slot| st.slot_state[slot] == MemberState::Rebuilding)
             .filter_map(|slot| st.slot_member[slot]);
         Ok(array.recovery_range(&st, rebuilding))
@@ -88,7 +90,7 @@ impl<'a> Task<'a> for Rebuild<'a> {
         lock(&array.bg.state).rebuild_pass = Some(targets.iter().map(|t| t.1).collect());
         Ok(Some(Rebuild {
             array,
-            slots: targets.iter().map(|t| t.0).collect(),
+            slots: targets.iter().map(|t| t.0 .0).collect(),
             layout: array.raid10_layout(),
             bitmap_only: array.bitmap_only_recovery(),
             end: array.geo.member_data_sectors,
@@ -175,7 +177,9 @@ impl Array {
     fn rebuild_view(&self) -> RebuildView {
         let pass = lock(&self.bg.state).rebuild_pass.clone();
         let st = lock(&self.state);
-        let targets = (0..self.geo.raid_disks)
+        let targets = st
+            .slot_state
+            .ids()
             .filter(|&s| st.slot_state[s] == MemberState::Rebuilding)
             .filter_map(|s| {
                 let i = st.slot_member[s]?;
@@ -190,14 +194,14 @@ impl Array {
             .iter()
             .map(|m| m.and_then(|i| st.members[i].clone()))
             .collect();
-        (targets, st.slot_state.clone(), members)
+        (targets, st.slot_state.to_vec(), members)
     }
 
     /// Every member being rebuilt came back (re-add) and needs only bitmap-marked regions.
     fn bitmap_only_recovery(&self) -> bool {
         let st = lock(&self.state);
         let mut any = false;
-        for slot in 0..self.geo.raid_disks {
+        for slot in st.slot_state.ids() {
             if st.slot_state[slot] == MemberState::Rebuilding {
                 if !st.bitmap_recovery[slot] {
                     return false;
@@ -346,7 +350,7 @@ impl Array {
         let len = n as usize * SECTOR;
         let mut writes: Vec<RangeIo<'_>> = Vec::new();
         for (slot, buf) in bufs.iter_mut().enumerate() {
-            if let Some((_, _, m)) = targets.iter().find(|t| t.0 == slot) {
+            if let Some((_, _, m)) = targets.iter().find(|t| t.0 == Slot(slot)) {
                 writes.push(RangeIo::write(slot, m.clone(), ms, &mut buf[..len]));
             }
         }
@@ -382,7 +386,8 @@ impl Array {
             match recon::parity_recover(&self.geo, b, len, &mut block, &r) {
                 Ok(()) => {
                     for (slot, ..) in targets {
-                        bufs[*slot][off..off + block[*slot].len()].copy_from_slice(&block[*slot]);
+                        bufs[slot.0][off..off + block[slot.0].len()]
+                            .copy_from_slice(&block[slot.0]);
                     }
                 }
                 Err(ReconError::TooManyLost { .. }) => lost_blocks.push((b, len)),
@@ -393,7 +398,7 @@ impl Array {
             // Zeroes, never another member's data, where nothing could be computed.
             let off = ((b - ms) as usize) * SECTOR;
             for (slot, ..) in targets {
-                bufs[*slot][off..off + len as usize * SECTOR].fill(0);
+                bufs[slot.0][off..off + len as usize * SECTOR].fill(0);
             }
         }
         let alive = self.write_targets(ms, n, bufs, targets);
@@ -427,10 +432,10 @@ impl Array {
         let (targets, _, _) = self.rebuild_view();
         let mut alive = 0;
         for (slot, _, _) in targets {
-            let pieces = self.mirror_pieces(layout, slot, ms, n)?;
+            let pieces = self.mirror_pieces(layout, slot.0, ms, n)?;
             let keys = self.keys_for_mirror_pieces(&pieces);
             let buf = &mut bufs[0][..len];
-            if self.locked(&keys, || self.copy_into_slot(slot, ms, &pieces, buf))? {
+            if self.locked(&keys, || self.copy_into_slot(slot.0, ms, &pieces, buf))? {
                 alive += 1;
             }
         }
@@ -491,7 +496,10 @@ impl Array {
                     .as_ref()
                     .map(|m| m.disk.name().to_string())
                     .unwrap_or_default();
-                st.events.push(ArrayEvent::Rebuilt { member: name, slot });
+                st.events.push(ArrayEvent::Rebuilt {
+                    member: name,
+                    slot: slot.0,
+                });
             } else {
                 st.sbs[index].set_recovery_offset(cursor);
             }

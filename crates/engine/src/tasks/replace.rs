@@ -4,7 +4,7 @@
 
 use super::io::RangeIo;
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
-use crate::array::{lock, Array, Member};
+use crate::array::{lock, Array, Member, MemberId, Slot};
 use crate::error::Result;
 use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
@@ -13,7 +13,7 @@ use raidkit_metadata::{DevRole, FeatureMap};
 use std::sync::Arc;
 
 /// (slot, replacement index, replacement member, member being replaced).
-type Replacing = (usize, usize, Arc<Member>, Option<Arc<Member>>);
+type Replacing = (Slot, MemberId, Arc<Member>, Option<Arc<Member>>);
 
 /// One replace run over every slot that has a replacement.
 pub(super) struct Replace<'a> {
@@ -41,7 +41,7 @@ impl<'a> Task<'a> for Replace<'a> {
         }
         Ok(Some(Replace {
             array,
-            slots: view.iter().map(|r| r.0).collect(),
+            slots: view.iter().map(|r| r.0 .0).collect(),
             layout: array.raid10_layout(),
             end: array.geo.member_data_sectors,
         }))
@@ -68,7 +68,8 @@ impl Array {
     /// (slot, replacement index, replacement member, old member) of every replacement.
     fn replace_view(&self) -> Vec<Replacing> {
         let st = lock(&self.state);
-        (0..self.geo.raid_disks)
+        st.replacement
+            .ids()
             .filter_map(|slot| {
                 let r = st.replacement[slot]?;
                 let old = st.slot_member[slot].and_then(|i| st.members[i].clone());
@@ -92,7 +93,8 @@ impl Array {
             return Ok(StepResult::Dead);
         }
         let StepScratch { bufs, buf, .. } = sc;
-        for (slot, r_index, r_member, old) in view {
+        for (at, r_index, r_member, old) in view {
+            let slot = at.0;
             let done_to = lock(&self.state).sbs[r_index]
                 .recovery_offset()
                 .unwrap_or(0);
@@ -123,7 +125,7 @@ impl Array {
                 }
                 let mut w = [RangeIo::write(slot, r_member, cursor, &mut buf[..len])];
                 if let Some((_, e)) = self.range_io(&mut w).into_iter().next() {
-                    self.replacement_failed(slot, &format!("replacement write: {e}"));
+                    self.replacement_failed(at, &format!("replacement write: {e}"));
                 }
                 Ok(())
             })?;
@@ -156,11 +158,11 @@ impl Array {
                 st.slot_state[slot] = MemberState::InSync;
                 st.sbs[r].clear_recovery_offset();
                 st.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
-                roles.push((st.sbs[r].dev_number, DevRole::Active(slot as u16)));
+                roles.push((st.sbs[r].dev_number, DevRole::Active(slot.0 as u16)));
                 if let Some(o) = old {
                     roles.push((st.sbs[o].dev_number, DevRole::Faulty));
                 }
-                let name = |i: usize| {
+                let name = |i: MemberId| {
                     st.members[i]
                         .as_ref()
                         .map(|m| m.disk.name().to_string())
@@ -169,7 +171,7 @@ impl Array {
                 let event = ArrayEvent::Replaced {
                     member: name(r),
                     old: old.map(name).unwrap_or_default(),
-                    slot,
+                    slot: slot.0,
                 };
                 st.events.push(event);
             } else {

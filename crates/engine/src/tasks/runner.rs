@@ -307,7 +307,9 @@ impl Array {
         // samples end the burst.
         let involved: Vec<Arc<Member>> = {
             let st = lock(&self.state);
-            let slots = (0..self.geo.raid_disks)
+            let slots = st
+                .slot_state
+                .ids()
                 .filter(|&s| {
                     st.slot_state[s].usable() || st.slot_state[s] == MemberState::Rebuilding
                 })

@@ -5,7 +5,7 @@
 
 use super::io::{any_overlaps, blocks, copy_block, fit_bufs, slot_reads, RangeIo, Round};
 use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRange};
-use crate::array::{lock, Array, Member};
+use crate::array::{lock, Array, Member, Slot};
 use crate::error::{EngineError, Result};
 use crate::geometry::Scheme;
 use crate::plan::SECTOR;
@@ -141,8 +141,11 @@ impl Array {
         if matches!(self.geo.scheme(), Scheme::Parity { .. })
             && !st.slot_state.iter().all(|s| s.usable())
         {
-            let missing: Vec<usize> = (0..self.geo.raid_disks)
-                .filter(|&s| !st.slot_state[s].usable())
+            let missing: Vec<usize> = st
+                .slot_state
+                .enumerate()
+                .filter(|(_, s)| !s.usable())
+                .map(|(s, _)| s.0)
                 .collect();
             return Err(EngineError::Invalid(format!(
                 "{kind} compares parity with data and needs every member in sync; slots {missing:?} are missing or being rebuilt"
@@ -194,7 +197,7 @@ impl Array {
                     for slot in slots {
                         if let Err(e) = self.patrol_narrow(slot, ms, n, None) {
                             self.member_failed(
-                                slot,
+                                Slot(slot),
                                 &format!("repairing a read error failed: {e}"),
                             );
                         }

@@ -25,7 +25,7 @@ impl Array {
             if st.replacement.iter().any(|r| r.is_some()) {
                 out.push(TaskKind::Replace);
             }
-            if st.resync_from.is_some() && self.resync_can_run(&st.slot_state) {
+            if st.resync_from.is_some() && self.resync_can_run(st.slot_state.as_slice()) {
                 out.push(TaskKind::Resync);
             }
         }
