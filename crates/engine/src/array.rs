@@ -74,7 +74,7 @@ mod ppl;
 mod write_log;
 use crate::error::AbsentMember;
 use crate::events::{ArrayEvent, EventLog};
-pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Slot};
+pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Roster, Slot};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
 pub use options::*;
@@ -90,28 +90,17 @@ pub(crate) struct State {
     /// Every device attached, in the order given (spares and faulty ones too); `None` once
     /// removed.
     pub(crate) members: ByMember<Option<Arc<Member>>>,
-    /// Each attached member's superblock (kept in memory, written on every change).
-    pub(crate) sbs: ByMember<Superblock>,
-    /// Per slot: the member filling it, if any.
-    pub(crate) slot_member: BySlot<Option<MemberId>>,
-    pub(crate) slot_state: BySlot<MemberState>,
+    /// Who fills which slot, and each member's superblock: what membership changes act on
+    /// (see `membership.rs`).
+    pub(crate) roster: Roster,
     dirty: bool,
-    pub(crate) failed: Option<String>,
     pub(crate) events: EventLog,
-    /// Per slot: a member being copied from the slot's member (md's replacement).
-    pub(crate) replacement: BySlot<Option<MemberId>>,
-    /// Per slot: read errors corrected from redundancy since the slot's member joined; past
-    /// [`MAX_CORRECTED_READ_ERRORS`] the member is failed (md's max_corrected_read_errors).
-    read_errors: BySlot<u32>,
     /// A resync after an unclean stop is pending from here (member sectors, or array sectors
     /// for RAID 10); `None` when parity and copies are known consistent.
     pub(crate) resync_from: Option<u64>,
     /// Per member (index as in `members`): ranges md's bad-block log lists, in member data
     /// sectors (the log itself stores device sectors). Reads never go there.
     pub(crate) bad: ByMember<Vec<(u64, u64)>>,
-    /// Per slot: the member being rebuilt came back and only needs what the write-intent
-    /// bitmap marks (md's bitmap-based recovery after a re-add).
-    pub(crate) bitmap_recovery: BySlot<bool>,
 }
 
 /// An assembled array. All methods take `&self` and may be called from many threads.
@@ -227,19 +216,21 @@ impl Array {
             batch_budget_bytes,
             state: Mutex::new(State {
                 members: ByMember::from_vec(members),
-                sbs: ByMember::from_vec(sbs),
-                slot_member: BySlot::from_vec(
-                    slot_member.into_iter().map(|m| m.map(MemberId)).collect(),
-                ),
-                slot_state: BySlot::from_vec(slot_state),
+                roster: Roster {
+                    sbs: ByMember::from_vec(sbs),
+                    slot_member: BySlot::from_vec(
+                        slot_member.into_iter().map(|m| m.map(MemberId)).collect(),
+                    ),
+                    slot_state: BySlot::from_vec(slot_state),
+                    failed: None,
+                    replacement: BySlot::filled(None, geo.raid_disks),
+                    read_errors: BySlot::filled(0, geo.raid_disks),
+                    bitmap_recovery: BySlot::filled(false, geo.raid_disks),
+                },
                 dirty,
-                failed: None,
                 events: EventLog::default(),
-                replacement: BySlot::filled(None, geo.raid_disks),
-                read_errors: BySlot::filled(0, geo.raid_disks),
                 resync_from: None,
                 bad: ByMember::from_vec(Vec::new()),
-                bitmap_recovery: BySlot::filled(false, geo.raid_disks),
             }),
             locks: StripeLocks::default(),
             inflight: Semaphore::new(config.max_inflight),
@@ -394,14 +385,15 @@ impl Array {
         let targets: Vec<(Slot, bool, Arc<Member>)> = {
             let st = lock(&self.state);
             let slots = st
+                .roster
                 .slot_member
                 .enumerate()
-                .filter(|(s, _)| st.slot_state[*s].writable())
+                .filter(|(s, _)| st.roster.slot_state[*s].writable())
                 .filter_map(|(s, m)| {
                     m.and_then(|i| st.members[i].clone())
                         .map(|mm| (s, false, mm))
                 });
-            let replacements = st.replacement.enumerate().filter_map(|(s, r)| {
+            let replacements = st.roster.replacement.enumerate().filter_map(|(s, r)| {
                 r.and_then(|i| st.members[i].clone())
                     .map(|mm| (s, true, mm))
             });
@@ -480,7 +472,7 @@ impl Array {
         }
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        if st.failed.is_some() {
+        if st.roster.failed.is_some() {
             return Ok(());
         }
         self.skip_resync_when_fully_degraded(&mut st);
@@ -498,13 +490,15 @@ impl Array {
     pub fn status(&self) -> Status {
         let st = lock(&self.state);
         let any = st
+            .roster
             .sbs
             .iter()
             .zip(&st.members)
             .find(|(_, m)| m.is_some())
             .map(|(sb, _)| sb)
-            .or(st.sbs.first());
+            .or(st.roster.sbs.first());
         let missing_slots: Vec<usize> = st
+            .roster
             .slot_state
             .enumerate()
             .filter(|(_, s)| !s.usable())
@@ -515,19 +509,20 @@ impl Array {
             .enumerate()
             .filter_map(|(i, m)| {
                 let m = m.as_ref()?;
-                let replacing = st.replacement.find(&Some(i));
-                let slot = st.slot_member.find(&Some(i)).or(replacing);
-                let state = slot.map(|s| st.slot_state[s]);
+                let replacing = st.roster.replacement.find(&Some(i));
+                let slot = st.roster.slot_member.find(&Some(i)).or(replacing);
+                let state = slot.map(|s| st.roster.slot_state[s]);
                 let role = match state {
                     _ if replacing.is_some() => "replacement",
                     Some(MemberState::InSync) => "active",
                     Some(MemberState::Rebuilding) => "rebuilding",
                     Some(_) => "faulty",
                     None => {
-                        if any.is_some_and(|sb| sb.role_of(st.sbs[i].dev_number) == DevRole::Faulty)
-                        {
+                        if any.is_some_and(|sb| {
+                            sb.role_of(st.roster.sbs[i].dev_number) == DevRole::Faulty
+                        }) {
                             "faulty"
-                        } else if st.sbs[i].role() == DevRole::Journal {
+                        } else if st.roster.sbs[i].role() == DevRole::Journal {
                             "journal"
                         } else {
                             "spare"
@@ -540,9 +535,9 @@ impl Array {
                     slot: slot.map(|s| s.0),
                     role: role.to_string(),
                     state,
-                    device_uuid: st.sbs[i].device_uuid.to_mdadm_string(),
-                    data_offset_sectors: st.sbs[i].data_offset_sectors,
-                    events: st.sbs[i].events,
+                    device_uuid: st.roster.sbs[i].device_uuid.to_mdadm_string(),
+                    data_offset_sectors: st.roster.sbs[i].data_offset_sectors,
+                    events: st.roster.sbs[i].events,
                     bad_block_ranges: st.bad.get(i).map_or(0, Vec::len),
                 })
             })
@@ -565,10 +560,10 @@ impl Array {
                 ArrayState::Clean
             },
             degraded: !missing_slots.is_empty(),
-            failed: st.failed.is_some(),
+            failed: st.roster.failed.is_some(),
             read_only: self.read_only,
             consistency_policy: self.consistency_policy(),
-            events: st.sbs.iter().map(|sb| sb.events).max().unwrap_or(0),
+            events: st.roster.sbs.iter().map(|sb| sb.events).max().unwrap_or(0),
             missing_slots,
             members,
             task: self.bg.running(),
@@ -600,7 +595,7 @@ impl Array {
     }
 
     pub(crate) fn check_failed(&self) -> Result<()> {
-        match &lock(&self.state).failed {
+        match &lock(&self.state).roster.failed {
             Some(d) => Err(EngineError::ArrayFailed { detail: d.clone() }),
             None => Ok(()),
         }
@@ -626,7 +621,7 @@ impl Array {
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));
         st.dirty = true;
-        match &st.failed {
+        match &st.roster.failed {
             Some(d) => Err(EngineError::ArrayFailed { detail: d.clone() }),
             None => Ok(()),
         }

@@ -11,9 +11,32 @@
 //! Invariants: an [`IdVec`] never shrinks except by [`IdVec::clear`]; ids handed out by
 //! [`IdVec::push`] stay valid (removed members are `None`, not deleted).
 
+use crate::plan::MemberState;
+use raidkit_metadata::Superblock;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
+
+/// Who fills which slot, in what state, and every member's superblock as it will next be
+/// written: what membership changes decide on. Holds no device and does no I/O.
+#[derive(Clone, Debug)]
+pub(crate) struct Roster {
+    /// Each attached member's superblock (kept in memory, written on every change).
+    pub(crate) sbs: ByMember<Superblock>,
+    /// Per slot: the member filling it, if any.
+    pub(crate) slot_member: BySlot<Option<MemberId>>,
+    pub(crate) slot_state: BySlot<MemberState>,
+    /// Per slot: a member being copied from the slot's member (md's replacement).
+    pub(crate) replacement: BySlot<Option<MemberId>>,
+    /// Per slot: read errors corrected from redundancy since the slot's member joined; past
+    /// `MAX_CORRECTED_READ_ERRORS` the member is failed (md's max_corrected_read_errors).
+    pub(crate) read_errors: BySlot<u32>,
+    /// Per slot: the member being rebuilt came back and only needs what the write-intent
+    /// bitmap marks (md's bitmap-based recovery after a re-add).
+    pub(crate) bitmap_recovery: BySlot<bool>,
+    /// More members are lost than the level can lose: why. No further writes.
+    pub(crate) failed: Option<String>,
+}
 
 /// A position in the stripe (md's role number).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -611,17 +611,19 @@ impl Array {
                 }
             }
             for (i, slot) in keep_replacing {
-                st.replacement[Slot(slot)] = Some(MemberId(i));
+                st.roster.replacement[Slot(slot)] = Some(MemberId(i));
             }
-            for slot in st.slot_state.ids() {
+            for slot in st.roster.slot_state.ids() {
                 if let (MemberState::Rebuilding, Some(i)) =
-                    (st.slot_state[slot], st.slot_member[slot])
+                    (st.roster.slot_state[slot], st.roster.slot_member[slot])
                 {
-                    st.bitmap_recovery[slot] = array.bitmap.is_some()
-                        && st.sbs[i].feature_map.contains(FeatureMap::RECOVERY_BITMAP);
-                    st.sbs[i].feature_map.remove(FeatureMap::REPLACEMENT);
-                    if st.sbs[i].recovery_offset().is_none() {
-                        st.sbs[i].set_recovery_offset(0);
+                    st.roster.bitmap_recovery[slot] = array.bitmap.is_some()
+                        && st.roster.sbs[i]
+                            .feature_map
+                            .contains(FeatureMap::RECOVERY_BITMAP);
+                    st.roster.sbs[i].feature_map.remove(FeatureMap::REPLACEMENT);
+                    if st.roster.sbs[i].recovery_offset().is_none() {
+                        st.roster.sbs[i].set_recovery_offset(0);
                     }
                 }
             }
@@ -630,7 +632,7 @@ impl Array {
             let count = st.members.len();
             st.bad = ByMember::filled(Vec::new(), count);
             for i in st.members.ids() {
-                let sb = st.sbs[i].clone();
+                let sb = st.roster.sbs[i].clone();
                 let Some(m) = st.members[i].clone() else {
                     continue;
                 };
@@ -696,26 +698,33 @@ impl Array {
             // taken back as in sync.
             let st = lock(&array.state);
             let roles = st
+                .roster
                 .sbs
                 .iter()
                 .find(|sb| sb.events == nsb.events)
                 .unwrap_or(&nsb);
             let mut lost: Vec<u32> = st
+                .roster
                 .slot_state
                 .enumerate()
                 .filter(|(_, s)| !s.writable())
-                .flat_map(|(slot, _)| match st.slot_member[slot] {
-                    Some(i) => vec![st.sbs[i].dev_number],
+                .flat_map(|(slot, _)| match st.roster.slot_member[slot] {
+                    Some(i) => vec![st.roster.sbs[i].dev_number],
                     None => (0..roles.max_dev())
                         .filter(|&d| roles.role_of(d) == DevRole::Active(slot.0 as u16))
-                        .filter(|&d| !st.sbs.iter().any(|sb| sb.dev_number == d))
+                        .filter(|&d| !st.roster.sbs.iter().any(|sb| sb.dev_number == d))
                         .collect(),
                 })
                 .collect();
             lost.extend(displaced);
             // Only what the superblocks do not say already: assembling an array that is
             // known degraded writes nothing.
-            lost.retain(|&d| st.sbs.iter().any(|sb| sb.role_of(d) != DevRole::Faulty));
+            lost.retain(|&d| {
+                st.roster
+                    .sbs
+                    .iter()
+                    .any(|sb| sb.role_of(d) != DevRole::Faulty)
+            });
             if !lost.is_empty() {
                 drop(st);
                 let _g = lock(&array.sb_lock);

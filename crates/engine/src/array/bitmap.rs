@@ -272,12 +272,20 @@ impl Array {
             .ids()
             .filter_map(|i| {
                 let m = st.members[i].clone()?;
-                let slot = st.slot_member.find(&Some(i));
+                let slot = st.roster.slot_member.find(&Some(i));
                 let gets = match slot {
-                    Some(s) => st.slot_state[s].writable(),
-                    None => st.sbs[i].role_of(st.sbs[i].dev_number) != DevRole::Faulty,
+                    Some(s) => st.roster.slot_state[s].writable(),
+                    None => {
+                        st.roster.sbs[i].role_of(st.roster.sbs[i].dev_number) != DevRole::Faulty
+                    }
                 };
-                gets.then(|| (i, m, bitmap_byte_offset(&st.sbs[i], wi.offset_sectors())))
+                gets.then(|| {
+                    (
+                        i,
+                        m,
+                        bitmap_byte_offset(&st.roster.sbs[i], wi.offset_sectors()),
+                    )
+                })
             })
             .collect()
     }
@@ -298,7 +306,7 @@ impl Array {
 
     fn fail_indices(&self, failed: Vec<(MemberId, String)>) {
         for (i, why) in failed {
-            let slot = lock(&self.state).slot_member.find(&Some(i));
+            let slot = lock(&self.state).roster.slot_member.find(&Some(i));
             if let Some(s) = slot {
                 self.member_failed(s, &why);
             }
@@ -315,13 +323,19 @@ impl Array {
         }
         {
             let st = lock(&self.state);
-            if st.failed.is_some() || st.slot_state.iter().any(|s| *s != MemberState::InSync) {
+            if st.roster.failed.is_some()
+                || st
+                    .roster
+                    .slot_state
+                    .iter()
+                    .any(|s| *s != MemberState::InSync)
+            {
                 return;
             }
         }
         let events = {
             let st = lock(&self.state);
-            st.sbs.iter().map(|sb| sb.events).max().unwrap_or(0)
+            st.roster.sbs.iter().map(|sb| sb.events).max().unwrap_or(0)
         };
         let targets = self.bitmap_targets(wi);
         // Data first: only flushed writes may lose their bits.
@@ -342,7 +356,7 @@ impl Array {
     /// `update_superblocks` with the state lock held (state before bitmap lock).
     pub(super) fn intent_follow_events(&self, st: &State) {
         let Some(wi) = &self.bitmap else { return };
-        let events = st.sbs.iter().map(|sb| sb.events).max().unwrap_or(0);
+        let events = st.roster.sbs.iter().map(|sb| sb.events).max().unwrap_or(0);
         // Serialised with intent_start, so an older image never lands over a newer one.
         let _serial = lock(&wi.io);
         let image = wi.set_events(events);
@@ -350,16 +364,17 @@ impl Array {
             let Some(m) = st.members[i].clone() else {
                 continue;
             };
-            let slot = st.slot_member.find(&Some(i));
+            let slot = st.roster.slot_member.find(&Some(i));
             let gets = match slot {
-                Some(s) => st.slot_state[s].writable(),
-                None => st.sbs[i].role_of(st.sbs[i].dev_number) != DevRole::Faulty,
+                Some(s) => st.roster.slot_state[s].writable(),
+                None => st.roster.sbs[i].role_of(st.roster.sbs[i].dev_number) != DevRole::Faulty,
             };
             if gets {
                 // A failure here shows up at the next bitmap or superblock write.
-                let _ = m
-                    .disk
-                    .write_at(&image, bitmap_byte_offset(&st.sbs[i], wi.offset_sectors()));
+                let _ = m.disk.write_at(
+                    &image,
+                    bitmap_byte_offset(&st.roster.sbs[i], wi.offset_sectors()),
+                );
             }
         }
     }

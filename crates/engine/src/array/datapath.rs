@@ -20,7 +20,7 @@ impl Array {
         }
         let st = lock(&self.state);
         let hits = |slot: usize, from: u64, n: u64| {
-            st.slot_member[Slot(slot)]
+            st.roster.slot_member[Slot(slot)]
                 .and_then(|i| st.bad.get(i))
                 .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
         };
@@ -71,6 +71,7 @@ impl Array {
     ) {
         let st = lock(&self.state);
         let members = st
+            .roster
             .slot_member
             .iter()
             .map(|m| m.and_then(|i| st.members[i].clone()))
@@ -80,14 +81,15 @@ impl Array {
                 .has_replacement
                 .load(std::sync::atomic::Ordering::Relaxed)
         {
-            st.replacement
+            st.roster
+                .replacement
                 .iter()
                 .map(|r| r.and_then(|i| st.members[i].clone()))
                 .collect()
         } else {
             Vec::new()
         };
-        (st.slot_state.to_vec(), members, replacements)
+        (st.roster.slot_state.to_vec(), members, replacements)
     }
 
     /// Runs one request through the core: split, then batches of pieces phase by phase.
@@ -139,13 +141,13 @@ impl Array {
             let slot = Slot(slot);
             let name = {
                 let mut st = lock(&self.state);
-                st.read_errors[slot] += 1;
-                let name = st.slot_member[slot]
+                st.roster.read_errors[slot] += 1;
+                let name = st.roster.slot_member[slot]
                     .and_then(|i| st.members[i].as_ref().map(|m| m.disk.name().to_string()));
-                let Some(name) = name.filter(|_| st.slot_state[slot].usable()) else {
+                let Some(name) = name.filter(|_| st.roster.slot_state[slot].usable()) else {
                     continue; // failed or replaced meanwhile
                 };
-                if st.read_errors[slot] > MAX_CORRECTED_READ_ERRORS {
+                if st.roster.read_errors[slot] > MAX_CORRECTED_READ_ERRORS {
                     drop(st);
                     self.member_failed(
                         slot,
@@ -200,7 +202,10 @@ impl Array {
         }
         let healthy = {
             let st = lock(&self.state);
-            st.slot_state.iter().all(|s| *s == MemberState::InSync)
+            st.roster
+                .slot_state
+                .iter()
+                .all(|s| *s == MemberState::InSync)
         };
         let mut i = 0;
         while i < pieces.len() {
@@ -242,11 +247,12 @@ impl Array {
     pub(crate) fn snapshot(&self) -> (Vec<MemberState>, Vec<Option<Arc<Member>>>) {
         let st = lock(&self.state);
         let members = st
+            .roster
             .slot_member
             .iter()
             .map(|m| m.and_then(|i| st.members[i].clone()))
             .collect();
-        (st.slot_state.to_vec(), members)
+        (st.roster.slot_state.to_vec(), members)
     }
 
     pub(crate) fn plan(&self, piece: &Piece, dir: Dir, states: &[MemberState]) -> Result<PieceOp> {

@@ -682,7 +682,8 @@ impl Journal {
         let (states, members) = array.snapshot();
         let replacements: Vec<Option<Arc<Member>>> = {
             let st = lock(&array.state);
-            st.replacement
+            st.roster
+                .replacement
                 .iter()
                 .map(|r| r.and_then(|i| st.members[i].clone()))
                 .collect()
@@ -737,8 +738,8 @@ impl Journal {
     fn set_tail(&self, array: &Array, tail: u64) -> Result<()> {
         let _g = lock(&array.sb_lock);
         let mut st = lock(&array.state);
-        st.sbs[self.member].recovery_offset_sectors = tail;
-        let sb = st.sbs[self.member].clone();
+        st.roster.sbs[self.member].recovery_offset_sectors = tail;
+        let sb = st.roster.sbs[self.member].clone();
         drop(st);
         crate::meta::write_superblock(self.disk.disk.as_ref(), &sb, array.version)?;
         self.disk.disk.flush()?;

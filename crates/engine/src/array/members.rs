@@ -12,9 +12,9 @@ impl Array {
             if index.0 >= st.members.len() || st.members[index].is_none() {
                 return Err(EngineError::Invalid(format!("no member {index}")));
             }
-            st.slot_member.find(&Some(index))
+            st.roster.slot_member.find(&Some(index))
         };
-        let replacing = lock(&self.state).replacement.find(&Some(index));
+        let replacing = lock(&self.state).roster.replacement.find(&Some(index));
         match (slot, replacing) {
             (Some(slot), _) => {
                 self.member_failed(slot, "failed on request");
@@ -26,7 +26,7 @@ impl Array {
             }
             (None, None) => {
                 let st = lock(&self.state);
-                let sb = &st.sbs[index];
+                let sb = &st.roster.sbs[index];
                 if sb.role_of(sb.dev_number) == DevRole::Faulty {
                     // Already faulty: failing it again changes nothing.
                     return Ok(());
@@ -50,8 +50,9 @@ impl Array {
             // Left out at assembly or removed earlier: already out of the array if the
             // superblocks record its device faulty (what md writes for a removed device too),
             // so there is nothing left to write.
-            let dev_number = st.sbs[index].dev_number;
+            let dev_number = st.roster.sbs[index].dev_number;
             let recorded_faulty = st
+                .roster
                 .sbs
                 .iter()
                 .zip(&st.members)
@@ -66,22 +67,22 @@ impl Array {
                 "member {index} was left out of the array at assembly and is not recorded faulty; nothing to remove"
             )));
         }
-        if let Some(slot) = st.replacement.find(&Some(index)) {
+        if let Some(slot) = st.roster.replacement.find(&Some(index)) {
             return Err(EngineError::Invalid(format!(
                 "member {index} is replacing slot {slot}; fail it first to stop the replacement"
             )));
         }
-        if let Some(slot) = st.slot_member.find(&Some(index)) {
-            if st.slot_state[slot].writable() {
+        if let Some(slot) = st.roster.slot_member.find(&Some(index)) {
+            if st.roster.slot_state[slot].writable() {
                 return Err(EngineError::Invalid(format!(
                     "member {index} is {} in slot {slot}; fail it first (md refuses to remove an active member)",
-                    if st.slot_state[slot].usable() { "active" } else { "being rebuilt" }
+                    if st.roster.slot_state[slot].usable() { "active" } else { "being rebuilt" }
                 )));
             }
-            st.slot_member[slot] = None;
-            st.slot_state[slot] = MemberState::Missing;
+            st.roster.slot_member[slot] = None;
+            st.roster.slot_state[slot] = MemberState::Missing;
         }
-        let dev_number = st.sbs[index].dev_number;
+        let dev_number = st.roster.sbs[index].dev_number;
         let name = st.members[index]
             .as_ref()
             .map(|m| m.disk.name().to_string())
@@ -141,6 +142,7 @@ impl Array {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         let Some(template) = st
+            .roster
             .sbs
             .iter()
             .zip(&st.members)
@@ -159,12 +161,11 @@ impl Array {
                 reference: "the running array".into(),
             });
         }
-        if let Some(i) = st
-            .members
-            .ids()
-            .find(|&i| st.members[i].is_some() && st.sbs[i].device_uuid == found.sb.device_uuid)
-        {
-            let in_use = st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i));
+        if let Some(i) = st.members.ids().find(|&i| {
+            st.members[i].is_some() && st.roster.sbs[i].device_uuid == found.sb.device_uuid
+        }) {
+            let in_use = st.roster.slot_member.contains(&Some(i))
+                || st.roster.replacement.contains(&Some(i));
             if in_use {
                 return Err(EngineError::Duplicate {
                     member: name,
@@ -185,7 +186,7 @@ impl Array {
             )));
         };
         let slot = Slot(slot as usize);
-        if slot.0 >= self.geo.raid_disks || st.slot_state[slot].writable() {
+        if slot.0 >= self.geo.raid_disks || st.roster.slot_state[slot].writable() {
             return Err(EngineError::Invalid(format!(
                 "{name}: its slot {slot} is held by another member now; add it as a new spare"
             )));
@@ -204,6 +205,7 @@ impl Array {
             });
         }
         let used: Vec<u32> = st
+            .roster
             .sbs
             .iter()
             .zip(&st.members)
@@ -239,11 +241,11 @@ impl Array {
             worker,
             data_offset_bytes: found.sb.data_offset_sectors * 512,
         })));
-        st.sbs.push(sb);
+        st.roster.sbs.push(sb);
         let index = MemberId(st.members.len() - 1);
-        st.slot_member[slot] = Some(index);
-        st.slot_state[slot] = MemberState::Rebuilding;
-        st.bitmap_recovery[slot] = true;
+        st.roster.slot_member[slot] = Some(index);
+        st.roster.slot_state[slot] = MemberState::Rebuilding;
+        st.roster.bitmap_recovery[slot] = true;
         st.events.push(ArrayEvent::ReAdded {
             member: name.clone(),
             slot: slot.0,
@@ -280,26 +282,28 @@ impl Array {
         {
             let _g = lock(&self.sb_lock);
             let mut st = lock(&self.state);
-            let slot = match st.slot_member.find(&Some(index)) {
-                Some(slot) if st.slot_state[slot].usable() => slot,
+            let slot = match st.roster.slot_member.find(&Some(index)) {
+                Some(slot) if st.roster.slot_state[slot].usable() => slot,
                 _ => {
                     return Err(EngineError::Invalid(format!(
                         "member {index} is not an active member in sync; only those can be replaced (add a spare to rebuild a missing one)"
                     )))
                 }
             };
-            if st.replacement[slot].is_some() {
+            if st.roster.replacement[slot].is_some() {
                 return Err(EngineError::Invalid(format!(
                     "slot {slot} is already being replaced"
                 )));
             }
             let (new, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
-            st.sbs[new]
+            st.roster.sbs[new]
                 .set_role(dev_number, DevRole::Active(slot.0 as u16))
                 .map_err(meta_err)?;
-            st.sbs[new].feature_map.insert(FeatureMap::REPLACEMENT);
-            st.sbs[new].set_recovery_offset(0);
-            st.replacement[slot] = Some(new);
+            st.roster.sbs[new]
+                .feature_map
+                .insert(FeatureMap::REPLACEMENT);
+            st.roster.sbs[new].set_recovery_offset(0);
+            st.roster.replacement[slot] = Some(new);
             self.note_replacements(&st);
             st.events.push(ArrayEvent::ReplaceStarted {
                 member: disk.name().to_string(),
@@ -322,6 +326,7 @@ impl Array {
         device_uuid: [u8; 16],
     ) -> Result<(MemberId, u32)> {
         let Some(template) = st
+            .roster
             .sbs
             .iter()
             .zip(&st.members)
@@ -333,6 +338,7 @@ impl Array {
             ));
         };
         let used: Vec<u32> = st
+            .roster
             .sbs
             .iter()
             .zip(&st.members)
@@ -398,7 +404,7 @@ impl Array {
             worker,
             data_offset_bytes: dl.data_offset_sectors * 512,
         })));
-        st.sbs.push(sb);
+        st.roster.sbs.push(sb);
         Ok((MemberId(st.members.len() - 1), dev_number))
     }
 
@@ -407,34 +413,34 @@ impl Array {
     /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
     pub(crate) fn assign_spare_locked(&self, st: &mut State) -> Vec<(Slot, u32)> {
         let mut out = Vec::new();
-        if self.read_only || st.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
+        if self.read_only || st.roster.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
             return out;
         }
-        for slot in st.slot_state.ids() {
-            if st.slot_state[slot].writable() {
+        for slot in st.roster.slot_state.ids() {
+            if st.roster.slot_state[slot].writable() {
                 continue;
             }
             let in_use = |st: &State, i: MemberId| {
-                st.slot_member.contains(&Some(i)) || st.replacement.contains(&Some(i))
+                st.roster.slot_member.contains(&Some(i)) || st.roster.replacement.contains(&Some(i))
             };
             let Some(i) = st.members.ids().find(|&i| {
                 st.members[i].is_some()
                     && !in_use(st, i)
-                    && st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Spare
+                    && st.roster.sbs[i].role_of(st.roster.sbs[i].dev_number) == DevRole::Spare
             }) else {
                 break;
             };
-            let d = st.sbs[i].dev_number;
-            if st.sbs[i]
+            let d = st.roster.sbs[i].dev_number;
+            if st.roster.sbs[i]
                 .set_role(d, DevRole::Active(slot.0 as u16))
                 .is_err()
             {
                 continue;
             }
-            st.sbs[i].set_recovery_offset(0);
-            st.slot_member[slot] = Some(i);
-            st.slot_state[slot] = MemberState::Rebuilding;
-            st.bitmap_recovery[slot] = false;
+            st.roster.sbs[i].set_recovery_offset(0);
+            st.roster.slot_member[slot] = Some(i);
+            st.roster.slot_state[slot] = MemberState::Rebuilding;
+            st.roster.bitmap_recovery[slot] = false;
             let name = st.members[i]
                 .as_ref()
                 .map(|m| m.disk.name().to_string())
@@ -461,11 +467,11 @@ impl Array {
         change: impl Fn(&mut Superblock),
     ) -> Vec<(MemberId, EngineError)> {
         let t = now();
-        for sb in st.sbs.iter_mut() {
+        for sb in st.roster.sbs.iter_mut() {
             change(sb);
             sb.bump_events(t);
         }
-        if self.read_only || st.failed.is_some() {
+        if self.read_only || st.roster.failed.is_some() {
             return Vec::new();
         }
         let mut failures = Vec::new();
@@ -473,15 +479,15 @@ impl Array {
             let Some(m) = st.members[i].clone() else {
                 continue;
             };
-            let slot = st.slot_member.find(&Some(i));
+            let slot = st.roster.slot_member.find(&Some(i));
             if let Some(s) = slot {
-                if !st.slot_state[s].writable() {
+                if !st.roster.slot_state[s].writable() {
                     continue;
                 }
-            } else if st.sbs[i].role_of(st.sbs[i].dev_number) == DevRole::Faulty {
+            } else if st.roster.sbs[i].role_of(st.roster.sbs[i].dev_number) == DevRole::Faulty {
                 continue;
             }
-            let r = write_superblock(m.disk.as_ref(), &st.sbs[i], self.version)
+            let r = write_superblock(m.disk.as_ref(), &st.roster.sbs[i], self.version)
                 .and_then(|_| m.disk.flush().map_err(EngineError::from));
             if let Err(e) = r {
                 failures.push((i, slot, m.disk.name().to_string(), e));
@@ -494,8 +500,8 @@ impl Array {
             match slot {
                 Some(s) => self.fail_locked(st, s, &why),
                 None => {
-                    let d = st.sbs[i].dev_number;
-                    for sb in st.sbs.iter_mut() {
+                    let d = st.roster.sbs[i].dev_number;
+                    for sb in st.roster.sbs.iter_mut() {
                         let _ = sb.set_role(d, DevRole::Faulty);
                     }
                     st.events.push(ArrayEvent::MemberFaulty {
@@ -516,8 +522,8 @@ impl Array {
     pub(crate) fn record_bad_block(&self, index: MemberId, ms: u64, n: u64) -> Result<bool> {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        let slot = st.slot_member.find(&Some(index));
-        let sb = st.sbs[index].clone();
+        let slot = st.roster.slot_member.find(&Some(index));
+        let sb = st.roster.sbs[index].clone();
         let Some(member) = st.members[index].clone() else {
             return Ok(false);
         };
@@ -560,7 +566,9 @@ impl Array {
         let at = (sb.super_offset_sectors as i64 + sb.bblog_offset as i64) as u64 * 512;
         member.disk.write_at(&page, at)?;
         st.bad[index] = data_ranges(&list, sb.data_offset_sectors);
-        st.sbs[index].feature_map.insert(FeatureMap::BAD_BLOCKS);
+        st.roster.sbs[index]
+            .feature_map
+            .insert(FeatureMap::BAD_BLOCKS);
         self.has_bad
             .store(true, std::sync::atomic::Ordering::Relaxed);
         let name = member.disk.name().to_string();
@@ -576,7 +584,7 @@ impl Array {
     /// Keeps the lock-free "any replacement?" flag in step with the state.
     pub(crate) fn note_replacements(&self, st: &State) {
         self.has_replacement.store(
-            st.replacement.iter().any(|r| r.is_some()),
+            st.roster.replacement.iter().any(|r| r.is_some()),
             std::sync::atomic::Ordering::Relaxed,
         );
     }
@@ -585,11 +593,11 @@ impl Array {
     pub(crate) fn replacement_failed(&self, slot: Slot, why: &str) {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        let Some(r) = st.replacement[slot].take() else {
+        let Some(r) = st.roster.replacement[slot].take() else {
             return;
         };
         self.note_replacements(&st);
-        let d = st.sbs[r].dev_number;
+        let d = st.roster.sbs[r].dev_number;
         let name = st.members[r]
             .as_ref()
             .map(|m| m.disk.name().to_string())
@@ -620,7 +628,7 @@ impl Array {
         let Scheme::Parity { max_degraded } = self.geo.scheme() else {
             return;
         };
-        let lost = st.slot_state.iter().filter(|s| !s.usable()).count();
+        let lost = st.roster.slot_state.iter().filter(|s| !s.usable()).count();
         if st.resync_from.is_some() && lost >= max_degraded as usize {
             st.resync_from = None;
             self.resync_pending
@@ -634,17 +642,17 @@ impl Array {
     }
 
     pub(crate) fn fail_locked(&self, st: &mut State, slot: Slot, why: &str) {
-        if !st.slot_state[slot].writable() {
+        if !st.roster.slot_state[slot].writable() {
             return;
         }
-        st.slot_state[slot] = MemberState::Faulty;
-        let (name, dev_number) = match st.slot_member[slot] {
+        st.roster.slot_state[slot] = MemberState::Faulty;
+        let (name, dev_number) = match st.roster.slot_member[slot] {
             Some(i) => (
                 st.members[i]
                     .as_ref()
                     .map(|m| m.disk.name().to_string())
                     .unwrap_or_default(),
-                Some(st.sbs[i].dev_number),
+                Some(st.roster.sbs[i].dev_number),
             ),
             None => (format!("slot {slot}"), None),
         };
@@ -653,9 +661,9 @@ impl Array {
             slot: Some(slot.0),
             reason: why.to_string(),
         });
-        st.read_errors[slot] = 0; // the count belongs to the member leaving the slot
-        let failed: Vec<bool> = st.slot_state.iter().map(|s| !s.usable()).collect();
-        if !self.geo.survives(&failed) && st.failed.is_none() {
+        st.roster.read_errors[slot] = 0; // the count belongs to the member leaving the slot
+        let failed: Vec<bool> = st.roster.slot_state.iter().map(|s| !s.usable()).collect();
+        if !self.geo.survives(&failed) && st.roster.failed.is_none() {
             let lost: Vec<usize> = (0..failed.len()).filter(|&s| failed[s]).collect();
             let detail =
                 format!(
@@ -665,26 +673,26 @@ impl Array {
             st.events.push(ArrayEvent::ArrayFailed {
                 detail: detail.clone(),
             });
-            st.failed = Some(detail);
+            st.roster.failed = Some(detail);
         }
-        if st.failed.is_none() {
+        if st.roster.failed.is_none() {
             let missing_slots = (0..failed.len()).filter(|&s| failed[s]).collect();
             st.events.push(ArrayEvent::ArrayDegraded { missing_slots });
         }
-        st.slot_member[slot] = None;
+        st.roster.slot_member[slot] = None;
         // A replacement being copied from the failed member carries on as a normal rebuild
         // of the slot from where the copy got to (md does the same); otherwise a hot spare
         // takes the slot at once and the rebuild task brings it in sync.
         let mut assigned = Vec::new();
-        if let Some(r) = st.replacement[slot].take() {
+        if let Some(r) = st.roster.replacement[slot].take() {
             self.note_replacements(st);
-            let d = st.sbs[r].dev_number;
-            st.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
-            if st.sbs[r].recovery_offset().is_none() {
-                st.sbs[r].set_recovery_offset(0);
+            let d = st.roster.sbs[r].dev_number;
+            st.roster.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
+            if st.roster.sbs[r].recovery_offset().is_none() {
+                st.roster.sbs[r].set_recovery_offset(0);
             }
-            st.slot_member[slot] = Some(r);
-            st.slot_state[slot] = MemberState::Rebuilding;
+            st.roster.slot_member[slot] = Some(r);
+            st.roster.slot_state[slot] = MemberState::Rebuilding;
             st.events
                 .push(ArrayEvent::ReplacementContinuesAsRebuild { slot: slot.0 });
             assigned.push((slot, d));

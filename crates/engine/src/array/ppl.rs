@@ -105,12 +105,13 @@ impl Array {
     /// stripes above it are rebuilt again); 0 for other slots.
     fn recovered_sectors(&self) -> Vec<u64> {
         let st = lock(&self.state);
-        st.slot_member
+        st.roster
+            .slot_member
             .ids()
             .map(|slot| {
-                st.slot_member[slot]
-                    .filter(|_| st.slot_state[slot] == MemberState::Rebuilding)
-                    .and_then(|i| st.sbs[i].recovery_offset())
+                st.roster.slot_member[slot]
+                    .filter(|_| st.roster.slot_state[slot] == MemberState::Rebuilding)
+                    .and_then(|i| st.roster.sbs[i].recovery_offset())
                     .unwrap_or(0)
             })
             .collect()
@@ -361,7 +362,11 @@ impl Ppl {
         let (states, members) = array.snapshot();
         let areas: Vec<Option<(u64, u64)>> = {
             let st = lock(&array.state);
-            st.slot_member.ids().map(|s| slot_area(&st, s)).collect()
+            st.roster
+                .slot_member
+                .ids()
+                .map(|s| slot_area(&st, s))
+                .collect()
         };
         let (mut recovered, mut mismatched) = (0usize, 0usize);
         if dirty && array.read_only {
@@ -500,11 +505,13 @@ impl Ppl {
     /// failed. Returns what happened, a sentence per failure.
     fn reset_locked(&self, array: &Array, st: &mut State) -> Vec<String> {
         let mut notes = Vec::new();
-        for slot in st.slot_member.ids() {
-            let member = st.slot_member[slot].and_then(|i| st.members[i].clone());
-            let (Some(m), Some(area), true) =
-                (member, slot_area(st, slot), st.slot_state[slot].writable())
-            else {
+        for slot in st.roster.slot_member.ids() {
+            let member = st.roster.slot_member[slot].and_then(|i| st.members[i].clone());
+            let (Some(m), Some(area), true) = (
+                member,
+                slot_area(st, slot),
+                st.roster.slot_state[slot].writable(),
+            ) else {
                 continue;
             };
             if let Err(e) = write_empty_log(m.disk.as_ref(), area, self.signature) {
@@ -545,8 +552,8 @@ pub(super) fn write_empty_log(
 }
 
 fn slot_area(st: &State, slot: Slot) -> Option<(u64, u64)> {
-    let i = st.slot_member.get(slot).copied().flatten()?;
-    area_of(&st.sbs[i])
+    let i = st.roster.slot_member.get(slot).copied().flatten()?;
+    area_of(&st.roster.sbs[i])
 }
 
 fn job(kind: JobKind, offset_bytes: u64, buf: &mut [u8], batch: &Arc<Batch>, tag: usize) -> Job {

@@ -359,7 +359,7 @@ impl Array {
         let st = lock(&self.state);
         (0..self.geo.raid_disks)
             .filter_map(|slot| {
-                let i = st.slot_member[Slot(slot)]?;
+                let i = st.roster.slot_member[Slot(slot)]?;
                 let hits: Vec<(u64, u64)> = st
                     .bad
                     .get(i)?

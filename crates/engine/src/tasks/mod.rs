@@ -469,7 +469,7 @@ impl Array {
     fn recovery_range(&self, st: &State, written: impl Iterator<Item = MemberId>) -> TaskRange {
         let end = self.geo.member_data_sectors;
         let start = written
-            .map(|i| st.sbs[i].recovery_offset().unwrap_or(0))
+            .map(|i| st.roster.sbs[i].recovery_offset().unwrap_or(0))
             .min()
             .unwrap_or(end);
         ("member sectors", start.min(end), end)

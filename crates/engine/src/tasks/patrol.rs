@@ -105,7 +105,7 @@ impl Array {
             };
             let (index, known) = {
                 let st = lock(&self.state);
-                let index = st.slot_member[Slot(slot)];
+                let index = st.roster.slot_member[Slot(slot)];
                 let known = index
                     .and_then(|i| st.bad.get(i))
                     .is_some_and(|list| list.iter().any(|&(s, l)| s <= b && b + len <= s + l));

@@ -73,10 +73,11 @@ impl<'a> Task<'a> for Rebuild<'a> {
     fn range(array: &Array, _: TaskKind, _: Option<u64>) -> Result<TaskRange> {
         let st = lock(&array.state);
         let rebuilding = st
+            .roster
             .slot_state
             .ids()
-            .filter(|&slot| st.slot_state[slot] == MemberState::Rebuilding)
-            .filter_map(|slot| st.slot_member[slot]);
+            .filter(|&slot| st.roster.slot_state[slot] == MemberState::Rebuilding)
+            .filter_map(|slot| st.roster.slot_member[slot]);
         Ok(array.recovery_range(&st, rebuilding))
     }
 
@@ -178,11 +179,12 @@ impl Array {
         let pass = lock(&self.bg.state).rebuild_pass.clone();
         let st = lock(&self.state);
         let targets = st
+            .roster
             .slot_state
             .ids()
-            .filter(|&s| st.slot_state[s] == MemberState::Rebuilding)
+            .filter(|&s| st.roster.slot_state[s] == MemberState::Rebuilding)
             .filter_map(|s| {
-                let i = st.slot_member[s]?;
+                let i = st.roster.slot_member[s]?;
                 if pass.as_ref().is_some_and(|p| !p.contains(&i)) {
                     return None;
                 }
@@ -190,20 +192,21 @@ impl Array {
             })
             .collect();
         let members = st
+            .roster
             .slot_member
             .iter()
             .map(|m| m.and_then(|i| st.members[i].clone()))
             .collect();
-        (targets, st.slot_state.to_vec(), members)
+        (targets, st.roster.slot_state.to_vec(), members)
     }
 
     /// Every member being rebuilt came back (re-add) and needs only bitmap-marked regions.
     fn bitmap_only_recovery(&self) -> bool {
         let st = lock(&self.state);
         let mut any = false;
-        for slot in st.slot_state.ids() {
-            if st.slot_state[slot] == MemberState::Rebuilding {
-                if !st.bitmap_recovery[slot] {
+        for slot in st.roster.slot_state.ids() {
+            if st.roster.slot_state[slot] == MemberState::Rebuilding {
+                if !st.roster.bitmap_recovery[slot] {
                     return false;
                 }
                 any = true;
@@ -484,14 +487,15 @@ impl Array {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
         for (slot, index) in ok {
-            if st.slot_state[slot] != MemberState::Rebuilding || st.slot_member[slot] != Some(index)
+            if st.roster.slot_state[slot] != MemberState::Rebuilding
+                || st.roster.slot_member[slot] != Some(index)
             {
                 continue;
             }
             if done {
-                st.sbs[index].clear_recovery_offset();
-                st.slot_state[slot] = MemberState::InSync;
-                st.bitmap_recovery[slot] = false;
+                st.roster.sbs[index].clear_recovery_offset();
+                st.roster.slot_state[slot] = MemberState::InSync;
+                st.roster.bitmap_recovery[slot] = false;
                 let name = st.members[index]
                     .as_ref()
                     .map(|m| m.disk.name().to_string())
@@ -501,7 +505,7 @@ impl Array {
                     slot: slot.0,
                 });
             } else {
-                st.sbs[index].set_recovery_offset(cursor);
+                st.roster.sbs[index].set_recovery_offset(cursor);
             }
         }
         if !self.read_only {

@@ -30,7 +30,7 @@ impl<'a> Task<'a> for Replace<'a> {
     /// From the lowest `recovery_offset` of the replacements.
     fn range(array: &Array, _: TaskKind, _: Option<u64>) -> Result<TaskRange> {
         let st = lock(&array.state);
-        Ok(array.recovery_range(&st, st.replacement.iter().flatten().copied()))
+        Ok(array.recovery_range(&st, st.roster.replacement.iter().flatten().copied()))
     }
 
     /// A run over the replacements there are now.
@@ -68,11 +68,12 @@ impl Array {
     /// (slot, replacement index, replacement member, old member) of every replacement.
     fn replace_view(&self) -> Vec<Replacing> {
         let st = lock(&self.state);
-        st.replacement
+        st.roster
+            .replacement
             .ids()
             .filter_map(|slot| {
-                let r = st.replacement[slot]?;
-                let old = st.slot_member[slot].and_then(|i| st.members[i].clone());
+                let r = st.roster.replacement[slot]?;
+                let old = st.roster.slot_member[slot].and_then(|i| st.members[i].clone());
                 Some((slot, r, st.members[r].clone()?, old))
             })
             .collect()
@@ -95,7 +96,7 @@ impl Array {
         let StepScratch { bufs, buf, .. } = sc;
         for (at, r_index, r_member, old) in view {
             let slot = at.0;
-            let done_to = lock(&self.state).sbs[r_index]
+            let done_to = lock(&self.state).roster.sbs[r_index]
                 .recovery_offset()
                 .unwrap_or(0);
             if done_to >= cursor + n {
@@ -148,19 +149,19 @@ impl Array {
         let mut st = lock(&self.state);
         let mut roles: Vec<(u32, DevRole)> = Vec::new();
         for (slot, r) in ok {
-            if st.replacement[slot] != Some(r) {
+            if st.roster.replacement[slot] != Some(r) {
                 continue;
             }
             if done {
-                let old = st.slot_member[slot];
-                st.replacement[slot] = None;
-                st.slot_member[slot] = Some(r);
-                st.slot_state[slot] = MemberState::InSync;
-                st.sbs[r].clear_recovery_offset();
-                st.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
-                roles.push((st.sbs[r].dev_number, DevRole::Active(slot.0 as u16)));
+                let old = st.roster.slot_member[slot];
+                st.roster.replacement[slot] = None;
+                st.roster.slot_member[slot] = Some(r);
+                st.roster.slot_state[slot] = MemberState::InSync;
+                st.roster.sbs[r].clear_recovery_offset();
+                st.roster.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
+                roles.push((st.roster.sbs[r].dev_number, DevRole::Active(slot.0 as u16)));
                 if let Some(o) = old {
-                    roles.push((st.sbs[o].dev_number, DevRole::Faulty));
+                    roles.push((st.roster.sbs[o].dev_number, DevRole::Faulty));
                 }
                 let name = |i: MemberId| {
                     st.members[i]
@@ -175,7 +176,7 @@ impl Array {
                 };
                 st.events.push(event);
             } else {
-                st.sbs[r].set_recovery_offset(cursor);
+                st.roster.sbs[r].set_recovery_offset(cursor);
             }
         }
         self.note_replacements(&st);

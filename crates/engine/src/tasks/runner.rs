@@ -308,14 +308,16 @@ impl Array {
         let involved: Vec<Arc<Member>> = {
             let st = lock(&self.state);
             let slots = st
+                .roster
                 .slot_state
                 .ids()
                 .filter(|&s| {
-                    st.slot_state[s].usable() || st.slot_state[s] == MemberState::Rebuilding
+                    st.roster.slot_state[s].usable()
+                        || st.roster.slot_state[s] == MemberState::Rebuilding
                 })
-                .filter_map(|s| st.slot_member[s]);
+                .filter_map(|s| st.roster.slot_member[s]);
             slots
-                .chain(st.replacement.iter().flatten().copied())
+                .chain(st.roster.replacement.iter().flatten().copied())
                 .filter_map(|i| st.members[i].clone())
                 .collect()
         };

@@ -139,9 +139,10 @@ impl Array {
     fn scrub_can_compare(&self, kind: TaskKind) -> Result<()> {
         let st = lock(&self.state);
         if matches!(self.geo.scheme(), Scheme::Parity { .. })
-            && !st.slot_state.iter().all(|s| s.usable())
+            && !st.roster.slot_state.iter().all(|s| s.usable())
         {
             let missing: Vec<usize> = st
+                .roster
                 .slot_state
                 .enumerate()
                 .filter(|(_, s)| !s.usable())

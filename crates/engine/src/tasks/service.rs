@@ -18,14 +18,14 @@ impl Array {
     pub fn pending_tasks(&self) -> Vec<TaskKind> {
         let st = lock(&self.state);
         let mut out = Vec::new();
-        if st.failed.is_none() {
-            if st.slot_state.contains(&MemberState::Rebuilding) {
+        if st.roster.failed.is_none() {
+            if st.roster.slot_state.contains(&MemberState::Rebuilding) {
                 out.push(TaskKind::Rebuild);
             }
-            if st.replacement.iter().any(|r| r.is_some()) {
+            if st.roster.replacement.iter().any(|r| r.is_some()) {
                 out.push(TaskKind::Replace);
             }
-            if st.resync_from.is_some() && self.resync_can_run(st.slot_state.as_slice()) {
+            if st.resync_from.is_some() && self.resync_can_run(st.roster.slot_state.as_slice()) {
                 out.push(TaskKind::Resync);
             }
         }
