@@ -74,7 +74,7 @@ mod ppl;
 mod write_log;
 use crate::error::AbsentMember;
 use crate::events::{ArrayEvent, EventLog};
-pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Roster, Slot};
+pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Slot, Transition};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
 pub use options::*;

@@ -8,11 +8,24 @@
 //! vectors that can be indexed only by their own kind: `state.slot_state[member]` does not
 //! compile.
 //!
+//! Membership changes are decided here, on a [`Roster`] alone: [`Roster::fail`] (a slot's
+//! member failed, a replacement carries on or a spare takes the slot), [`Roster::take_spares`],
+//! [`Roster::fail_replacement`] and [`Roster::fail_spare`]. Each changes only memory and
+//! returns a [`Transition`]: the roles every superblock records from now on and the events to
+//! report. The driver (`array/members.rs`) writes the superblocks and wakes the task service;
+//! should a superblock write fail, that is one more decision here, applied in the same loop
+//! (md's `md_error` then `md_update_sb`), so nothing recurses and a crash can fall between
+//! any decision and its superblock write.
+//!
 //! Invariants: an [`IdVec`] never shrinks except by [`IdVec::clear`]; ids handed out by
-//! [`IdVec::push`] stay valid (removed members are `None`, not deleted).
+//! [`IdVec::push`] stay valid (removed members are `None`, not deleted). A transition never
+//! makes a slot's state `InSync` or `Rebuilding` for a member that is not attached.
 
+use crate::events::ArrayEvent;
+use crate::geometry::Geo;
 use crate::plan::MemberState;
-use raidkit_metadata::Superblock;
+use raidkit_layout::Level as RaidLevel;
+use raidkit_metadata::{DevRole, FeatureMap, Superblock};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Index, IndexMut};
@@ -36,6 +49,193 @@ pub(crate) struct Roster {
     pub(crate) bitmap_recovery: BySlot<bool>,
     /// More members are lost than the level can lose: why. No further writes.
     pub(crate) failed: Option<String>,
+}
+
+/// The name of every attached member (`None`: not attached, or removed).
+pub(crate) type Names = ByMember<Option<String>>;
+
+/// What a membership change decided, for the driver to carry out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Transition {
+    /// `(device number, role)` every superblock records from now on.
+    pub(crate) roles: Vec<(u32, DevRole)>,
+    /// The superblocks must be written (events + 1) even if `roles` is empty.
+    pub(crate) write: bool,
+    pub(crate) events: Vec<ArrayEvent>,
+    /// A slot is being rebuilt now: the task service has work.
+    pub(crate) wake: bool,
+}
+
+impl Transition {
+    /// `other` after `self`.
+    pub(crate) fn then(mut self, other: Transition) -> Transition {
+        self.roles.extend(other.roles);
+        self.write |= other.write;
+        self.events.extend(other.events);
+        self.wake |= other.wake;
+        self
+    }
+
+    /// Sets the roles in `sb`.
+    pub(crate) fn apply_roles(&self, sb: &mut Superblock) {
+        for &(d, role) in &self.roles {
+            // A device number past the role table cannot be in it: nothing to record.
+            let _ = sb.set_role(d, role);
+        }
+    }
+}
+
+impl Roster {
+    /// Slot `slot`'s member failed (an I/O error, a failed log or superblock write, or on
+    /// request). The slot is faulty; if that is more than the level can lose, the array is
+    /// failed. A replacement being copied from the member carries on as the slot's rebuild
+    /// from where the copy got to (md does the same); otherwise a spare takes the slot when
+    /// `spares` allows. Nothing happens to a slot that is not written to any more.
+    pub(crate) fn fail(
+        &mut self,
+        geo: &Geo,
+        slot: Slot,
+        why: &str,
+        names: &Names,
+        spares: bool,
+    ) -> Transition {
+        let mut t = Transition::default();
+        if !self.slot_state[slot].writable() {
+            return t;
+        }
+        self.slot_state[slot] = MemberState::Faulty;
+        let member = self.slot_member[slot];
+        let name = match member {
+            Some(i) => names.get(i).cloned().flatten().unwrap_or_default(),
+            None => format!("slot {slot}"),
+        };
+        t.events.push(ArrayEvent::MemberFaulty {
+            member: name,
+            slot: Some(slot.0),
+            reason: why.to_string(),
+        });
+        self.read_errors[slot] = 0; // the count belongs to the member leaving the slot
+        let lost: Vec<bool> = self.slot_state.iter().map(|s| !s.usable()).collect();
+        let lost_slots: Vec<usize> = (0..lost.len()).filter(|&s| lost[s]).collect();
+        if !geo.survives(&lost) && self.failed.is_none() {
+            let detail = format!(
+                "RAID {} over {} devices has lost slots {:?}, more than it can; no further writes",
+                geo.md_level(),
+                geo.raid_disks,
+                lost_slots
+            );
+            t.events.push(ArrayEvent::ArrayFailed {
+                detail: detail.clone(),
+            });
+            self.failed = Some(detail);
+        }
+        if self.failed.is_none() {
+            t.events.push(ArrayEvent::ArrayDegraded {
+                missing_slots: lost_slots,
+            });
+        }
+        self.slot_member[slot] = None;
+        if let Some(i) = member {
+            t.roles.push((self.sbs[i].dev_number, DevRole::Faulty));
+        }
+        if let Some(r) = self.replacement[slot].take() {
+            let sb = &mut self.sbs[r];
+            sb.feature_map.remove(FeatureMap::REPLACEMENT);
+            if sb.recovery_offset().is_none() {
+                sb.set_recovery_offset(0);
+            }
+            t.roles
+                .push((sb.dev_number, DevRole::Active(slot.0 as u16)));
+            self.slot_member[slot] = Some(r);
+            self.slot_state[slot] = MemberState::Rebuilding;
+            t.events
+                .push(ArrayEvent::ReplacementContinuesAsRebuild { slot: slot.0 });
+            t.wake = true;
+        }
+        let t = t.then(self.take_spares(geo, names, spares));
+        Transition {
+            write: !t.roles.is_empty(),
+            ..t
+        }
+    }
+
+    /// Gives every slot without a working member an attached spare, if there is one: the
+    /// spare becomes `Rebuilding` in that slot with recovery from sector 0 (md's recovery
+    /// start). Nothing when `spares` is false (a read-only array), the array failed, or the
+    /// level has no redundancy to rebuild from.
+    pub(crate) fn take_spares(&mut self, geo: &Geo, names: &Names, spares: bool) -> Transition {
+        let mut t = Transition::default();
+        if !spares || self.failed.is_some() || geo.level() == RaidLevel::Raid0 {
+            return t;
+        }
+        for slot in self.slot_state.ids() {
+            if self.slot_state[slot].writable() {
+                continue;
+            }
+            let in_use = |r: &Roster, i: MemberId| {
+                r.slot_member.contains(&Some(i)) || r.replacement.contains(&Some(i))
+            };
+            let Some(i) = self.sbs.ids().find(|&i| {
+                names.get(i).is_some_and(Option::is_some)
+                    && !in_use(self, i)
+                    && self.sbs[i].role_of(self.sbs[i].dev_number) == DevRole::Spare
+            }) else {
+                break;
+            };
+            let d = self.sbs[i].dev_number;
+            let role = DevRole::Active(slot.0 as u16);
+            if self.sbs[i].set_role(d, role).is_err() {
+                continue;
+            }
+            self.sbs[i].set_recovery_offset(0);
+            self.slot_member[slot] = Some(i);
+            self.slot_state[slot] = MemberState::Rebuilding;
+            self.bitmap_recovery[slot] = false;
+            t.events.push(ArrayEvent::SpareTaken {
+                member: names[i].clone().unwrap_or_default(),
+                slot: slot.0,
+            });
+            t.roles.push((d, role));
+            t.write = true;
+            t.wake = true;
+        }
+        t
+    }
+
+    /// The replacement being copied into `slot` failed: it is faulty, and the slot's member
+    /// stays.
+    pub(crate) fn fail_replacement(&mut self, slot: Slot, why: &str, names: &Names) -> Transition {
+        let Some(r) = self.replacement[slot].take() else {
+            return Transition::default();
+        };
+        Transition {
+            roles: vec![(self.sbs[r].dev_number, DevRole::Faulty)],
+            write: true,
+            events: vec![ArrayEvent::MemberFaulty {
+                member: names.get(r).cloned().flatten().unwrap_or_default(),
+                slot: None,
+                reason: format!("replacement: {why}"),
+            }],
+            wake: false,
+        }
+    }
+
+    /// A member in no slot (a spare) could not take a superblock write: it is faulty in every
+    /// superblock kept here, written with the next update (as md does).
+    pub(crate) fn fail_spare(&mut self, member: MemberId, why: &str, names: &Names) -> Transition {
+        let d = self.sbs[member].dev_number;
+        for sb in self.sbs.iter_mut() {
+            let _ = sb.set_role(d, DevRole::Faulty);
+        }
+        Transition {
+            events: vec![ArrayEvent::MemberFaulty {
+                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                slot: None,
+                reason: why.to_string(),
+            }],
+            ..Transition::default()
+        }
+    }
 }
 
 /// A position in the stripe (md's role number).
@@ -224,6 +424,162 @@ impl<'a, I: Id, T> IntoIterator for &'a mut IdVec<I, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raidkit_metadata::{Level, MdTime, NewMember, SetName, Uuid};
+
+    /// A RAID 5 roster (left-symmetric, `slots` members in sync) with `spares` spares
+    /// attached after them, all named `m0`, `m1`, ...
+    fn raid5(slots: usize, spares: usize) -> (Geo, Roster, Names) {
+        let geo = Geo::new(5, 2, slots, 128, 1 << 20).unwrap();
+        let n = slots + spares;
+        let roles: Vec<(u32, DevRole)> = (0..n)
+            .map(|i| {
+                let role = if i < slots {
+                    DevRole::Active(i as u16)
+                } else {
+                    DevRole::Spare
+                };
+                (i as u32, role)
+            })
+            .collect();
+        let sbs = (0..n)
+            .map(|i| {
+                Superblock::new_member(&NewMember {
+                    set_uuid: Uuid([7; 16]),
+                    device_uuid: Uuid([i as u8; 16]),
+                    set_name: SetName::new("t"),
+                    ctime: MdTime::new(1, 0),
+                    level: Level::from_md(5),
+                    layout: 2,
+                    chunk_sectors: 128,
+                    raid_disks: slots as u32,
+                    max_dev: 32,
+                    dev_number: i as u32,
+                    role: roles[i].1,
+                    roles: roles.clone(),
+                    size_sectors: 1 << 20,
+                    data_offset_sectors: 2048,
+                    data_size_sectors: 1 << 20,
+                    super_offset_sectors: 8,
+                    bitmap_offset: None,
+                    bblog: None,
+                    events: 0,
+                    clean: true,
+                })
+                .unwrap()
+            })
+            .collect();
+        let roster = Roster {
+            sbs: ByMember::from_vec(sbs),
+            slot_member: BySlot::from_vec((0..slots).map(|i| Some(MemberId(i))).collect()),
+            slot_state: BySlot::filled(MemberState::InSync, slots),
+            replacement: BySlot::filled(None, slots),
+            read_errors: BySlot::filled(0, slots),
+            bitmap_recovery: BySlot::filled(false, slots),
+            failed: None,
+        };
+        let names = ByMember::from_vec((0..n).map(|i| Some(format!("m{i}"))).collect());
+        (geo, roster, names)
+    }
+
+    #[test]
+    fn a_failed_member_is_recorded_faulty_and_a_spare_takes_its_slot() {
+        let (geo, mut r, names) = raid5(4, 1);
+        r.read_errors[Slot(1)] = 3;
+        let t = r.fail(&geo, Slot(1), "I/O error", &names, true);
+        assert_eq!(
+            t.roles,
+            vec![(1, DevRole::Faulty), (4, DevRole::Active(1))],
+            "the failed device is faulty, the spare active in its slot, in every superblock"
+        );
+        assert!(t.write && t.wake);
+        assert_eq!(
+            t.events,
+            vec![
+                ArrayEvent::MemberFaulty {
+                    member: "m1".into(),
+                    slot: Some(1),
+                    reason: "I/O error".into(),
+                },
+                ArrayEvent::ArrayDegraded {
+                    missing_slots: vec![1],
+                },
+                ArrayEvent::SpareTaken {
+                    member: "m4".into(),
+                    slot: 1,
+                },
+            ]
+        );
+        assert_eq!(r.slot_member[Slot(1)], Some(MemberId(4)));
+        assert_eq!(r.slot_state[Slot(1)], MemberState::Rebuilding);
+        assert_eq!(r.read_errors[Slot(1)], 0);
+        assert_eq!(r.sbs[MemberId(4)].recovery_offset(), Some(0));
+        assert_eq!(r.failed, None);
+        // Failing a slot that is no longer written to decides nothing.
+        let (geo, mut r, names) = raid5(4, 0);
+        r.fail(&geo, Slot(2), "x", &names, true);
+        assert_eq!(
+            r.fail(&geo, Slot(2), "again", &names, true),
+            Transition::default()
+        );
+    }
+
+    #[test]
+    fn losing_more_than_the_level_can_fails_the_array_and_takes_no_spare() {
+        let (geo, mut r, names) = raid5(4, 1);
+        r.fail(&geo, Slot(0), "first", &names, false);
+        assert_eq!(r.slot_member[Slot(0)], None, "read-only: no spare taken");
+        let t = r.fail(&geo, Slot(3), "second", &names, true);
+        assert!(r.failed.is_some());
+        assert!(
+            matches!(t.events[1], ArrayEvent::ArrayFailed { .. }),
+            "{t:?}"
+        );
+        assert!(!t.events.iter().any(|e| matches!(
+            e,
+            ArrayEvent::ArrayDegraded { .. } | ArrayEvent::SpareTaken { .. }
+        )));
+        assert_eq!(t.roles, vec![(3, DevRole::Faulty)]);
+    }
+
+    #[test]
+    fn a_replacement_carries_on_as_the_rebuild_of_a_slot_whose_member_fails() {
+        let (geo, mut r, names) = raid5(3, 1);
+        r.replacement[Slot(2)] = Some(MemberId(3));
+        r.sbs[MemberId(3)]
+            .feature_map
+            .insert(FeatureMap::REPLACEMENT);
+        r.sbs[MemberId(3)].set_recovery_offset(4096);
+        let t = r.fail(&geo, Slot(2), "gone", &names, true);
+        assert_eq!(t.roles, vec![(2, DevRole::Faulty), (3, DevRole::Active(2))]);
+        assert!(t
+            .events
+            .contains(&ArrayEvent::ReplacementContinuesAsRebuild { slot: 2 }));
+        assert_eq!(r.slot_member[Slot(2)], Some(MemberId(3)));
+        assert_eq!(r.replacement[Slot(2)], None);
+        assert_eq!(
+            r.sbs[MemberId(3)].recovery_offset(),
+            Some(4096),
+            "the rebuild goes on from where the copy got to"
+        );
+        assert!(!r.sbs[MemberId(3)]
+            .feature_map
+            .contains(FeatureMap::REPLACEMENT));
+    }
+
+    #[test]
+    fn a_spare_that_cannot_take_a_write_is_faulty_in_memory_until_the_next_write() {
+        let (_, mut r, names) = raid5(3, 1);
+        let t = r.fail_spare(MemberId(3), "write failed", &names);
+        assert!(!t.write && t.roles.is_empty());
+        assert!(r.sbs.iter().all(|sb| sb.role_of(3) == DevRole::Faulty));
+        // A replacement that fails is faulty and the slot keeps its member.
+        let (_, mut r, names) = raid5(3, 1);
+        r.replacement[Slot(0)] = Some(MemberId(3));
+        let t = r.fail_replacement(Slot(0), "copy failed", &names);
+        assert_eq!(t.roles, vec![(3, DevRole::Faulty)]);
+        assert_eq!(r.slot_member[Slot(0)], Some(MemberId(0)));
+        assert_eq!(r.replacement[Slot(0)], None);
+    }
 
     #[test]
     fn ids_index_only_their_own_vector_and_push_hands_out_the_next_id() {

@@ -108,13 +108,17 @@ impl Array {
             st.events.push(ArrayEvent::SpareAdded {
                 member: disk.name().to_string(),
             });
-            let assigned = self.assign_spare_locked(&mut st);
-            let failed = self.update_superblocks(&mut st, |sb| {
-                let _ = sb.set_role(dev_number, DevRole::Spare);
-                for &(slot, d) in &assigned {
-                    let _ = sb.set_role(d, DevRole::Active(slot.0 as u16));
-                }
-            });
+            let names = Self::names(&st);
+            let spare = Transition {
+                roles: vec![(dev_number, DevRole::Spare)],
+                write: true,
+                ..Transition::default()
+            };
+            let t = spare.then(
+                st.roster
+                    .take_spares(&self.geo, &names, self.spares_allowed()),
+            );
+            let failed = self.apply(&mut st, t);
             // A spare whose superblock never reached it is no spare: say so, not success.
             if let Some((_, err)) = failed.into_iter().find(|(i, _)| *i == index) {
                 return Err(err);
@@ -408,72 +412,108 @@ impl Array {
         Ok((MemberId(st.members.len() - 1), dev_number))
     }
 
-    /// Gives every slot without a working member a spare, if one is attached: the spare
-    /// becomes `Rebuilding` in that slot with recovery from sector 0 (md's recovery start).
-    /// Returns (slot, dev_number) of each assignment; the caller writes the superblocks.
-    pub(crate) fn assign_spare_locked(&self, st: &mut State) -> Vec<(Slot, u32)> {
-        let mut out = Vec::new();
-        if self.read_only || st.roster.failed.is_some() || self.geo.level() == RaidLevel::Raid0 {
-            return out;
+    /// Carries out a membership decision: reports its events, writes the roles it records
+    /// into every working member's superblock (events + 1), and wakes the task service when
+    /// a slot is to be rebuilt. Caller holds `sb_lock` and passes the state guard. Returns
+    /// the members whose superblock could not be written (see `update_superblocks`).
+    pub(crate) fn apply(&self, st: &mut State, t: Transition) -> Vec<(MemberId, EngineError)> {
+        for e in &t.events {
+            st.events.push(e.clone());
         }
-        for slot in st.roster.slot_state.ids() {
-            if st.roster.slot_state[slot].writable() {
-                continue;
-            }
-            let in_use = |st: &State, i: MemberId| {
-                st.roster.slot_member.contains(&Some(i)) || st.roster.replacement.contains(&Some(i))
-            };
-            let Some(i) = st.members.ids().find(|&i| {
-                st.members[i].is_some()
-                    && !in_use(st, i)
-                    && st.roster.sbs[i].role_of(st.roster.sbs[i].dev_number) == DevRole::Spare
-            }) else {
-                break;
-            };
-            let d = st.roster.sbs[i].dev_number;
-            if st.roster.sbs[i]
-                .set_role(d, DevRole::Active(slot.0 as u16))
-                .is_err()
-            {
-                continue;
-            }
-            st.roster.sbs[i].set_recovery_offset(0);
-            st.roster.slot_member[slot] = Some(i);
-            st.roster.slot_state[slot] = MemberState::Rebuilding;
-            st.roster.bitmap_recovery[slot] = false;
-            let name = st.members[i]
-                .as_ref()
-                .map(|m| m.disk.name().to_string())
-                .unwrap_or_default();
-            st.events.push(ArrayEvent::SpareTaken {
-                member: name,
-                slot: slot.0,
-            });
-            out.push((slot, d));
+        self.note_replacements(st);
+        let failed = if t.write {
+            self.update_superblocks(st, |sb| t.apply_roles(sb))
+        } else {
+            Vec::new()
+        };
+        if t.wake {
+            self.bg.wake();
         }
-        out
+        failed
+    }
+
+    /// The name of every attached member, for membership decisions.
+    pub(crate) fn names(st: &State) -> Names {
+        ByMember::from_vec(
+            st.members
+                .iter()
+                .map(|m| m.as_ref().map(|m| m.disk.name().to_string()))
+                .collect(),
+        )
+    }
+
+    /// Spares may take slots: the array is writable.
+    fn spares_allowed(&self) -> bool {
+        !self.read_only
     }
 
     /// Applies `change` to every working member's superblock, bumps events and writes them
-    /// (then flushes). A member whose superblock cannot be written is failed in turn.
-    /// Caller holds `sb_lock` and passes the state guard.
+    /// (then flushes). Caller holds `sb_lock` and passes the state guard.
     ///
-    /// A member in a slot whose superblock cannot be written is failed; a member in no slot (a
-    /// spare) is marked faulty in every superblock kept in memory (written at the next update,
-    /// as md does). Returns each such member (index as in `members`) with its error.
+    /// A member whose superblock cannot be written is one more membership decision: one in a
+    /// slot is failed ([`Roster::fail`], which may hand its slot to a spare), one in no slot (a
+    /// spare) is marked faulty in every superblock kept in memory ([`Roster::fail_spare`],
+    /// written at the next update, as md does). What those decide is written in the next round
+    /// of the same loop, until a round writes everywhere it should or there is nothing left to
+    /// write. Returns each member that failed so (index as in `members`) with its error.
     pub(crate) fn update_superblocks(
         &self,
         st: &mut State,
         change: impl Fn(&mut Superblock),
     ) -> Vec<(MemberId, EngineError)> {
-        let t = now();
-        for sb in st.roster.sbs.iter_mut() {
-            change(sb);
-            sb.bump_events(t);
+        let mut failed = Vec::new();
+        let mut next = Transition::default();
+        let mut first = true;
+        loop {
+            let t = now();
+            for sb in st.roster.sbs.iter_mut() {
+                if first {
+                    change(sb);
+                } else {
+                    next.apply_roles(sb);
+                }
+                sb.bump_events(t);
+            }
+            first = false;
+            if self.read_only || st.roster.failed.is_some() {
+                return failed;
+            }
+            let failures = self.write_superblocks(st);
+            self.intent_follow_events(st);
+            if failures.is_empty() {
+                return failed;
+            }
+            let names = Self::names(st);
+            next = Transition::default();
+            for (i, slot, err) in failures {
+                let name = names[i].clone().unwrap_or_default();
+                let why = format!("{name}: superblock write failed: {err}");
+                let t = match slot {
+                    Some(s) => st
+                        .roster
+                        .fail(&self.geo, s, &why, &names, self.spares_allowed()),
+                    None => st.roster.fail_spare(i, &why, &names),
+                };
+                next = next.then(t);
+                failed.push((i, err));
+            }
+            for e in &next.events {
+                st.events.push(e.clone());
+            }
+            self.note_replacements(st);
+            if next.wake {
+                self.bg.wake();
+            }
+            if !next.write {
+                return failed;
+            }
         }
-        if self.read_only || st.roster.failed.is_some() {
-            return Vec::new();
-        }
+    }
+
+    /// Writes (and flushes) the superblock of every member that gets one: those in a slot
+    /// still written to, and those in no slot not recorded faulty. Returns each that failed,
+    /// with its slot.
+    fn write_superblocks(&self, st: &State) -> Vec<(MemberId, Option<Slot>, EngineError)> {
         let mut failures = Vec::new();
         for i in st.members.ids() {
             let Some(m) = st.members[i].clone() else {
@@ -490,30 +530,10 @@ impl Array {
             let r = write_superblock(m.disk.as_ref(), &st.roster.sbs[i], self.version)
                 .and_then(|_| m.disk.flush().map_err(EngineError::from));
             if let Err(e) = r {
-                failures.push((i, slot, m.disk.name().to_string(), e));
+                failures.push((i, slot, e));
             }
         }
-        self.intent_follow_events(st);
-        let mut failed = Vec::new();
-        for (i, slot, name, err) in failures {
-            let why = format!("{name}: superblock write failed: {err}");
-            match slot {
-                Some(s) => self.fail_locked(st, s, &why),
-                None => {
-                    let d = st.roster.sbs[i].dev_number;
-                    for sb in st.roster.sbs.iter_mut() {
-                        let _ = sb.set_role(d, DevRole::Faulty);
-                    }
-                    st.events.push(ArrayEvent::MemberFaulty {
-                        member: name,
-                        slot: None,
-                        reason: why,
-                    });
-                }
-            }
-            failed.push((i, err));
-        }
-        failed
+        failures
     }
 
     /// Records `[ms, ms + n)` of member `index` in its md bad-block log (and in memory, so
@@ -593,23 +613,9 @@ impl Array {
     pub(crate) fn replacement_failed(&self, slot: Slot, why: &str) {
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        let Some(r) = st.roster.replacement[slot].take() else {
-            return;
-        };
-        self.note_replacements(&st);
-        let d = st.roster.sbs[r].dev_number;
-        let name = st.members[r]
-            .as_ref()
-            .map(|m| m.disk.name().to_string())
-            .unwrap_or_default();
-        st.events.push(ArrayEvent::MemberFaulty {
-            member: name,
-            slot: None,
-            reason: format!("replacement: {why}"),
-        });
-        self.update_superblocks(&mut st, |sb| {
-            let _ = sb.set_role(d, DevRole::Faulty);
-        });
+        let names = Self::names(&st);
+        let t = st.roster.fail_replacement(slot, why, &names);
+        self.apply(&mut st, t);
     }
 
     /// Marks slot `slot` faulty after an error (or on request).
@@ -641,75 +647,12 @@ impl Array {
         }
     }
 
+    /// Fails slot `slot`'s member ([`Roster::fail`]) and writes what that decided.
     pub(crate) fn fail_locked(&self, st: &mut State, slot: Slot, why: &str) {
-        if !st.roster.slot_state[slot].writable() {
-            return;
-        }
-        st.roster.slot_state[slot] = MemberState::Faulty;
-        let (name, dev_number) = match st.roster.slot_member[slot] {
-            Some(i) => (
-                st.members[i]
-                    .as_ref()
-                    .map(|m| m.disk.name().to_string())
-                    .unwrap_or_default(),
-                Some(st.roster.sbs[i].dev_number),
-            ),
-            None => (format!("slot {slot}"), None),
-        };
-        st.events.push(ArrayEvent::MemberFaulty {
-            member: name.clone(),
-            slot: Some(slot.0),
-            reason: why.to_string(),
-        });
-        st.roster.read_errors[slot] = 0; // the count belongs to the member leaving the slot
-        let failed: Vec<bool> = st.roster.slot_state.iter().map(|s| !s.usable()).collect();
-        if !self.geo.survives(&failed) && st.roster.failed.is_none() {
-            let lost: Vec<usize> = (0..failed.len()).filter(|&s| failed[s]).collect();
-            let detail =
-                format!(
-                "RAID {} over {} devices has lost slots {:?}, more than it can; no further writes",
-                self.geo.md_level(), self.geo.raid_disks, lost
-            );
-            st.events.push(ArrayEvent::ArrayFailed {
-                detail: detail.clone(),
-            });
-            st.roster.failed = Some(detail);
-        }
-        if st.roster.failed.is_none() {
-            let missing_slots = (0..failed.len()).filter(|&s| failed[s]).collect();
-            st.events.push(ArrayEvent::ArrayDegraded { missing_slots });
-        }
-        st.roster.slot_member[slot] = None;
-        // A replacement being copied from the failed member carries on as a normal rebuild
-        // of the slot from where the copy got to (md does the same); otherwise a hot spare
-        // takes the slot at once and the rebuild task brings it in sync.
-        let mut assigned = Vec::new();
-        if let Some(r) = st.roster.replacement[slot].take() {
-            self.note_replacements(st);
-            let d = st.roster.sbs[r].dev_number;
-            st.roster.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
-            if st.roster.sbs[r].recovery_offset().is_none() {
-                st.roster.sbs[r].set_recovery_offset(0);
-            }
-            st.roster.slot_member[slot] = Some(r);
-            st.roster.slot_state[slot] = MemberState::Rebuilding;
-            st.events
-                .push(ArrayEvent::ReplacementContinuesAsRebuild { slot: slot.0 });
-            assigned.push((slot, d));
-        }
-        assigned.extend(self.assign_spare_locked(st));
-        if !assigned.is_empty() || dev_number.is_some() {
-            self.update_superblocks(st, |sb| {
-                if let Some(d) = dev_number {
-                    let _ = sb.set_role(d, DevRole::Faulty);
-                }
-                for &(s, d) in &assigned {
-                    let _ = sb.set_role(d, DevRole::Active(s.0 as u16));
-                }
-            });
-        }
-        if !assigned.is_empty() {
-            self.bg.wake();
-        }
+        let names = Self::names(st);
+        let t = st
+            .roster
+            .fail(&self.geo, slot, why, &names, self.spares_allowed());
+        self.apply(st, t);
     }
 }
