@@ -21,6 +21,7 @@
 //! [`IdVec::push`] stay valid (removed members are `None`, not deleted). A transition never
 //! makes a slot's state `InSync` or `Rebuilding` for a member that is not attached.
 
+use crate::error::{EngineError, Result};
 use crate::events::ArrayEvent;
 use crate::geometry::Geo;
 use crate::plan::MemberState;
@@ -218,6 +219,128 @@ impl Roster {
             }],
             wake: false,
         }
+    }
+
+    /// The rebuild of `slot` onto `member` has reached member sector `cursor`; with `done`
+    /// the member is in sync. Nothing when the slot has changed hands meanwhile.
+    pub(crate) fn rebuild_progress(
+        &mut self,
+        slot: Slot,
+        member: MemberId,
+        cursor: u64,
+        done: bool,
+        names: &Names,
+    ) -> Transition {
+        let mut t = Transition::default();
+        if self.slot_state[slot] != MemberState::Rebuilding
+            || self.slot_member[slot] != Some(member)
+        {
+            return t;
+        }
+        if done {
+            self.sbs[member].clear_recovery_offset();
+            self.slot_state[slot] = MemberState::InSync;
+            self.bitmap_recovery[slot] = false;
+            t.events.push(ArrayEvent::Rebuilt {
+                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                slot: slot.0,
+            });
+        } else {
+            self.sbs[member].set_recovery_offset(cursor);
+        }
+        t
+    }
+
+    /// The copy of `slot` onto its replacement `member` has reached member sector `cursor`;
+    /// with `done` the replacement takes the slot and the member it replaced is faulty (md's
+    /// end of a replace). Nothing when the replacement has changed meanwhile.
+    pub(crate) fn copy_progress(
+        &mut self,
+        slot: Slot,
+        member: MemberId,
+        cursor: u64,
+        done: bool,
+        names: &Names,
+    ) -> Transition {
+        let mut t = Transition::default();
+        if self.replacement[slot] != Some(member) {
+            return t;
+        }
+        if !done {
+            self.sbs[member].set_recovery_offset(cursor);
+            return t;
+        }
+        let old = self.slot_member[slot];
+        self.replacement[slot] = None;
+        self.slot_member[slot] = Some(member);
+        self.slot_state[slot] = MemberState::InSync;
+        self.sbs[member].clear_recovery_offset();
+        self.sbs[member].feature_map.remove(FeatureMap::REPLACEMENT);
+        t.roles
+            .push((self.sbs[member].dev_number, DevRole::Active(slot.0 as u16)));
+        if let Some(o) = old {
+            t.roles.push((self.sbs[o].dev_number, DevRole::Faulty));
+        }
+        let name = |i: MemberId| names.get(i).cloned().flatten().unwrap_or_default();
+        t.events.push(ArrayEvent::Replaced {
+            member: name(member),
+            old: old.map(name).unwrap_or_default(),
+            slot: slot.0,
+        });
+        t.write = true;
+        t
+    }
+
+    /// Takes `member` out of the array: a spare, or a member whose slot no longer counts on
+    /// it (faulty). md refuses to remove a member in service, and so does this, with why. A
+    /// member no longer attached is out already if every attached member's superblock
+    /// records it faulty (what md writes for a removed device too).
+    pub(crate) fn remove(&mut self, member: MemberId, names: &Names) -> Result<Transition> {
+        let refuse = |why: String| Err(EngineError::Invalid(why));
+        if member.0 >= self.sbs.len() {
+            return refuse(format!("no member {member}"));
+        }
+        let dev_number = self.sbs[member].dev_number;
+        let Some(name) = names.get(member).cloned().flatten() else {
+            let recorded_faulty = self
+                .sbs
+                .enumerate()
+                .filter(|(i, _)| names.get(*i).is_some_and(Option::is_some))
+                .all(|(_, sb)| sb.role_of(dev_number) == DevRole::Faulty);
+            if !recorded_faulty {
+                return refuse(format!(
+                    "member {member} was left out of the array at assembly and is not recorded faulty; nothing to remove"
+                ));
+            }
+            return Ok(Transition {
+                events: vec![ArrayEvent::MemberRemoved {
+                    member: format!("member {member}"),
+                }],
+                ..Transition::default()
+            });
+        };
+        if let Some(slot) = self.replacement.find(&Some(member)) {
+            return refuse(format!(
+                "member {member} is replacing slot {slot}; fail it first to stop the replacement"
+            ));
+        }
+        if let Some(slot) = self.slot_member.find(&Some(member)) {
+            let state = self.slot_state[slot];
+            if state.writable() {
+                return refuse(format!(
+                    "member {member} is {} in slot {slot}; fail it first (md refuses to remove an active member)",
+                    if state.usable() { "active" } else { "being rebuilt" }
+                ));
+            }
+            self.slot_member[slot] = None;
+            self.slot_state[slot] = MemberState::Missing;
+        }
+        Ok(Transition {
+            roles: vec![(dev_number, DevRole::Faulty)],
+            write: true,
+            events: vec![ArrayEvent::MemberRemoved { member: name }],
+            wake: false,
+        })
     }
 
     /// A member in no slot (a spare) could not take a superblock write: it is faulty in every
@@ -579,6 +702,46 @@ mod tests {
         assert_eq!(t.roles, vec![(3, DevRole::Faulty)]);
         assert_eq!(r.slot_member[Slot(0)], Some(MemberId(0)));
         assert_eq!(r.replacement[Slot(0)], None);
+    }
+
+    #[test]
+    fn a_member_in_service_is_not_removed_and_a_finished_copy_takes_the_slot() {
+        let (geo, mut r, names) = raid5(3, 1);
+        let refused = r.remove(MemberId(1), &names).unwrap_err();
+        assert!(refused.to_string().contains("fail it first"), "{refused}");
+        assert_eq!(
+            r.slot_state[Slot(1)],
+            MemberState::InSync,
+            "refusal changes nothing"
+        );
+        r.fail(&geo, Slot(1), "x", &names, false);
+        let t = r.remove(MemberId(1), &names).unwrap();
+        assert_eq!(t.roles, vec![(1, DevRole::Faulty)]);
+        assert!(t.events.contains(&ArrayEvent::MemberRemoved {
+            member: "m1".into()
+        }));
+        assert_eq!(r.slot_member[Slot(1)], None);
+
+        let (_, mut r, names) = raid5(3, 1);
+        r.replacement[Slot(0)] = Some(MemberId(3));
+        assert!(
+            r.remove(MemberId(3), &names).is_err(),
+            "a replacement is in service"
+        );
+        let t = r.copy_progress(Slot(0), MemberId(3), 100, false, &names);
+        assert_eq!(
+            (t.write, r.sbs[MemberId(3)].recovery_offset()),
+            (false, Some(100))
+        );
+        let t = r.copy_progress(Slot(0), MemberId(3), 0, true, &names);
+        assert_eq!(t.roles, vec![(3, DevRole::Active(0)), (0, DevRole::Faulty)]);
+        assert_eq!(r.slot_member[Slot(0)], Some(MemberId(3)));
+        assert_eq!(r.replacement[Slot(0)], None);
+        // The same completion again finds no replacement: nothing more to do.
+        assert_eq!(
+            r.copy_progress(Slot(0), MemberId(3), 0, true, &names),
+            Transition::default()
+        );
     }
 
     #[test]

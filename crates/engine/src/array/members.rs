@@ -43,55 +43,12 @@ impl Array {
         let index = MemberId(index);
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        if index.0 >= st.members.len() {
-            return Err(EngineError::Invalid(format!("no member {index}")));
+        let names = Self::names(&st);
+        let t = st.roster.remove(index, &names)?;
+        if let Some(m) = st.members.get_mut(index) {
+            *m = None;
         }
-        if st.members[index].is_none() {
-            // Left out at assembly or removed earlier: already out of the array if the
-            // superblocks record its device faulty (what md writes for a removed device too),
-            // so there is nothing left to write.
-            let dev_number = st.roster.sbs[index].dev_number;
-            let recorded_faulty = st
-                .roster
-                .sbs
-                .iter()
-                .zip(&st.members)
-                .filter(|(_, m)| m.is_some())
-                .all(|(sb, _)| sb.role_of(dev_number) == DevRole::Faulty);
-            if recorded_faulty {
-                let member = format!("member {index}");
-                st.events.push(ArrayEvent::MemberRemoved { member });
-                return Ok(());
-            }
-            return Err(EngineError::Invalid(format!(
-                "member {index} was left out of the array at assembly and is not recorded faulty; nothing to remove"
-            )));
-        }
-        if let Some(slot) = st.roster.replacement.find(&Some(index)) {
-            return Err(EngineError::Invalid(format!(
-                "member {index} is replacing slot {slot}; fail it first to stop the replacement"
-            )));
-        }
-        if let Some(slot) = st.roster.slot_member.find(&Some(index)) {
-            if st.roster.slot_state[slot].writable() {
-                return Err(EngineError::Invalid(format!(
-                    "member {index} is {} in slot {slot}; fail it first (md refuses to remove an active member)",
-                    if st.roster.slot_state[slot].usable() { "active" } else { "being rebuilt" }
-                )));
-            }
-            st.roster.slot_member[slot] = None;
-            st.roster.slot_state[slot] = MemberState::Missing;
-        }
-        let dev_number = st.roster.sbs[index].dev_number;
-        let name = st.members[index]
-            .as_ref()
-            .map(|m| m.disk.name().to_string())
-            .unwrap_or_default();
-        st.members[index] = None;
-        st.events.push(ArrayEvent::MemberRemoved { member: name });
-        self.update_superblocks(&mut st, |sb| {
-            let _ = sb.set_role(dev_number, DevRole::Faulty);
-        });
+        self.apply(&mut st, t);
         Ok(())
     }
 

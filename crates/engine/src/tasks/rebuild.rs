@@ -7,7 +7,7 @@ use super::io::{
     any_overlaps, blocks, copy_block, fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo,
 };
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
-use crate::array::{lock, Array, Member, MemberId, Slot};
+use crate::array::{lock, Array, Member, MemberId, Slot, Transition};
 use crate::error::{EngineError, Result};
 use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
@@ -486,31 +486,18 @@ impl Array {
         }
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
+        let names = Self::names(&st);
+        let mut t = Transition {
+            write: !self.read_only,
+            ..Transition::default()
+        };
         for (slot, index) in ok {
-            if st.roster.slot_state[slot] != MemberState::Rebuilding
-                || st.roster.slot_member[slot] != Some(index)
-            {
-                continue;
-            }
-            if done {
-                st.roster.sbs[index].clear_recovery_offset();
-                st.roster.slot_state[slot] = MemberState::InSync;
-                st.roster.bitmap_recovery[slot] = false;
-                let name = st.members[index]
-                    .as_ref()
-                    .map(|m| m.disk.name().to_string())
-                    .unwrap_or_default();
-                st.events.push(ArrayEvent::Rebuilt {
-                    member: name,
-                    slot: slot.0,
-                });
-            } else {
-                st.roster.sbs[index].set_recovery_offset(cursor);
-            }
+            t = t.then(
+                st.roster
+                    .rebuild_progress(slot, index, cursor, done, &names),
+            );
         }
-        if !self.read_only {
-            self.update_superblocks(&mut st, |_| {});
-        }
+        self.apply(&mut st, t);
         Ok(())
     }
 }

@@ -4,12 +4,10 @@
 
 use super::io::RangeIo;
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
-use crate::array::{lock, Array, Member, MemberId, Slot};
+use crate::array::{lock, Array, Member, MemberId, Slot, Transition};
 use crate::error::Result;
-use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
-use crate::plan::{MemberState, SECTOR};
-use raidkit_metadata::{DevRole, FeatureMap};
+use crate::plan::SECTOR;
 use std::sync::Arc;
 
 /// (slot, replacement index, replacement member, member being replaced).
@@ -147,46 +145,16 @@ impl Array {
         }
         let _g = lock(&self.sb_lock);
         let mut st = lock(&self.state);
-        let mut roles: Vec<(u32, DevRole)> = Vec::new();
+        let names = Self::names(&st);
+        let mut t = Transition {
+            write: !self.read_only,
+            ..Transition::default()
+        };
         for (slot, r) in ok {
-            if st.roster.replacement[slot] != Some(r) {
-                continue;
-            }
-            if done {
-                let old = st.roster.slot_member[slot];
-                st.roster.replacement[slot] = None;
-                st.roster.slot_member[slot] = Some(r);
-                st.roster.slot_state[slot] = MemberState::InSync;
-                st.roster.sbs[r].clear_recovery_offset();
-                st.roster.sbs[r].feature_map.remove(FeatureMap::REPLACEMENT);
-                roles.push((st.roster.sbs[r].dev_number, DevRole::Active(slot.0 as u16)));
-                if let Some(o) = old {
-                    roles.push((st.roster.sbs[o].dev_number, DevRole::Faulty));
-                }
-                let name = |i: MemberId| {
-                    st.members[i]
-                        .as_ref()
-                        .map(|m| m.disk.name().to_string())
-                        .unwrap_or_default()
-                };
-                let event = ArrayEvent::Replaced {
-                    member: name(r),
-                    old: old.map(name).unwrap_or_default(),
-                    slot: slot.0,
-                };
-                st.events.push(event);
-            } else {
-                st.roster.sbs[r].set_recovery_offset(cursor);
-            }
+            t = t.then(st.roster.copy_progress(slot, r, cursor, done, &names));
         }
-        self.note_replacements(&st);
-        if !self.read_only {
-            self.update_superblocks(&mut st, |sb| {
-                for &(d, role) in &roles {
-                    let _ = sb.set_role(d, role);
-                }
-            });
-        }
+        t.write &= !self.read_only;
+        self.apply(&mut st, t);
         Ok(())
     }
 }
