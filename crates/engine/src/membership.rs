@@ -343,6 +343,63 @@ impl Roster {
         })
     }
 
+    /// `member`, attached just now with its old superblock, takes back `slot`, which no member
+    /// holds now; with a write-intent bitmap only what it marks is rebuilt (md's re-add).
+    pub(crate) fn re_added(
+        &mut self,
+        slot: Slot,
+        member: MemberId,
+        bitmap_regions: u64,
+        names: &Names,
+    ) -> Transition {
+        self.slot_member[slot] = Some(member);
+        self.slot_state[slot] = MemberState::Rebuilding;
+        self.bitmap_recovery[slot] = true;
+        Transition {
+            roles: vec![(self.sbs[member].dev_number, DevRole::Active(slot.0 as u16))],
+            write: true,
+            events: vec![ArrayEvent::ReAdded {
+                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                slot: slot.0,
+                bitmap_regions,
+            }],
+            wake: true,
+        }
+    }
+
+    /// `member`, attached just now as a spare, starts being copied from the member in service
+    /// in `slot` (md's replace): it is the slot's replacement, with recovery from sector 0.
+    /// Refused when the slot has no member in sync or is being replaced already.
+    pub(crate) fn replace_starts(
+        &mut self,
+        slot: Slot,
+        member: MemberId,
+        names: &Names,
+    ) -> Result<Transition> {
+        if self.replacement[slot].is_some() {
+            return Err(EngineError::Invalid(format!(
+                "slot {slot} is already being replaced"
+            )));
+        }
+        let sb = &mut self.sbs[member];
+        let d = sb.dev_number;
+        let role = DevRole::Active(slot.0 as u16);
+        sb.set_role(d, role)
+            .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        sb.feature_map.insert(FeatureMap::REPLACEMENT);
+        sb.set_recovery_offset(0);
+        self.replacement[slot] = Some(member);
+        Ok(Transition {
+            roles: vec![(d, role)],
+            write: true,
+            events: vec![ArrayEvent::ReplaceStarted {
+                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                slot: slot.0,
+            }],
+            wake: true,
+        })
+    }
+
     /// A member in no slot (a spare) could not take a superblock write: it is faulty in every
     /// superblock kept here, written with the next update (as md does).
     pub(crate) fn fail_spare(&mut self, member: MemberId, why: &str, names: &Names) -> Transition {

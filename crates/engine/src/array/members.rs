@@ -204,20 +204,9 @@ impl Array {
         })));
         st.roster.sbs.push(sb);
         let index = MemberId(st.members.len() - 1);
-        st.roster.slot_member[slot] = Some(index);
-        st.roster.slot_state[slot] = MemberState::Rebuilding;
-        st.roster.bitmap_recovery[slot] = true;
-        st.events.push(ArrayEvent::ReAdded {
-            member: name.clone(),
-            slot: slot.0,
-            bitmap_regions: wi.set_bits(),
-        });
-        self.update_superblocks(&mut st, |sb| {
-            let _ = sb.set_role(dev_number, DevRole::Active(slot.0 as u16));
-        });
-        drop(st);
-        drop(_g);
-        self.bg.wake();
+        let names = Self::names(&st);
+        let t = st.roster.re_added(slot, index, wi.set_bits(), &names);
+        self.apply(&mut st, t);
         Ok(slot.0)
     }
 
@@ -256,25 +245,11 @@ impl Array {
                     "slot {slot} is already being replaced"
                 )));
             }
-            let (new, dev_number) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
-            st.roster.sbs[new]
-                .set_role(dev_number, DevRole::Active(slot.0 as u16))
-                .map_err(meta_err)?;
-            st.roster.sbs[new]
-                .feature_map
-                .insert(FeatureMap::REPLACEMENT);
-            st.roster.sbs[new].set_recovery_offset(0);
-            st.roster.replacement[slot] = Some(new);
-            self.note_replacements(&st);
-            st.events.push(ArrayEvent::ReplaceStarted {
-                member: disk.name().to_string(),
-                slot: slot.0,
-            });
-            self.update_superblocks(&mut st, |sb| {
-                let _ = sb.set_role(dev_number, DevRole::Active(slot.0 as u16));
-            });
+            let (new, _) = self.attach_locked(&mut st, disk.clone(), device_uuid)?;
+            let names = Self::names(&st);
+            let t = st.roster.replace_starts(slot, new, &names)?;
+            self.apply(&mut st, t);
         }
-        self.bg.wake();
         Ok(())
     }
 
