@@ -9,6 +9,11 @@
 //! reconstruct-write or read-modify-write by the fewest member reads); `next` hands out member
 //! I/O phase by phase and, between phases, computes parity or recovers lost blocks.
 //!
+//! Around the plan, the core also decides what a piece is planned against ([`plan_piece`]: a
+//! pending resync sends mirror reads to the first copy, bad blocks and members that returned
+//! a read error count as lost) and what a failed member I/O means ([`on_member_error`]); the
+//! driver gathers the facts and carries the answer out.
+//!
 //! Invariants: a plan never reads from or writes to a member that is not `InSync`; a write plan
 //! leaves data, P and Q of the band consistent on every in-sync member once all its writes
 //! complete; the scratch memory of a piece is at most (raid_disks + 2) × band width, and band
@@ -18,9 +23,11 @@ use crate::geometry::{Geo, Scheme, StripeInfo};
 use raidkit_parity::ParityError;
 
 mod compute;
+mod decide;
 mod split;
 #[cfg(test)]
 mod tests;
+pub use decide::{on_member_error, plan_piece, ErrorAction, PlanInputs};
 pub use split::{copies_lock_unit, one_data_member_per_band, same_rows, split};
 
 pub const SECTOR: usize = 512;

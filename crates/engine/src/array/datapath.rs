@@ -7,57 +7,6 @@
 use super::*;
 
 impl Array {
-    /// Member states for `piece` with every member whose bad-block list covers part of the
-    /// piece's range treated as lost (its data there comes from redundancy); `None` when no
-    /// listed range is involved.
-    pub(crate) fn bad_block_states(
-        &self,
-        piece: &Piece,
-        states: &[MemberState],
-    ) -> Option<Vec<MemberState>> {
-        if !self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
-        let st = lock(&self.state);
-        let hits = |slot: usize, from: u64, n: u64| {
-            st.roster.slot_member[Slot(slot)]
-                .and_then(|i| st.bad.get(i))
-                .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
-        };
-        let mut out: Option<Vec<MemberState>> = None;
-        let mut mark = |slot: usize| {
-            let v = out.get_or_insert_with(|| states.to_vec());
-            if v[slot].usable() {
-                v[slot] = MemberState::Faulty;
-            }
-        };
-        match &piece.kind {
-            PieceKind::Copies {
-                copies, sectors, ..
-            } => {
-                for &(m, s) in copies {
-                    if hits(m, s, *sectors) {
-                        mark(m);
-                    }
-                }
-            }
-            PieceKind::Band {
-                stripe,
-                lo,
-                sectors,
-                ..
-            } => {
-                let from = stripe * self.geo.chunk_sectors + lo;
-                for slot in 0..self.geo.raid_disks {
-                    if hits(slot, from, *sectors) {
-                        mark(slot);
-                    }
-                }
-            }
-        }
-        out
-    }
-
     /// Slot states and members, and for writes the members being copied onto per slot
     /// (empty when there are none), all under one lock.
     #[allow(clippy::type_complexity)]
@@ -255,35 +204,42 @@ impl Array {
         (st.roster.slot_state.to_vec(), members)
     }
 
-    pub(crate) fn plan(&self, piece: &Piece, dir: Dir, states: &[MemberState]) -> Result<PieceOp> {
-        let first_copy;
-        let piece = match &piece.kind {
-            // While a resync is pending, mirror reads go to the first live copy (the one the
-            // resync copies from), as md's do.
-            PieceKind::Copies { .. }
-                if dir == Dir::Read
-                    && self
-                        .resync_pending
-                        .load(std::sync::atomic::Ordering::Relaxed) =>
-            {
-                let mut p = piece.clone();
-                if let PieceKind::Copies { read_hint, .. } = &mut p.kind {
-                    *read_hint = 0;
-                }
-                first_copy = p;
-                &first_copy
-            }
-            _ => piece,
+    /// Plans `piece` through the core ([`plan::plan_piece`]) with what the array knows now:
+    /// whether a resync is pending, and which members' bad-block logs cover what.
+    pub(crate) fn plan(
+        &self,
+        piece: &Piece,
+        dir: Dir,
+        states: &[MemberState],
+        unreadable: &[usize],
+    ) -> Result<PieceOp> {
+        let resync_pending = self
+            .resync_pending
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let planned = if self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
+            let st = lock(&self.state);
+            let bad = |slot: usize, from: u64, n: u64| {
+                st.roster.slot_member[Slot(slot)]
+                    .and_then(|i| st.bad.get(i))
+                    .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
+            };
+            let inputs = plan::PlanInputs {
+                states,
+                resync_pending,
+                unreadable,
+                bad: Some(&bad),
+            };
+            plan::plan_piece(&self.geo, piece, dir, inputs)
+        } else {
+            let inputs = plan::PlanInputs {
+                states,
+                resync_pending,
+                unreadable,
+                bad: None,
+            };
+            plan::plan_piece(&self.geo, piece, dir, inputs)
         };
-        let avoid;
-        let states = match self.bad_block_states(piece, states) {
-            Some(s) => {
-                avoid = s;
-                &avoid[..]
-            }
-            None => states,
-        };
-        PieceOp::new(&self.geo, piece, dir, states).map_err(|e| match e {
+        planned.map_err(|e| match e {
             PlanError::Unrecoverable { lost_members } => EngineError::ArrayFailed {
                 detail: format!(
                     "RAID {} cannot {} this range without slots {:?}",
@@ -312,7 +268,7 @@ impl Array {
         let (mut states, mut members, mut replacements) = self.snapshot_for(dir);
         let mut ops: Vec<PieceOp> = Vec::with_capacity(pieces.len());
         for p in pieces {
-            ops.push(self.plan(p, dir, &states)?);
+            ops.push(self.plan(p, dir, &states, &[])?);
         }
         let mut done = vec![false; ops.len()];
         // Per op: slots it must not read again (they returned a read error to it).
@@ -464,32 +420,34 @@ impl Array {
             let mut no_space = None;
             for (tag, err) in errors {
                 let (k, slot, replacement, ms, n) = submitted[tag];
-                let slot = Slot(slot);
-                if err.is_no_space() {
-                    // Only where space could not be reserved (a copy-on-write filesystem
-                    // full on an overwrite): the member is fine, but the stripe may now hold
-                    // new data beside old parity, so it is resynced, as after a crash.
-                    self.needs_resync_from(ms);
-                    self.report_no_space(&err);
-                    no_space.get_or_insert(err);
-                    continue;
-                }
-                if replacement {
-                    self.replacement_failed(slot, &err.to_string());
-                    continue;
-                }
-                if dir == Dir::Read
-                    && self.geo.level() != RaidLevel::Raid0
-                    && !unreadable[k].contains(&slot.0)
-                {
-                    unreadable[k].push(slot.0);
-                    suspects.push((slot.0, ms, n));
-                    replan.push(k);
-                    continue;
-                }
-                self.member_failed(slot, &err.to_string());
-                if phase_dir[k] == Dir::Read {
-                    replan.push(k);
+                let action = plan::on_member_error(
+                    &self.geo,
+                    dir,
+                    phase_dir[k],
+                    err.is_no_space(),
+                    replacement,
+                    unreadable[k].contains(&slot),
+                );
+                match action {
+                    plan::ErrorAction::ResyncAndRefuse => {
+                        self.needs_resync_from(ms);
+                        self.report_no_space(&err);
+                        no_space.get_or_insert(err);
+                    }
+                    plan::ErrorAction::FailReplacement => {
+                        self.replacement_failed(Slot(slot), &err.to_string());
+                    }
+                    plan::ErrorAction::ReplanWithout => {
+                        unreadable[k].push(slot);
+                        suspects.push((slot, ms, n));
+                        replan.push(k);
+                    }
+                    plan::ErrorAction::FailMember { replan: again } => {
+                        self.member_failed(Slot(slot), &err.to_string());
+                        if again {
+                            replan.push(k);
+                        }
+                    }
                 }
             }
             if !replan.is_empty() {
@@ -497,17 +455,7 @@ impl Array {
                 replan.dedup();
                 (states, members, replacements) = self.snapshot_for(dir);
                 for k in replan {
-                    let mut local;
-                    let states = if unreadable[k].is_empty() {
-                        &states
-                    } else {
-                        local = states.clone();
-                        for &s in &unreadable[k] {
-                            local[s] = MemberState::Faulty;
-                        }
-                        &local
-                    };
-                    ops[k] = self.plan(&pieces[k], dir, states)?;
+                    ops[k] = self.plan(&pieces[k], dir, &states, &unreadable[k])?;
                     done[k] = false;
                 }
             }

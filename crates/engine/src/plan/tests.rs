@@ -236,3 +236,108 @@ fn split_covers_the_request_exactly_once() {
     }
     assert!(covered.iter().all(|&c| c == 1), "{covered:?}");
 }
+
+/// The members a read plan reads first, for each piece of `[first_sector, +sectors)`.
+fn first_reads(geo: &Geo, first_sector: u64, sectors: u64, inputs: PlanInputs<'_>) -> Vec<usize> {
+    let mut out = Vec::new();
+    for p in split(geo, first_sector, sectors, 4096) {
+        let mut op = plan_piece(geo, &p, Dir::Read, inputs).unwrap();
+        let mut user = vec![0u8; sectors as usize * SECTOR];
+        if let Step::Io { ios, .. } = op.next(UserBuf::Read(&mut user)) {
+            out.extend(ios.iter().map(|io| io.member));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[test]
+fn reads_avoid_bad_blocks_unreadable_members_and_follow_a_pending_resync() {
+    // RAID 5 over 4 members, 16-sector chunks: stripe 0's data index 0 is on slot 0.
+    let g = Geo::new(5, 2, 4, 16, 16 * 100).unwrap();
+    let states = [MemberState::InSync; 4];
+    let plain = PlanInputs {
+        states: &states,
+        resync_pending: false,
+        unreadable: &[],
+        bad: None,
+    };
+    assert_eq!(first_reads(&g, 0, 8, plain), vec![0]);
+    // Slot 0 returned a read error to this piece: the others rebuild it.
+    let without = PlanInputs {
+        unreadable: &[0],
+        ..plain
+    };
+    assert_eq!(first_reads(&g, 0, 8, without), vec![1, 2, 3]);
+    // Slot 0's bad-block log covers member sectors 4..6: a read there is served from the
+    // others, a read beside it is not.
+    let bad = |slot: usize, from: u64, n: u64| slot == 0 && from < 6 && 4 < from + n;
+    let listed = PlanInputs {
+        bad: Some(&bad),
+        ..plain
+    };
+    assert_eq!(first_reads(&g, 0, 8, listed), vec![1, 2, 3]);
+    assert_eq!(first_reads(&g, 8, 8, listed), vec![0]);
+
+    // RAID 1 over 3: reads spread over copies, but go to the first live copy while a
+    // resync is pending.
+    let m = Geo::new(1, 0, 3, 0, 4096).unwrap();
+    let states = [MemberState::InSync; 3];
+    let spread = PlanInputs {
+        states: &states,
+        resync_pending: false,
+        unreadable: &[],
+        bad: None,
+    };
+    let hinted: Vec<usize> = (0..3u64)
+        .flat_map(|k| first_reads(&m, k * 256, 8, spread))
+        .collect();
+    assert_ne!(hinted, vec![0, 0, 0], "reads spread over the copies");
+    let pending = PlanInputs {
+        resync_pending: true,
+        ..spread
+    };
+    for k in 0..3u64 {
+        assert_eq!(first_reads(&m, k * 256, 8, pending), vec![0]);
+    }
+}
+
+#[test]
+fn a_member_error_fails_the_member_unless_redundancy_can_serve_the_read() {
+    let r5 = Geo::new(5, 2, 4, 16, 1600).unwrap();
+    let r0 = Geo::new(0, 0, 4, 16, 1600).unwrap();
+    use ErrorAction::*;
+    let (r, w) = (Dir::Read, Dir::Write);
+    assert_eq!(
+        on_member_error(&r5, r, r, false, false, false),
+        ReplanWithout
+    );
+    assert_eq!(
+        on_member_error(&r5, r, r, false, false, true),
+        FailMember { replan: true },
+        "a second error from the same member to the same piece fails it"
+    );
+    assert_eq!(
+        on_member_error(&r0, r, r, false, false, false),
+        FailMember { replan: true },
+        "RAID 0 has nothing to serve the read from"
+    );
+    assert_eq!(
+        on_member_error(&r5, w, w, false, false, false),
+        FailMember { replan: false }
+    );
+    assert_eq!(
+        on_member_error(&r5, w, r, false, false, false),
+        FailMember { replan: true },
+        "a read of a read-modify-write fails the member and plans again"
+    );
+    assert_eq!(
+        on_member_error(&r5, w, w, false, true, false),
+        FailReplacement
+    );
+    assert_eq!(
+        on_member_error(&r5, w, w, true, true, false),
+        ResyncAndRefuse
+    );
+}
