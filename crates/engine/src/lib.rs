@@ -6,7 +6,7 @@
 //!   clock, so simulated drivers can reuse it unchanged.
 //! - [`geometry`]: the array's geometry as the planner asks it, a thin wrapper around
 //!   `raidkit_layout`'s typed geometry, where md's placement formulas live.
-//! - [`array`]: the real driver: [`Array`] runs the core on worker threads over [`Disk`]s and
+//! - [`mod@array`]: the real driver: [`Array`] runs the core on worker threads over [`Disk`]s and
 //!   keeps md's superblocks (create, assemble, clean/dirty, faulty members, spares).
 //! - `tasks`: background work (rebuild, replace, check/repair/resync, patrol), one type per
 //!   task run by one loop; its public types are re-exported here.
