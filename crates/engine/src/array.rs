@@ -103,6 +103,17 @@ pub(crate) struct State {
     pub(crate) bad: ByMember<Vec<(u64, u64)>>,
 }
 
+impl State {
+    /// The member in each slot (`None`: no member, or it is no longer attached).
+    pub(crate) fn slot_members(&self) -> Vec<Option<Arc<Member>>> {
+        self.roster
+            .slot_member
+            .iter()
+            .map(|m| m.and_then(|i| self.members[i].clone()))
+            .collect()
+    }
+}
+
 /// An assembled array. All methods take `&self` and may be called from many threads.
 pub struct Array {
     pub(crate) geo: Geo,

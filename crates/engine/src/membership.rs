@@ -55,6 +55,11 @@ pub(crate) struct Roster {
 /// The name of every attached member (`None`: not attached, or removed).
 pub(crate) type Names = ByMember<Option<String>>;
 
+/// The name of `member`, or nothing when it is not attached.
+fn name_of(names: &Names, member: MemberId) -> String {
+    names.get(member).cloned().flatten().unwrap_or_default()
+}
+
 /// What a membership change decided, for the driver to carry out.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Transition {
@@ -107,7 +112,7 @@ impl Roster {
         self.slot_state[slot] = MemberState::Faulty;
         let member = self.slot_member[slot];
         let name = match member {
-            Some(i) => names.get(i).cloned().flatten().unwrap_or_default(),
+            Some(i) => name_of(names, i),
             None => format!("slot {slot}"),
         };
         t.events.push(ArrayEvent::MemberFaulty {
@@ -213,7 +218,7 @@ impl Roster {
             roles: vec![(self.sbs[r].dev_number, DevRole::Faulty)],
             write: true,
             events: vec![ArrayEvent::MemberFaulty {
-                member: names.get(r).cloned().flatten().unwrap_or_default(),
+                member: name_of(names, r),
                 slot: None,
                 reason: format!("replacement: {why}"),
             }],
@@ -242,7 +247,7 @@ impl Roster {
             self.slot_state[slot] = MemberState::InSync;
             self.bitmap_recovery[slot] = false;
             t.events.push(ArrayEvent::Rebuilt {
-                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                member: name_of(names, member),
                 slot: slot.0,
             });
         } else {
@@ -281,10 +286,9 @@ impl Roster {
         if let Some(o) = old {
             t.roles.push((self.sbs[o].dev_number, DevRole::Faulty));
         }
-        let name = |i: MemberId| names.get(i).cloned().flatten().unwrap_or_default();
         t.events.push(ArrayEvent::Replaced {
-            member: name(member),
-            old: old.map(name).unwrap_or_default(),
+            member: name_of(names, member),
+            old: old.map(|o| name_of(names, o)).unwrap_or_default(),
             slot: slot.0,
         });
         t.write = true;
@@ -359,7 +363,7 @@ impl Roster {
             roles: vec![(self.sbs[member].dev_number, DevRole::Active(slot.0 as u16))],
             write: true,
             events: vec![ArrayEvent::ReAdded {
-                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                member: name_of(names, member),
                 slot: slot.0,
                 bitmap_regions,
             }],
@@ -393,7 +397,7 @@ impl Roster {
             roles: vec![(d, role)],
             write: true,
             events: vec![ArrayEvent::ReplaceStarted {
-                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                member: name_of(names, member),
                 slot: slot.0,
             }],
             wake: true,
@@ -409,7 +413,7 @@ impl Roster {
         }
         Transition {
             events: vec![ArrayEvent::MemberFaulty {
-                member: names.get(member).cloned().flatten().unwrap_or_default(),
+                member: name_of(names, member),
                 slot: None,
                 reason: why.to_string(),
             }],

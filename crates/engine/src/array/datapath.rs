@@ -19,12 +19,7 @@ impl Array {
         Vec<Option<Arc<Member>>>,
     ) {
         let st = lock(&self.state);
-        let members = st
-            .roster
-            .slot_member
-            .iter()
-            .map(|m| m.and_then(|i| st.members[i].clone()))
-            .collect();
+        let members = st.slot_members();
         let replacements = if dir == Dir::Write
             && self
                 .has_replacement
@@ -195,12 +190,7 @@ impl Array {
 
     pub(crate) fn snapshot(&self) -> (Vec<MemberState>, Vec<Option<Arc<Member>>>) {
         let st = lock(&self.state);
-        let members = st
-            .roster
-            .slot_member
-            .iter()
-            .map(|m| m.and_then(|i| st.members[i].clone()))
-            .collect();
+        let members = st.slot_members();
         (st.roster.slot_state.to_vec(), members)
     }
 

@@ -191,12 +191,7 @@ impl Array {
                 Some((s, i, st.members[i].clone()?))
             })
             .collect();
-        let members = st
-            .roster
-            .slot_member
-            .iter()
-            .map(|m| m.and_then(|i| st.members[i].clone()))
-            .collect();
+        let members = st.slot_members();
         (targets, st.roster.slot_state.to_vec(), members)
     }
 
