@@ -73,7 +73,7 @@ mod options;
 mod ppl;
 mod write_log;
 use crate::error::AbsentMember;
-use crate::events::{ArrayEvent, EventLog};
+use crate::events::{ArrayEvent, DirtyDegradedStart, EventLog};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
 pub use options::*;
@@ -619,8 +619,8 @@ impl Array {
                 st.dirty = true;
                 return Ok(());
             }
-            for text in log.before_dirty(self, &mut st) {
-                st.events.push(ArrayEvent::Note { text });
+            for event in log.before_dirty(self, &mut st) {
+                st.events.push(event);
             }
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));

@@ -96,8 +96,8 @@ pub fn assemble_served(
             &format!("{member}: not used: {why}"),
         );
     }
-    for note in &report.notes {
-        log.info("array-assembled", Some(name), note);
+    for event in &report.events {
+        log.info("array-assembled", Some(name), &event.to_string());
     }
     let array = Arc::new(array);
     // Rebuilds onto spares, resync after an unclean stop and requested checks run in the

@@ -131,8 +131,9 @@ pub struct AssembleReport {
     pub was_dirty: bool,
     /// Members not used, with why.
     pub excluded: Vec<(String, String)>,
-    /// Other observations, one sentence each.
-    pub notes: Vec<String>,
+    /// What else assembly found or did (a log replayed, a resync needed), in order; each
+    /// one's `Display` is its sentence.
+    pub events: Vec<ArrayEvent>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
