@@ -443,6 +443,9 @@ fn an_array_md_switched_to_multiple_ppls_keeps_its_log() {
         "{:?}",
         report.events
     );
+    // The array's event log holds what assembly found, in the same order.
+    let (first, logged) = array.events_since(0, std::time::Duration::ZERO);
+    assert_eq!((first, &logged), (0, &report.events));
     let mut back = vec![0u8; 4096];
     array.read_at(&mut back, 0).unwrap();
     assert!(back.iter().all(|&b| b == 0x5a));

@@ -725,6 +725,13 @@ impl Array {
                 });
             }
         }
+        // What assembly found goes into the array's event log too, after what it logged
+        // itself (a member failed while a log was replayed).
+        let mut st = lock(&array.state);
+        for event in &report.events {
+            st.events.push(event.clone());
+        }
+        drop(st);
         Ok((array, report))
     }
 }

@@ -132,7 +132,8 @@ pub struct AssembleReport {
     /// Members not used, with why.
     pub excluded: Vec<(String, String)>,
     /// What else assembly found or did (a log replayed, a resync needed), in order; each
-    /// one's `Display` is its sentence.
+    /// one's `Display` is its sentence. They are in the array's event log too
+    /// ([`Array::events_since`]), after any event assembly logged itself.
     pub events: Vec<ArrayEvent>,
 }
 
