@@ -574,7 +574,7 @@ impl Array {
             pending: Vec::new(),
             finished_tasks: self.bg.history(),
             resync_from_sectors: st.resync_from,
-            log: st.events.sentences(),
+            log: st.events.kept(),
         };
         drop(st);
         out.pending = self.pending_tasks();

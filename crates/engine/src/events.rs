@@ -428,9 +428,9 @@ impl EventLog {
         (from, self.ring.iter().skip(skip).cloned().collect())
     }
 
-    /// The kept events as sentences, oldest first.
-    pub(crate) fn sentences(&self) -> Vec<String> {
-        self.ring.iter().map(ToString::to_string).collect()
+    /// The kept events, oldest first.
+    pub(crate) fn kept(&self) -> Vec<ArrayEvent> {
+        self.ring.iter().cloned().collect()
     }
 }
 
@@ -463,7 +463,8 @@ mod tests {
             (first, events),
             (log.next_seq() - 1, vec![note(EVENTS_KEPT + 9)])
         );
-        assert_eq!(log.sentences().len(), EVENTS_KEPT);
+        assert_eq!(log.kept().len(), EVENTS_KEPT);
+        assert_eq!(log.kept()[0], note(10));
     }
 
     #[test]
