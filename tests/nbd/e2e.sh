@@ -352,8 +352,8 @@ run_faults() {
     cmp -s "$d/back-b" <(head -c "$size_b" /dev/zero) || fail "B does not read as zeroes"
     st=$("$raidkit" detail --control "$ctl" --array B --json)
     [ "$(jq -r '.status.degraded' <<< "$st")" = false ] || fail "B: a read error failed b2"
-    jq -e 'any(.status.log[]; contains("bad-block log"))' <<< "$st" > /dev/null \
-        || { jq -r '.status.log[]' <<< "$st"; fail "B: b2's unreadable range is not in its bad-block log"; }
+    jq -e --arg m "${b[2]}" 'any(.status.log[]; .event == "bad-blocks-recorded" and .member == $m)' <<< "$st" > /dev/null \
+        || { jq -c '.status.log[]' <<< "$st"; fail "B: b2's unreadable range is not in its bad-block log"; }
     echo "   B: read errors in b2 served from redundancy, the range logged as bad, b2 stays in"
     "$raidkit" fail --control "$ctl" --array B --member "${b[1]}"
     sleep 1

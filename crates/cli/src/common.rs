@@ -315,8 +315,8 @@ pub fn report_notes(report: &AssembleReport) {
     for (m, why) in &report.excluded {
         eprintln!("raidkit: {m}: not used: {why}");
     }
-    for n in &report.notes {
-        eprintln!("raidkit: {n}");
+    for e in &report.events {
+        eprintln!("raidkit: {e}");
     }
 }
 

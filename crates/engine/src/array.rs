@@ -73,7 +73,7 @@ mod options;
 mod ppl;
 mod write_log;
 use crate::error::AbsentMember;
-use crate::events::{ArrayEvent, EventLog};
+use crate::events::{ArrayEvent, DirtyDegradedStart, EventLog};
 pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Slot, Transition};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
@@ -581,7 +581,7 @@ impl Array {
             pending: Vec::new(),
             finished_tasks: self.bg.history(),
             resync_from_sectors: st.resync_from,
-            log: st.events.sentences(),
+            log: st.events.kept(),
         };
         drop(st);
         out.pending = self.pending_tasks();
@@ -626,8 +626,8 @@ impl Array {
                 st.dirty = true;
                 return Ok(());
             }
-            for text in log.before_dirty(self, &mut st) {
-                st.events.push(ArrayEvent::Note { text });
+            for event in log.before_dirty(self, &mut st) {
+                st.events.push(event);
             }
         }
         self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));

@@ -1,5 +1,6 @@
-//! What happened to an array, as typed events: members failing, spares taken, tasks started
-//! and finished, writes refused for want of space.
+//! What happened to an array, as typed events: what assembly found (spares, a log replayed, a
+//! resync needed), members failing, spares taken, tasks started and finished, writes refused
+//! for want of space.
 //!
 //! Owns the event log of one [`crate::Array`]: a bounded ring of numbered events that the CLI
 //! prints, a server logs as it happens (with a timestamp of its own: the engine keeps no
@@ -11,7 +12,7 @@
 //! reader that fell further behind learns how many it missed.
 
 use crate::TaskKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -19,7 +20,7 @@ use std::fmt;
 pub const EVENTS_KEPT: usize = 1024;
 
 /// One thing that happened to an array.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum ArrayEvent {
     /// A member left the array: an I/O error, a failed log write, or the operator.
@@ -87,6 +88,103 @@ pub enum ArrayEvent {
     NoSpace { member: String, detail: String },
     /// Anything else worth a line (resync skipped, a log that could not be written).
     Note { text: String },
+
+    // What assembly found. [`crate::AssembleReport::events`] lists them, and they are the
+    // first events of the array's log.
+    /// A member the newest superblock lists as a spare.
+    AssembledSpare { member: String },
+    /// The member holding the array's write journal.
+    AssembledJournal { member: String },
+    /// A member stopped part way through its rebuild; the rebuild resumes where it stopped.
+    RebuildResumes {
+        member: String,
+        slot: usize,
+        done_sectors: u64,
+        member_sectors: u64,
+    },
+    /// A stale member taken back because the array cannot start without it (`--force`); its
+    /// events are raised to the array's.
+    StaleTakenBack {
+        member: String,
+        member_events: u64,
+        array_events: u64,
+    },
+    /// A replacement stopped part way; its copy resumes.
+    ReplaceResumes {
+        member: String,
+        slot: usize,
+        copied_sectors: u64,
+    },
+    /// A replacement whose slot lost its member carries on as the slot's rebuild.
+    ReplacementRebuilds { member: String, slot: usize },
+    /// RAID 0 over members of different sizes: only the first zone is served.
+    Raid0FirstZoneOnly { served_bytes: u64 },
+    /// The superblocks say dirty: the array was not stopped cleanly.
+    NotStoppedCleanly,
+    /// A dirty degraded parity array started anyway, and what makes that safe (or `--force`).
+    DirtyDegradedStarted { by: DirtyDegradedStart },
+    /// The array runs without some of its slots (missing or failed at assembly).
+    RunningDegraded { missing_slots: Vec<usize> },
+    /// The write journal device was not given (or is stale): assembled read-only (`--force`).
+    JournalMissing,
+    /// The internal write-intent bitmap was loaded.
+    BitmapLoaded { bytes_per_bit: u64, bits_set: u64 },
+    /// The internal bitmap is out of date: every region counts as written.
+    BitmapOutOfDate {
+        bitmap_events: u64,
+        array_events: u64,
+    },
+    /// A member's bad-block log lists ranges; reads there come from redundancy.
+    BadBlocksListed { member: String, ranges: usize },
+    /// A resync is needed from this sector on (member or array sectors, as the resync counts).
+    ResyncNeeded { from_sector: u64 },
+    /// The partial parity logs were replayed after an unclean stop: entries recovered, and
+    /// entries that could not be (their stripes are resynced).
+    PplReplayed { recovered: usize, mismatched: usize },
+    /// The partial parity log replay left every stripe consistent: no resync.
+    PplMadeConsistent,
+    /// Read-only after an unclean stop: the partial parity log was not replayed.
+    PplNotReplayed,
+    /// A member's partial parity log area could not be read.
+    PplUnreadable { member: String, error: String },
+    /// A member's partial parity log has no valid header.
+    PplNoValidHeader { member: String },
+    /// A partial parity log entry that does not fit the array was not replayed.
+    PplEntryRefused {
+        member: String,
+        array_sector: u64,
+        reason: String,
+    },
+    /// A data member could not be read while a log entry was replayed.
+    PplReplayReadFailed { member: String, error: String },
+    /// Parity could not be written while the log was replayed; the member is faulty.
+    PplReplayWriteFailed { member: String, error: String },
+    /// An empty partial parity log could not be written; the member is faulty.
+    PplResetFailed { member: String, error: String },
+    /// The write journal had no chain (new, or never written): a new one starts.
+    JournalStartedEmpty { member: String },
+    /// The write journal holds nothing to replay.
+    JournalClean { member: String },
+    /// The write journal's log writes were replayed onto the members.
+    JournalReplayed {
+        member: String,
+        log_writes: usize,
+        rows_replayed: usize,
+    },
+    /// After an unclean stop the journal's replay left every stripe consistent: no resync.
+    JournalMadeConsistent { rows_replayed: usize },
+}
+
+/// What lets a dirty degraded parity array start ([`ArrayEvent::DirtyDegradedStarted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirtyDegradedStart {
+    /// The partial parity log makes every stripe written at the crash consistent (as md).
+    PartialParityLog,
+    /// The write journal's replay makes every stripe written at the crash whole.
+    WriteJournal,
+    /// Nothing: the operator's `--force`.
+    Force,
 }
 
 impl fmt::Display for ArrayEvent {
@@ -153,6 +251,145 @@ impl fmt::Display for ArrayEvent {
             ),
             ArrayEvent::NoSpace { detail, .. } => write!(f, "{detail}"),
             ArrayEvent::Note { text } => write!(f, "{text}"),
+            ArrayEvent::AssembledSpare { member } => write!(f, "{member}: spare"),
+            ArrayEvent::AssembledJournal { member } => write!(f, "{member}: write journal"),
+            ArrayEvent::RebuildResumes {
+                member,
+                slot,
+                done_sectors,
+                member_sectors,
+            } => write!(
+                f,
+                "{member}: being rebuilt into slot {slot}, {done_sectors} of {member_sectors} sectors done; the rebuild resumes there"
+            ),
+            ArrayEvent::StaleTakenBack {
+                member,
+                member_events,
+                array_events,
+            } => write!(
+                f,
+                "{member}: stale (events {member_events} < {array_events}) but taken back because of --force (the array cannot start without it; its events are raised to the array's, as mdadm does)"
+            ),
+            ArrayEvent::ReplaceResumes {
+                member,
+                slot,
+                copied_sectors,
+            } => write!(
+                f,
+                "{member}: replacing slot {slot}, {copied_sectors} sectors copied; the copy resumes"
+            ),
+            ArrayEvent::ReplacementRebuilds { member, slot } => write!(
+                f,
+                "{member}: was replacing slot {slot}, whose member is gone; it continues as the slot's rebuild"
+            ),
+            ArrayEvent::Raid0FirstZoneOnly { served_bytes } => write!(
+                f,
+                "RAID 0 over members of different sizes: only the first zone ({served_bytes} bytes, where md's ORIGINAL and ALTERNATE layouts agree) is served"
+            ),
+            ArrayEvent::NotStoppedCleanly => {
+                write!(f, "the array was not stopped cleanly (superblock dirty)")
+            }
+            ArrayEvent::DirtyDegradedStarted { by } => match by {
+                DirtyDegradedStart::PartialParityLog => write!(
+                    f,
+                    "dirty and degraded, started with the partial parity log (as md does)"
+                ),
+                DirtyDegradedStart::WriteJournal => write!(
+                    f,
+                    "dirty and degraded, started with the write journal (its replay makes every stripe written at the crash whole)"
+                ),
+                DirtyDegradedStart::Force => {
+                    write!(f, "dirty and degraded, started because of --force")
+                }
+            },
+            ArrayEvent::RunningDegraded { missing_slots } => {
+                write!(f, "running degraded: slots {missing_slots:?} missing or failed")
+            }
+            ArrayEvent::JournalMissing => write!(
+                f,
+                "the write journal is missing: assembled read-only (--force), as mdadm does; writes logged only in the journal are not on the members"
+            ),
+            ArrayEvent::BitmapLoaded {
+                bytes_per_bit,
+                bits_set,
+            } => write!(
+                f,
+                "internal write-intent bitmap: {} KiB per bit, {bits_set} bits set",
+                bytes_per_bit / 1024
+            ),
+            ArrayEvent::BitmapOutOfDate {
+                bitmap_events,
+                array_events,
+            } => write!(
+                f,
+                "the internal bitmap is out of date (events {bitmap_events} for the array's {array_events}): every region counts as written"
+            ),
+            ArrayEvent::BadBlocksListed { member, ranges } => write!(
+                f,
+                "{member}: {ranges} bad-block ranges recorded; reads there come from redundancy"
+            ),
+            ArrayEvent::ResyncNeeded { from_sector } => write!(
+                f,
+                "a resync is needed from sector {from_sector} (parity or copies may disagree where writes were in flight)"
+            ),
+            ArrayEvent::PplReplayed {
+                recovered,
+                mismatched,
+            } => write!(
+                f,
+                "partial parity log replayed: {recovered} entries recovered, {mismatched} mismatched"
+            ),
+            ArrayEvent::PplMadeConsistent => write!(
+                f,
+                "the partial parity log made every stripe written at the crash consistent; no resync is needed"
+            ),
+            ArrayEvent::PplNotReplayed => write!(
+                f,
+                "read-only: the partial parity log was not replayed; degraded reads of stripes written at the crash may be wrong"
+            ),
+            ArrayEvent::PplUnreadable { member, error } => write!(
+                f,
+                "{member}: partial parity log unreadable ({error}); its stripes are resynced"
+            ),
+            ArrayEvent::PplNoValidHeader { member } => {
+                write!(f, "{member}: no valid partial parity log header")
+            }
+            ArrayEvent::PplEntryRefused {
+                member,
+                array_sector,
+                reason,
+            } => write!(
+                f,
+                "{member}: partial parity log entry at array sector {array_sector} refused: {reason}"
+            ),
+            ArrayEvent::PplReplayReadFailed { member, error } => write!(
+                f,
+                "{member}: unreadable while replaying the partial parity log ({error}); the stripe is resynced"
+            ),
+            ArrayEvent::PplReplayWriteFailed { member, error } => write!(
+                f,
+                "{member}: writing parity while replaying the partial parity log failed ({error}); marked faulty"
+            ),
+            ArrayEvent::PplResetFailed { member, error } => write!(
+                f,
+                "{member}: writing an empty partial parity log failed ({error}); marked faulty"
+            ),
+            ArrayEvent::JournalStartedEmpty { member } => {
+                write!(f, "{member}: write journal started empty")
+            }
+            ArrayEvent::JournalClean { member } => write!(f, "{member}: write journal clean"),
+            ArrayEvent::JournalReplayed {
+                member,
+                log_writes,
+                rows_replayed,
+            } => write!(
+                f,
+                "{member}: write journal held {log_writes} log writes; {rows_replayed} stripe rows replayed onto the members"
+            ),
+            ArrayEvent::JournalMadeConsistent { rows_replayed } => write!(
+                f,
+                "the write journal made every stripe written at the crash consistent ({rows_replayed} stripe rows replayed); no resync is needed"
+            ),
         }
     }
 }
@@ -191,9 +428,9 @@ impl EventLog {
         (from, self.ring.iter().skip(skip).cloned().collect())
     }
 
-    /// The kept events as sentences, oldest first.
-    pub(crate) fn sentences(&self) -> Vec<String> {
-        self.ring.iter().map(ToString::to_string).collect()
+    /// The kept events, oldest first.
+    pub(crate) fn kept(&self) -> Vec<ArrayEvent> {
+        self.ring.iter().cloned().collect()
     }
 }
 
@@ -226,7 +463,8 @@ mod tests {
             (first, events),
             (log.next_seq() - 1, vec![note(EVENTS_KEPT + 9)])
         );
-        assert_eq!(log.sentences().len(), EVENTS_KEPT);
+        assert_eq!(log.kept().len(), EVENTS_KEPT);
+        assert_eq!(log.kept()[0], note(10));
     }
 
     #[test]
@@ -241,5 +479,37 @@ mod tests {
         assert_eq!(v["member"], "m2.img");
         assert_eq!(v["slot"], 2);
         assert_eq!(e.to_string(), "m2.img: marked faulty (write error)");
+    }
+
+    #[test]
+    fn events_read_back_from_their_json() {
+        let events = vec![
+            ArrayEvent::PplReplayed {
+                recovered: 3,
+                mismatched: 0,
+            },
+            ArrayEvent::NotStoppedCleanly,
+            ArrayEvent::DirtyDegradedStarted {
+                by: DirtyDegradedStart::WriteJournal,
+            },
+            ArrayEvent::JournalReplayed {
+                member: "j.img".into(),
+                log_writes: 2,
+                rows_replayed: 5,
+            },
+            ArrayEvent::TaskStarted {
+                task: TaskKind::Resync,
+            },
+        ];
+        let text = serde_json::to_string(&events).unwrap();
+        let back: Vec<ArrayEvent> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, events);
+        let v = serde_json::to_value(&events[2]).unwrap();
+        assert_eq!(v["event"], "dirty-degraded-started");
+        assert_eq!(v["by"], "write-journal");
+        assert_eq!(
+            events[3].to_string(),
+            "j.img: write journal held 2 log writes; 5 stripe rows replayed onto the members"
+        );
     }
 }

@@ -32,6 +32,6 @@ pub use array::{
     EngineConfig, MemberStatus, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
 pub use error::{AbsentMember, EngineError, Result};
-pub use events::ArrayEvent;
+pub use events::{ArrayEvent, DirtyDegradedStart};
 pub use geometry::Geo;
 pub use meta::{read_superblock, write_superblock, FoundSuperblock};

@@ -3,7 +3,9 @@
 //! with a clear error and nothing more is written.
 
 use raidkit_disk::{Disk, DiskError, DiskErrorKind, MemDisk};
-use raidkit_engine::{Array, AssembleOptions, CreateOptions, EngineConfig, EngineError};
+use raidkit_engine::{
+    Array, ArrayEvent, AssembleOptions, CreateOptions, EngineConfig, EngineError,
+};
 use raidkit_metadata::SuperblockVersion;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -117,9 +119,11 @@ fn raid6_survives_two_member_errors_and_fails_cleanly_on_the_third() {
     assert_eq!(st.missing_slots, vec![1]);
     assert!(st.events > events_before, "the failure bumps events");
     assert!(
-        st.log
-            .iter()
-            .any(|l| l.contains("d1") && l.contains("injected")),
+        st.log.iter().any(|e| matches!(
+            e,
+            ArrayEvent::MemberFaulty { member, slot: Some(1), reason }
+                if member == "d1" && reason.contains("injected")
+        )),
         "{:?}",
         st.log
     );
@@ -286,7 +290,10 @@ fn a_member_out_of_space_fails_the_write_not_the_member() {
         "the stripe written half-way is not marked for resync"
     );
     assert!(
-        status.log.iter().any(|l| l.contains("no space left")),
+        status.log.iter().any(|e| matches!(
+            e,
+            ArrayEvent::NoSpace { member, .. } if member.starts_with('d')
+        )),
         "{:?}",
         status.log
     );

@@ -5,8 +5,8 @@
 
 use raidkit_disk::{Disk, MemDisk};
 use raidkit_engine::{
-    Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError, TaskKind,
-    TaskOutcome, TaskRates,
+    Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig,
+    EngineError, TaskKind, TaskOutcome, TaskRates,
 };
 use raidkit_metadata::SuperblockVersion;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -873,7 +873,11 @@ fn replace_resumes_around_unreadable_sectors(threads: Option<usize>) {
         .unwrap();
         array.set_task_rates(TaskRates::full());
         assert!(
-            report.notes.iter().any(|n| n.contains("copy resumes")),
+            report.events.iter().any(|e| matches!(
+                e,
+                ArrayEvent::ReplaceResumes { member, slot: 0, copied_sectors }
+                    if member == "new" && *copied_sectors > 0
+            )),
             "{ctx}: {report:?}"
         );
         let reports = array
@@ -1097,7 +1101,11 @@ fn patrol_rewrites_latent_errors(threads: Option<usize>) {
                 )
                 .unwrap();
                 assert!(
-                    report.notes.iter().any(|n| n.contains("bad-block")),
+                    report.events.iter().any(|e| matches!(
+                        e,
+                        ArrayEvent::BadBlocksListed { member, ranges }
+                            if member == disks[1].name() && *ranges > 0
+                    )),
                     "{ctx}: {report:?}"
                 );
                 verify(&array, &model, &format!("{ctx} after reassembly"));

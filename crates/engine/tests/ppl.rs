@@ -14,7 +14,7 @@
 
 use raidkit_disk::{Disk, DiskError};
 use raidkit_engine::{
-    Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError,
+    Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError,
 };
 use raidkit_metadata::SuperblockVersion;
 use std::sync::{Arc, Mutex};
@@ -253,7 +253,7 @@ fn crash_then_lose(
         },
     )
     .unwrap_or_else(|e| panic!("seed {seed}: assembly refused: {e}"));
-    assert!(report.was_dirty, "{:?}", report.notes);
+    assert!(report.was_dirty, "{:?}", report.events);
     let mut back = vec![0u8; sectors as usize * 512];
     array.read_at(&mut back, 0).unwrap();
     let mut out = Outcome {
@@ -433,13 +433,19 @@ fn an_array_md_switched_to_multiple_ppls_keeps_its_log() {
     drop(array);
     let (array, report) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
     assert!(
-        report
-            .notes
-            .iter()
-            .any(|n| n.contains("partial parity log replayed: 1 entries recovered")),
+        report.events.iter().any(|e| matches!(
+            e,
+            ArrayEvent::PplReplayed {
+                recovered: 1,
+                mismatched: 0
+            }
+        )),
         "{:?}",
-        report.notes
+        report.events
     );
+    // The array's event log holds what assembly found, in the same order.
+    let (first, logged) = array.events_since(0, std::time::Duration::ZERO);
+    assert_eq!((first, &logged), (0, &report.events));
     let mut back = vec![0u8; 4096];
     array.read_at(&mut back, 0).unwrap();
     assert!(back.iter().all(|&b| b == 0x5a));

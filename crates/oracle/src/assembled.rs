@@ -1223,8 +1223,9 @@ fn check_ppl(
     let crash = plan.ppl == Some(crate::matrix::PplMode::Crash);
     let mut detail = String::from("md: Consistency Policy ppl");
     if crash {
-        let (replayed, recovered, none_mismatched) = crate::prepare::ppl_replay(&p.notes);
-        if recovered == 0 || !none_mismatched {
+        let replay = crate::prepare::ppl_replayed(&p.events);
+        let replayed = replay.map(|(e, _, _)| e.to_string()).unwrap_or_default();
+        if !matches!(replay, Some((_, recovered, 0)) if recovered > 0) {
             f.push(format!(
                 "raidkit's own replay of the crashed array: {replayed:?} (want entries recovered, 0 mismatched)"
             ));

@@ -254,7 +254,8 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
 /// log (entries recovered, none mismatched), start without a resync, and its check must find
 /// parity consistent again.
 fn check_md_ppl(plan: &PlannedArray, want_sha: &str, crash: bool, out: &mut CheckOutcome) {
-    use crate::prepare::{ppl_replay, read_all, with_assembled_copies};
+    use crate::prepare::{ppl_replayed, read_all, sentences, with_assembled_copies};
+    use raidkit_engine::ArrayEvent;
     use raidkit_engine::{ConsistencyPolicy, TaskKind, TaskOutcome};
     let mut failures = Vec::new();
     let result = with_assembled_copies(&plan.members, |array, asm| {
@@ -274,23 +275,24 @@ fn check_md_ppl(plan: &PlannedArray, want_sha: &str, crash: bool, out: &mut Chec
         }
         let mut note = if asm.was_dirty { "dirty" } else { "clean" }.to_string();
         if crash {
-            let (replayed, recovered, none_mismatched) = ppl_replay(&asm.notes);
-            if !asm.was_dirty || recovered == 0 || !none_mismatched {
+            let replay = ppl_replayed(&asm.events);
+            if !asm.was_dirty || !matches!(replay, Some((_, recovered, 0)) if recovered > 0) {
                 failures.push(format!(
                     "raidkit's assembly after md's crash says {:?} (want dirty, entries recovered, 0 mismatched)",
-                    asm.notes
+                    sentences(&asm.events)
                 ));
             }
             if asm
-                .notes
+                .events
                 .iter()
-                .any(|n| n.starts_with("a resync is needed"))
+                .any(|e| matches!(e, ArrayEvent::ResyncNeeded { .. }))
             {
                 failures.push(format!(
                     "raidkit wants a resync after replaying md's log: {:?}",
-                    asm.notes
+                    sentences(&asm.events)
                 ));
             }
+            let replayed = replay.map(|(e, _, _)| e.to_string()).unwrap_or_default();
             let stop = std::sync::atomic::AtomicBool::new(false);
             match array.run_task(TaskKind::Check, &mut |_| {}, &stop) {
                 Ok(r)

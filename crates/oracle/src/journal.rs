@@ -34,11 +34,12 @@ use crate::matrix::JournalMode;
 use crate::pattern::expected_contents;
 use crate::plan::PlannedArray;
 use crate::prepare::{
-    examine_pairs, open_members, read_all, with_assembled_copies, RaidkitExpectation,
+    examine_pairs, is_journal_event, journal_rows_replayed, open_members, read_all, sentences,
+    with_assembled_copies, RaidkitExpectation,
 };
 use crate::records::ArrayReport;
 use crate::superblock::read_v12;
-use raidkit_engine::ConsistencyPolicy;
+use raidkit_engine::{ArrayEvent, ConsistencyPolicy};
 use raidkit_metadata::ExamineReport;
 use sha2::{Digest, Sha256};
 
@@ -65,12 +66,6 @@ fn detail_journal_lines(detail: &[String]) -> Vec<&str> {
         })
         .map(String::as_str)
         .collect()
-}
-
-/// "... write journal held 3 log writes; 12 stripe rows replayed onto the members" -> 12.
-fn replayed_rows(note: &str) -> Option<u64> {
-    let (head, _) = note.split_once(" stripe rows replayed")?;
-    head.rsplit(' ').next()?.parse().ok()
 }
 
 /// "md/raid:md3: recovering 0 data-only stripes and 5 data-parity stripes" -> (0, 5).
@@ -147,10 +142,22 @@ pub fn walk_md_log(
     (blocks, with_payloads, pages)
 }
 
-/// "... write journal held 3 log writes; ..." -> 3.
-fn held_log_writes(note: &str) -> Option<usize> {
-    let rest = note.split("write journal held ").nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+/// What raidkit's assembly events say it did with the journal, in a few words: the last
+/// journal event's sentence without the journal device's name.
+fn journal_said(events: &[ArrayEvent]) -> String {
+    match events.iter().rev().find(|e| is_journal_event(e)) {
+        Some(ArrayEvent::JournalClean { .. }) => "write journal clean".into(),
+        Some(ArrayEvent::JournalStartedEmpty { .. }) => "write journal started empty".into(),
+        Some(ArrayEvent::JournalReplayed {
+            log_writes,
+            rows_replayed,
+            ..
+        }) => format!(
+            "write journal held {log_writes} log writes; {rows_replayed} stripe rows replayed onto the members"
+        ),
+        Some(e) => e.to_string(),
+        None => String::new(),
+    }
 }
 
 /// md's view of its journal and the kernel's journal message, common to both directions.
@@ -290,10 +297,20 @@ pub fn check_md_journal(
         // journal_tail on (after md's clean stop, the last one md wrote: md
         // replays it at its next start too), or call the journal clean when
         // they hold nothing.
-        let notes: Vec<&String> = asm.notes.iter().filter(|l| l.contains("journal")).collect();
-        let held = notes.iter().find_map(|l| held_log_writes(l));
-        let replayed = notes.iter().find_map(|l| replayed_rows(l));
-        let clean = notes.iter().any(|l| l.ends_with("write journal clean"));
+        let events: Vec<ArrayEvent> = asm
+            .events
+            .iter()
+            .filter(|e| is_journal_event(e))
+            .cloned()
+            .collect();
+        let held = events.iter().find_map(|e| match e {
+            ArrayEvent::JournalReplayed { log_writes, .. } => Some(*log_writes),
+            _ => None,
+        });
+        let replayed = journal_rows_replayed(&events);
+        let clean = events
+            .iter()
+            .any(|e| matches!(e, ArrayEvent::JournalClean { .. }));
         let want_held = chain.map(|c| c.1);
         let ok = match want_held {
             Some(0) => clean && !crash,
@@ -302,14 +319,13 @@ pub fn check_md_journal(
         };
         if !ok {
             f.push(format!(
-                "raidkit's assembly says {notes:?}; md's chain from journal_tail {tail:?} holds {} log writes with payloads (meta blocks, with payloads, pages: {chain:?}){}",
+                "raidkit's assembly says {:?}; md's chain from journal_tail {tail:?} holds {} log writes with payloads (meta blocks, with payloads, pages: {chain:?}){}",
+                sentences(&events),
                 want_held.map_or("?".into(), |w| w.to_string()),
                 if crash { "; after the crash md's log holds the writes the members lack" } else { "" }
             ));
         }
-        if let Some(l) = notes.last() {
-            note = l.rsplit(": ").next().unwrap_or(l.as_str()).to_string();
-        }
+        note = journal_said(&events);
         match read_all(array) {
             Ok(sha) if sha == want => {}
             Ok(sha) => f.push(format!(
@@ -417,14 +433,10 @@ pub fn check_raidkit_journal(
                 if before == e.sha256 {
                     f.push("the journal-only writes change no byte of the array: the crash shows nothing".into());
                 }
-                if !j
-                    .notes
-                    .iter()
-                    .any(|l| replayed_rows(l).is_some_and(|r| r > 0))
-                {
+                if journal_rows_replayed(&j.events).is_none_or(|r| r == 0) {
                     f.push(format!(
                         "raidkit's own assembly of copies replayed nothing: {:?}",
-                        j.notes
+                        sentences(&j.events)
                     ));
                 }
             }
@@ -450,7 +462,8 @@ pub fn check_raidkit_journal(
     let raidkit_rows = e
         .journal
         .as_ref()
-        .and_then(|j| j.notes.iter().find_map(|l| replayed_rows(l)));
+        .and_then(|j| journal_rows_replayed(&j.events))
+        .map(|r| r as u64);
     match (crash, msg.and_then(md_recovering)) {
         (true, Some((0, dp))) if dp > 0 => {
             if raidkit_rows != Some(dp) {
@@ -480,8 +493,7 @@ pub fn check_raidkit_journal(
         let raidkit_note = e
             .journal
             .as_ref()
-            .and_then(|j| j.notes.last())
-            .map(|l| l.rsplit(": ").next().unwrap_or(l).to_string())
+            .map(|j| journal_said(&j.events))
             .unwrap_or_default();
         out.passed.push(format!(
             "journal(md: {}, Consistency Policy journal; raidkit: {raidkit_note})",
@@ -506,16 +518,30 @@ mod tests {
             md_recovering("md/raid:md1: starting from clean shutdown"),
             None
         );
-        assert_eq!(
-            replayed_rows("/x/j.img: write journal held 8 log writes; 48 stripe rows replayed onto the members"),
-            Some(48)
-        );
-        assert_eq!(replayed_rows("/x/j.img: write journal clean"), None);
         let detail = vec![
             "Consistency Policy : journal".to_string(),
             "       1     254       32        0      active sync   /dev/vdc".to_string(),
             "       0     254       96        -      journal   /dev/vdg".to_string(),
         ];
         assert_eq!(detail_journal_lines(&detail).len(), 1);
+    }
+
+    #[test]
+    fn says_what_raidkit_did_with_the_journal() {
+        let replayed = [ArrayEvent::JournalReplayed {
+            member: "/x/j.img".into(),
+            log_writes: 8,
+            rows_replayed: 48,
+        }];
+        assert_eq!(
+            journal_said(&replayed),
+            "write journal held 8 log writes; 48 stripe rows replayed onto the members"
+        );
+        assert_eq!(journal_rows_replayed(&replayed), Some(48));
+        let clean = [ArrayEvent::JournalClean {
+            member: "/x/j.img".into(),
+        }];
+        assert_eq!(journal_said(&clean), "write journal clean");
+        assert_eq!(journal_rows_replayed(&clean), None);
     }
 }

@@ -32,7 +32,8 @@ use crate::pattern::{expected_contents, fill, PatternWrite};
 use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
-    Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, TaskKind, TaskOutcome,
+    Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, DirtyDegradedStart,
+    EngineConfig, TaskKind, TaskOutcome,
 };
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
 use raidkit_metadata::{BitmapBits, BitmapSuper, ExamineReport, SuperblockVersion};
@@ -93,30 +94,73 @@ pub struct RaidkitExpectation {
 pub struct PplExpectation {
     /// `Status::consistency_policy` while the array ran ("ppl").
     pub policy: String,
-    /// raidkit's assembly notes about the log at its read-back.
-    pub notes: Vec<String>,
+    /// What raidkit's assembly said about the log at its read-back ([`is_ppl_event`]).
+    pub events: Vec<ArrayEvent>,
     /// `ppl=crash`: the write whose parity was left stale (array byte offset, length) and the
     /// slot holding that stripe's parity and log.
     #[serde(default)]
     pub stale_parity: Option<(u64, u64, usize)>,
 }
 
-/// raidkit's partial parity log replay as its assembly notes report it: the note, the entries
-/// it recovered and whether none mismatched (an empty note, 0 and false when there is none).
-pub fn ppl_replay(notes: &[String]) -> (String, u64, bool) {
-    let note = notes
-        .iter()
-        .find(|n| n.contains("partial parity log replayed"))
-        .cloned()
-        .unwrap_or_default();
-    let recovered = note
-        .split("replayed: ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0);
-    let clean = note.contains(" 0 mismatched");
-    (note, recovered, clean)
+/// Whether an assembly event is about the partial parity log.
+pub fn is_ppl_event(e: &ArrayEvent) -> bool {
+    matches!(
+        e,
+        ArrayEvent::PplReplayed { .. }
+            | ArrayEvent::PplMadeConsistent
+            | ArrayEvent::PplNotReplayed
+            | ArrayEvent::PplUnreadable { .. }
+            | ArrayEvent::PplNoValidHeader { .. }
+            | ArrayEvent::PplEntryRefused { .. }
+            | ArrayEvent::PplReplayReadFailed { .. }
+            | ArrayEvent::PplReplayWriteFailed { .. }
+            | ArrayEvent::PplResetFailed { .. }
+            | ArrayEvent::DirtyDegradedStarted {
+                by: DirtyDegradedStart::PartialParityLog
+            }
+    )
+}
+
+/// Whether an assembly event is about the write journal.
+pub fn is_journal_event(e: &ArrayEvent) -> bool {
+    matches!(
+        e,
+        ArrayEvent::AssembledJournal { .. }
+            | ArrayEvent::JournalMissing
+            | ArrayEvent::JournalStartedEmpty { .. }
+            | ArrayEvent::JournalClean { .. }
+            | ArrayEvent::JournalReplayed { .. }
+            | ArrayEvent::JournalMadeConsistent { .. }
+            | ArrayEvent::DirtyDegradedStarted {
+                by: DirtyDegradedStart::WriteJournal
+            }
+    )
+}
+
+/// raidkit's partial parity log replay in its assembly events: the event, entries recovered
+/// and entries mismatched; `None` when the log was not replayed.
+pub fn ppl_replayed(events: &[ArrayEvent]) -> Option<(&ArrayEvent, usize, usize)> {
+    events.iter().find_map(|e| match e {
+        ArrayEvent::PplReplayed {
+            recovered,
+            mismatched,
+        } => Some((e, *recovered, *mismatched)),
+        _ => None,
+    })
+}
+
+/// The stripe rows raidkit's replay of its write journal wrote back, from its assembly events;
+/// `None` when the journal was clean or started empty.
+pub fn journal_rows_replayed(events: &[ArrayEvent]) -> Option<usize> {
+    events.iter().find_map(|e| match e {
+        ArrayEvent::JournalReplayed { rows_replayed, .. } => Some(*rows_replayed),
+        _ => None,
+    })
+}
+
+/// Events as their sentences, for messages.
+pub fn sentences(events: &[ArrayEvent]) -> Vec<String> {
+    events.iter().map(ToString::to_string).collect()
 }
 
 /// What raidkit says about its own write journal.
@@ -126,8 +170,9 @@ pub struct JournalExpectation {
     pub policy: String,
     /// `MemberStatus::role` of the journal device ("journal").
     pub role: String,
-    /// raidkit's assembly notes about the journal at its read-back.
-    pub notes: Vec<String>,
+    /// What raidkit's assembly said about the journal at its read-back
+    /// ([`is_journal_event`]).
+    pub events: Vec<ArrayEvent>,
     /// `journal=crash`: sha256 of the array as the members alone hold it (a read-only
     /// assembly, which replays nothing): the data before the journal-only writes.
     #[serde(default)]
@@ -498,12 +543,12 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     } else {
         None
     };
-    let (readback_sha256, readback_notes) = readback(a, crash || ppl_crash)?;
+    let (readback_sha256, readback_events) = readback(a, crash || ppl_crash)?;
     let ppl = a.ppl.map(|_| PplExpectation {
         policy: status.consistency_policy.name().to_string(),
-        notes: readback_notes
+        events: readback_events
             .iter()
-            .filter(|n| n.contains("partial parity"))
+            .filter(|e| is_ppl_event(e))
             .cloned()
             .collect(),
         stale_parity,
@@ -512,9 +557,9 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         policy,
         role,
         members_sha256,
-        notes: readback_notes
+        events: readback_events
             .into_iter()
-            .filter(|n| n.contains("journal"))
+            .filter(is_journal_event)
             .collect(),
     });
     let mut examine = BTreeMap::new();
@@ -722,11 +767,11 @@ pub fn readback_sha256(a: &PlannedArray) -> Result<String, PrepareError> {
     readback(a, false).map(|(sha, _)| sha)
 }
 
-/// sha256 of the whole array as raidkit reads it, and its assembly notes. `replay`: assemble
+/// sha256 of the whole array as raidkit reads it, and its assembly events. `replay`: assemble
 /// copies of the images read-write, so that raidkit replays a write journal (left in place
 /// for the next reader), and stop that array cleanly; otherwise a read-only assembly of the
 /// images themselves.
-pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<String>), PrepareError> {
+pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<ArrayEvent>), PrepareError> {
     if !replay {
         let (array, report) = Array::assemble(
             open_members(&a.members, true)?,
@@ -736,10 +781,10 @@ pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<String>),
             },
         )
         .map_err(|e| err("read-only assemble")(e.to_string()))?;
-        return Ok((read_all(&array)?, report.notes));
+        return Ok((read_all(&array)?, report.events));
     }
     with_assembled_copies(&a.members, |array, report| {
-        Ok((read_all(array)?, report.notes.clone()))
+        Ok((read_all(array)?, report.events.clone()))
     })
     .map_err(|e| err("assemble copies")(e))?
 }

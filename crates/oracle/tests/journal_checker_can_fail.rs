@@ -17,13 +17,7 @@ const CRASH: &str = "fast raidkit rk6j 6 left-symmetric 32K 5x4M journal=crash\n
 
 fn replayed(f: &Fixture) -> u64 {
     let j = f.array.expect.as_ref().unwrap().journal.as_ref().unwrap();
-    j.notes
-        .iter()
-        .find_map(|l| {
-            let (head, _) = l.split_once(" stripe rows replayed")?;
-            head.rsplit(' ').next()?.parse().ok()
-        })
-        .unwrap()
+    raidkit_oracle::prepare::journal_rows_replayed(&j.events).unwrap() as u64
 }
 
 #[test]

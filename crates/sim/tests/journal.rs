@@ -6,7 +6,9 @@
 //! member that is gone.
 
 use raidkit_disk::Disk;
-use raidkit_engine::{Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig};
+use raidkit_engine::{
+    Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig,
+};
 use raidkit_metadata::SuperblockVersion;
 use raidkit_sim::disk::CrashPolicy;
 use raidkit_sim::model::{sector_pattern, SECTOR};
@@ -71,7 +73,7 @@ fn first_difference(array: &Array, expect: &[u8]) -> Option<usize> {
         .position(|(a, b)| a != b)
 }
 
-fn assemble(world: &SimWorld) -> (Array, Vec<String>) {
+fn assemble(world: &SimWorld) -> (Array, Vec<ArrayEvent>) {
     let disks: Vec<Box<dyn Disk>> = world
         .surviving_disks()
         .into_iter()
@@ -83,7 +85,7 @@ fn assemble(world: &SimWorld) -> (Array, Vec<String>) {
         ..Default::default()
     };
     let (array, report) = Array::assemble(disks, opts).unwrap();
-    (array, report.notes)
+    (array, report.events)
 }
 
 /// Writes partial stripes (never flushed), crashes losing every unflushed member write, kills
@@ -115,10 +117,14 @@ fn crash_then_lose(level: i32, n: usize, lost: usize) {
     world.crash(&[]);
     world.power_on();
     world.disk(lost).update_faults(|f| f.dead = true);
-    let (array, notes) = assemble(&world);
+    let (array, events) = assemble(&world);
     assert!(
-        notes.iter().any(|n| n.contains("stripe rows replayed")),
-        "no replay reported: {notes:?}"
+        events.iter().any(|e| matches!(
+            e,
+            ArrayEvent::JournalReplayed { log_writes, rows_replayed, .. }
+                if *log_writes > 0 && *rows_replayed > 0
+        )),
+        "no replay reported: {events:?}"
     );
     let first_bad = first_difference(&array, &expect);
     assert_eq!(
@@ -178,12 +184,9 @@ fn an_array_with_a_journal_refuses_to_start_without_it() {
     .unwrap();
     assert!(array.is_read_only());
     assert!(
-        report
-            .notes
-            .iter()
-            .any(|n| n.contains("journal is missing")),
+        report.events.contains(&ArrayEvent::JournalMissing),
         "{:?}",
-        report.notes
+        report.events
     );
     let mut buf = vec![0u8; 4096];
     array.read_at(&mut buf, 0).unwrap();
@@ -208,10 +211,12 @@ fn a_clean_stop_leaves_nothing_to_replay_and_the_ring_wraps() {
     }
     array.stop().unwrap();
     drop(array);
-    let (array, notes) = assemble(&world);
+    let (array, events) = assemble(&world);
     assert!(
-        notes.iter().any(|n| n.contains("write journal clean")),
-        "{notes:?}"
+        events
+            .iter()
+            .any(|e| matches!(e, ArrayEvent::JournalClean { .. })),
+        "{events:?}"
     );
     drop(array);
 }

@@ -5,7 +5,7 @@
 
 use raidkit_disk::Disk;
 use raidkit_engine::array::MAX_CORRECTED_READ_ERRORS;
-use raidkit_engine::{Array, CreateOptions, EngineConfig};
+use raidkit_engine::{Array, ArrayEvent, CreateOptions, EngineConfig};
 use raidkit_metadata::SuperblockVersion;
 use raidkit_sim::model::{sector_pattern, SECTOR};
 use raidkit_sim::{FaultRules, FaultyDisk, SimDisk, SimWorld};
@@ -97,9 +97,14 @@ fn a_latent_sector_error_is_rewritten_and_the_member_stays() {
         st.log
     );
     assert!(
-        st.log
-            .iter()
-            .any(|l| l.contains("rewritten and readable again")),
+        st.log.iter().any(|e| matches!(
+            e,
+            ArrayEvent::ReadErrorsRepaired {
+                member,
+                rewritten_sectors,
+                bad_block_sectors: 0,
+            } if member == "sim1" && *rewritten_sectors > 0
+        )),
         "{:?}",
         st.log
     );
@@ -133,7 +138,15 @@ fn a_range_that_stays_unreadable_goes_to_the_bad_block_log() {
     let st = array.status();
     assert!(!st.degraded, "{:?}", st.log);
     assert!(
-        st.log.iter().any(|l| l.contains("bad-block log")),
+        st.log.iter().any(|e| matches!(
+            e,
+            ArrayEvent::BadBlocksRecorded { member, first_sector, last_sector }
+                if member == "sim1" && first_sector <= last_sector
+        )) && st.log.iter().any(|e| matches!(
+            e,
+            ArrayEvent::ReadErrorsRepaired { member, bad_block_sectors, .. }
+                if member == "sim1" && *bad_block_sectors > 0
+        )),
         "{:?}",
         st.log
     );

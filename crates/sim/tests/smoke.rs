@@ -58,7 +58,7 @@ fn a_seed_reproduces_exactly() {
         assert_eq!(a.scenario, b.scenario);
         assert_eq!(a.trace.len(), b.trace.len());
         for (x, y) in a.trace.iter().zip(&b.trace) {
-            // Assembly reports carry superblock timestamps only through notes, not times;
+            // Assembly reports carry no times (their events hold none), so
             // every line must agree.
             assert_eq!(x, y);
         }

@@ -130,7 +130,19 @@ impl ServerLog {
             | E::ArrayDegraded { .. }
             | E::NoSpace { .. }
             | E::ReadError { .. }
-            | E::BadBlocksRecorded { .. } => Level::Warning,
+            | E::BadBlocksRecorded { .. }
+            | E::RunningDegraded { .. }
+            | E::DirtyDegradedStarted { .. }
+            | E::StaleTakenBack { .. }
+            | E::JournalMissing
+            | E::BitmapOutOfDate { .. }
+            | E::PplNotReplayed
+            | E::PplUnreadable { .. }
+            | E::PplNoValidHeader { .. }
+            | E::PplEntryRefused { .. }
+            | E::PplReplayReadFailed { .. }
+            | E::PplReplayWriteFailed { .. }
+            | E::PplResetFailed { .. } => Level::Warning,
             E::TaskFinished {
                 completed: false, ..
             } => Level::Warning,

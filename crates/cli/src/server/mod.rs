@@ -96,9 +96,8 @@ pub fn assemble_served(
             &format!("{member}: not used: {why}"),
         );
     }
-    for note in &report.notes {
-        log.info("array-assembled", Some(name), note);
-    }
+    // What else assembly found (`report.events`) is in the array's event log, which
+    // `Serving::run` logs from its first event.
     let array = Arc::new(array);
     // Rebuilds onto spares, resync after an unclean stop and requested checks run in the
     // background while the array is served.
@@ -247,8 +246,8 @@ impl Serving {
                     }
                 });
             }
-            // Every array's events, logged as they happen (from the first: assembly records
-            // none, and a task started at once must not be missed).
+            // Every array's events, logged as they happen (from the first: what assembly found
+            // is logged so, and a task started at once must not be missed).
             let watchers: Vec<_> = arrays
                 .iter()
                 .map(|(name, array, _)| {

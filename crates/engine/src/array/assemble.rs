@@ -285,10 +285,12 @@ impl Array {
                         stale.push(i);
                         slot_state[slot] = MemberState::Faulty;
                     } else if let Some(at) = f.sb.recovery_offset() {
-                        report.notes.push(format!(
-                            "{}: being rebuilt into slot {slot}, {at} of {used} sectors done; the rebuild resumes there",
-                            m.name()
-                        ));
+                        report.events.push(ArrayEvent::RebuildResumes {
+                            member: m.name().into(),
+                            slot,
+                            done_sectors: at,
+                            member_sectors: used,
+                        });
                         slot_state[slot] = MemberState::Rebuilding;
                     } else {
                         slot_state[slot] = MemberState::InSync;
@@ -302,7 +304,9 @@ impl Array {
                     use_member[i] = false;
                 }
                 DevRole::Spare => {
-                    report.notes.push(format!("{}: spare", m.name()));
+                    report.events.push(ArrayEvent::AssembledSpare {
+                        member: m.name().into(),
+                    });
                 }
                 DevRole::Journal if nsb.feature_map.contains(FeatureMap::JOURNAL) => {
                     if f.sb.events + 1 < nsb.events && opts.force {
@@ -323,7 +327,9 @@ impl Array {
                             newest_events: nsb.events,
                         });
                     }
-                    report.notes.push(format!("{}: write journal", m.name()));
+                    report.events.push(ArrayEvent::AssembledJournal {
+                        member: m.name().into(),
+                    });
                 }
                 other => {
                     report
@@ -371,12 +377,11 @@ impl Array {
                     if let Some(slot) = slot_member.iter().position(|&m| m == Some(i)) {
                         slot_state[slot] = MemberState::InSync;
                         forced_back = true;
-                        report.notes.push(format!(
-                            "{}: stale (events {} < {}) but taken back because of --force (the array cannot start without it; its events are raised to the array's, as mdadm does)",
-                            members[i].name(),
-                            found[i].sb.events,
-                            nsb.events
-                        ));
+                        report.events.push(ArrayEvent::StaleTakenBack {
+                            member: members[i].name().into(),
+                            member_events: found[i].sb.events,
+                            array_events: nsb.events,
+                        });
                     }
                 }
             }
@@ -387,17 +392,17 @@ impl Array {
         let mut displaced: Vec<u32> = Vec::new();
         for (i, slot) in replacements {
             if slot_state[slot] == MemberState::InSync {
-                report.notes.push(format!(
-                    "{}: replacing slot {slot}, {} sectors copied; the copy resumes",
-                    members[i].name(),
-                    found[i].sb.recovery_offset().unwrap_or(0)
-                ));
+                report.events.push(ArrayEvent::ReplaceResumes {
+                    member: members[i].name().into(),
+                    slot,
+                    copied_sectors: found[i].sb.recovery_offset().unwrap_or(0),
+                });
                 keep_replacing.push((i, slot));
             } else if slot_member[slot].is_none() || slot_state[slot] != MemberState::Rebuilding {
-                report.notes.push(format!(
-                    "{}: was replacing slot {slot}, whose member is gone; it continues as the slot's rebuild",
-                    members[i].name()
-                ));
+                report.events.push(ArrayEvent::ReplacementRebuilds {
+                    member: members[i].name().into(),
+                    slot,
+                });
                 if let Some(old) = slot_member[slot] {
                     displaced.push(found[old].sb.dev_number);
                 }
@@ -459,10 +464,9 @@ impl Array {
                 .map(|f| f.sb.data_size_sectors / nsb.chunk_sectors as u64)
                 .collect();
             if sizes.iter().min() != sizes.iter().max() {
-                report.notes.push(format!(
-                    "RAID 0 over members of different sizes: only the first zone ({} bytes, where md's ORIGINAL and ALTERNATE layouts agree) is served",
-                    geo.array_sectors() * 512
-                ));
+                report.events.push(ArrayEvent::Raid0FirstZoneOnly {
+                    served_bytes: geo.array_sectors() * 512,
+                });
             }
         }
         // Dirty if any member in use says so: an update interrupted half-way may have left
@@ -479,24 +483,22 @@ impl Array {
             .filter(|f| current(f))
             .any(|f| !f.sb.is_clean());
         if report.was_dirty {
-            report
-                .notes
-                .push("the array was not stopped cleanly (superblock dirty)".into());
+            report.events.push(ArrayEvent::NotStoppedCleanly);
             if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) && nsb.ppl().is_some() {
                 // md starts a dirty degraded array with a partial parity log: the log makes
                 // the parity of every stripe written at the crash agree with its data.
-                report.notes.push(
-                    "dirty and degraded, started with the partial parity log (as md does)".into(),
-                );
+                report.events.push(ArrayEvent::DirtyDegradedStarted {
+                    by: DirtyDegradedStart::PartialParityLog,
+                });
             } else if degraded
                 && matches!(geo.scheme(), Scheme::Parity { .. })
                 && nsb.feature_map.contains(FeatureMap::JOURNAL)
             {
                 // The write journal holds data and parity of every stripe written at the
                 // crash; its replay makes them whole before anything reads them.
-                report.notes.push(
-                    "dirty and degraded, started with the write journal (its replay makes every stripe written at the crash whole)".into(),
-                );
+                report.events.push(ArrayEvent::DirtyDegradedStarted {
+                    by: DirtyDegradedStart::WriteJournal,
+                });
             } else if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) {
                 if !opts.force {
                     return Err(EngineError::DirtyDegraded {
@@ -506,16 +508,15 @@ impl Array {
                         ),
                     });
                 }
-                report
-                    .notes
-                    .push("dirty and degraded, started because of --force".into());
+                report.events.push(ArrayEvent::DirtyDegradedStarted {
+                    by: DirtyDegradedStart::Force,
+                });
             }
         }
         if degraded {
-            report.notes.push(format!(
-                "running degraded: slots {:?} missing or failed",
-                (0..raid_disks).filter(|&s| failed[s]).collect::<Vec<_>>()
-            ));
+            report.events.push(ArrayEvent::RunningDegraded {
+                missing_slots: (0..raid_disks).filter(|&s| failed[s]).collect(),
+            });
         }
         let read_only = opts.read_only || members.iter().any(|m| m.is_read_only());
         // Superblocks in memory follow the newest one's shared state; each keeps its own
@@ -568,9 +569,7 @@ impl Array {
             for sb in &mut sbs {
                 sb.feature_map.remove(FeatureMap::JOURNAL);
             }
-            report.notes.push(
-                "the write journal is missing: assembled read-only (--force), as mdadm does; writes logged only in the journal are not on the members".into(),
-            );
+            report.events.push(ArrayEvent::JournalMissing);
         }
         let mut array = Self::build(
             geo,
@@ -587,18 +586,17 @@ impl Array {
             let disk = lock(&array.state).members[MemberId(newest)].clone();
             if let Some(m) = disk {
                 let (_, space) = array.scrub_space();
-                let (wi, note) = bitmap::WriteIntent::load(
+                let (wi, out_of_date) = bitmap::WriteIntent::load(
                     m.disk.as_ref(),
                     &found[newest].sb,
                     nsb.events,
                     space,
                 )?;
-                report.notes.push(format!(
-                    "internal write-intent bitmap: {} KiB per bit, {} bits set",
-                    wi.sectors_per_bit / 2,
-                    wi.set_bits()
-                ));
-                report.notes.extend(note);
+                report.events.push(ArrayEvent::BitmapLoaded {
+                    bytes_per_bit: wi.sectors_per_bit * crate::plan::SECTOR as u64,
+                    bits_set: wi.set_bits(),
+                });
+                report.events.extend(out_of_date);
                 array.bitmap = Some(wi);
             }
         }
@@ -650,11 +648,10 @@ impl Array {
                         EngineError::Metadata(format!("{}: bad-block log: {e}", m.disk.name()))
                     })?;
                 if !list.is_empty() {
-                    report.notes.push(format!(
-                        "{}: {} bad-block ranges recorded; reads there come from redundancy",
-                        m.disk.name(),
-                        list.len()
-                    ));
+                    report.events.push(ArrayEvent::BadBlocksListed {
+                        member: m.disk.name().into(),
+                        ranges: list.len(),
+                    });
                     array
                         .has_bad
                         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -667,7 +664,7 @@ impl Array {
                 dirty: report.was_dirty,
                 resync_offset: nsb.resync_offset_sectors,
             },
-            &mut report.notes,
+            &mut report.events,
         )?;
         if report.was_dirty && array.geo.level() != RaidLevel::Raid0 && !consistent {
             // md's resync_offset: in sync below it (0 after a crash, the cursor when a resync
@@ -678,9 +675,9 @@ impl Array {
             array
                 .resync_pending
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            report.notes.push(format!(
-                "a resync is needed from sector {from} (parity or copies may disagree where writes were in flight)"
-            ));
+            report
+                .events
+                .push(ArrayEvent::ResyncNeeded { from_sector: from });
         }
         if forced_back && !read_only {
             // mdadm's force_array writes the raised event count at once, so the next
@@ -736,6 +733,13 @@ impl Array {
                 });
             }
         }
+        // What assembly found goes into the array's event log too, after what it logged
+        // itself (a member failed while a log was replayed).
+        let mut st = lock(&array.state);
+        for event in &report.events {
+            st.events.push(event.clone());
+        }
+        drop(st);
         Ok((array, report))
     }
 }

@@ -81,13 +81,14 @@ impl WriteIntent {
     }
 
     /// Reads the bitmap of an assembled array from `disk` (the newest member). A bitmap md
-    /// would call stale (wrong array, events too far behind) comes back with every bit set.
+    /// would call stale (wrong array, events too far behind) comes back with every bit set, and
+    /// the event that says so.
     pub(super) fn load(
         disk: &dyn Disk,
         sb_of_disk: &Superblock,
         array_events: u64,
         sync_size_sectors: u64,
-    ) -> Result<(WriteIntent, Option<String>)> {
+    ) -> Result<(WriteIntent, Option<ArrayEvent>)> {
         let offset_sectors = sb_of_disk.bitmap_offset().unwrap_or(0);
         let at = bitmap_byte_offset(sb_of_disk, offset_sectors);
         let mut head = vec![0u8; 4096];
@@ -106,16 +107,16 @@ impl WriteIntent {
         let need = 256 + nbits.div_ceil(8) as usize;
         let mut image = vec![0u8; need.div_ceil(4096) * 4096];
         disk.read_at(&mut image, at)?;
-        let mut note = None;
+        let mut out_of_date = None;
         let mut bits = BitmapBits::from_bytes(nbits, &image[256..]).map_err(meta_err)?;
         let stale = bsb.uuid.0 != sb_of_disk.set_uuid.0
             || !bsb.events_match(array_events)
             || bsb.state.stale();
         if stale {
-            note = Some(format!(
-                "the internal bitmap is out of date (events {} for the array's {}): every region counts as written",
-                bsb.events, array_events
-            ));
+            out_of_date = Some(ArrayEvent::BitmapOutOfDate {
+                bitmap_events: bsb.events,
+                array_events,
+            });
             bits = BitmapBits::new_set(nbits).map_err(meta_err)?;
             bsb.uuid = sb_of_disk.set_uuid;
             bsb.state = raidkit_metadata::bitmap::BitmapState::default();
@@ -142,7 +143,7 @@ impl WriteIntent {
                 offset_sectors,
                 sectors_per_bit,
             },
-            note,
+            out_of_date,
         ))
     }
 

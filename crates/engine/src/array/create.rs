@@ -382,8 +382,8 @@ impl Array {
             false,
         )?;
         array.bitmap = intent;
-        let mut notes = Vec::new();
-        array.start_log(write_log::LogStart::Created, &mut notes)?;
+        let mut events = Vec::new();
+        array.start_log(write_log::LogStart::Created, &mut events)?;
         Ok(array)
     }
 }

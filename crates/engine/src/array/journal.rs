@@ -570,12 +570,10 @@ impl WriteLog for Journal {
     /// Reads the log from the checkpoint and writes every complete stripe row it holds to
     /// the members, then starts a new chain (see the module comment). The journal leaves
     /// every stripe consistent: no resync is needed after a crash.
-    fn start(&self, array: &Array, how: LogStart, notes: &mut Vec<String>) -> Result<bool> {
-        let replayed = self.replay(array, notes)?;
+    fn start(&self, array: &Array, how: LogStart, events: &mut Vec<ArrayEvent>) -> Result<bool> {
+        let rows_replayed = self.replay(array, events)?;
         if let LogStart::Assembled { dirty: true, .. } = how {
-            notes.push(format!(
-                "the write journal made every stripe written at the crash consistent ({replayed} stripe rows replayed); no resync is needed"
-            ));
+            events.push(ArrayEvent::JournalMadeConsistent { rows_replayed });
         }
         Ok(true)
     }
@@ -615,7 +613,7 @@ impl Journal {
     /// At assembly: reads the log from the checkpoint and writes every complete stripe row
     /// it holds to the members, then starts a new chain (see the module comment). Returns
     /// the number of rows replayed.
-    fn replay(&self, array: &Array, notes: &mut Vec<String>) -> Result<usize> {
+    fn replay(&self, array: &Array, events: &mut Vec<ArrayEvent>) -> Result<usize> {
         let tail = lock(&self.st).tail;
         let name = self.disk.disk.name().to_string();
         let Some(first) = self.read_meta(tail).filter(|m| m.position == tail) else {
@@ -629,7 +627,7 @@ impl Journal {
             st.tail = 0;
             st.head = PAGE_SECTORS;
             st.seq = seq + 1;
-            notes.push(format!("{name}: write journal started empty"));
+            events.push(ArrayEvent::JournalStartedEmpty { member: name });
             return Ok(0);
         };
         // Walk the chain.
@@ -723,13 +721,18 @@ impl Journal {
         st.head = self.add(pos, PAGE_SECTORS);
         st.seq = next_seq + 1;
         drop(st);
-        notes.push(if units.iter().all(|(mb, _)| mb.payloads.is_empty()) {
-            format!("{name}: write journal clean")
+        let log_writes = units
+            .iter()
+            .filter(|(mb, _)| !mb.payloads.is_empty())
+            .count();
+        events.push(if log_writes == 0 {
+            ArrayEvent::JournalClean { member: name }
         } else {
-            format!(
-                "{name}: write journal held {} log writes; {replayed} stripe rows replayed onto the members",
-                units.iter().filter(|(mb, _)| !mb.payloads.is_empty()).count()
-            )
+            ArrayEvent::JournalReplayed {
+                member: name,
+                log_writes,
+                rows_replayed: replayed,
+            }
         });
         Ok(replayed)
     }

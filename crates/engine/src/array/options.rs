@@ -131,8 +131,10 @@ pub struct AssembleReport {
     pub was_dirty: bool,
     /// Members not used, with why.
     pub excluded: Vec<(String, String)>,
-    /// Other observations, one sentence each.
-    pub notes: Vec<String>,
+    /// What else assembly found or did (a log replayed, a resync needed), in order; each
+    /// one's `Display` is its sentence. They are in the array's event log too
+    /// ([`Array::events_since`]), after any event assembly logged itself.
+    pub events: Vec<ArrayEvent>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -189,7 +191,8 @@ pub struct Status {
     pub finished_tasks: Vec<TaskReport>,
     /// Where a resync after an unclean stop stands (member or array sectors, see the task).
     pub resync_from_sectors: Option<u64>,
-    /// What happened to the array since assembly (member failures and such), oldest first,
-    /// as sentences: the newest [`crate::events::EVENTS_KEPT`] of [`Array::events_since`].
-    pub log: Vec<String>,
+    /// What happened to the array since assembly (what assembly found, member failures and
+    /// such), oldest first: the newest [`crate::events::EVENTS_KEPT`] of
+    /// [`Array::events_since`]. Each one's `Display` is its sentence.
+    pub log: Vec<ArrayEvent>,
 }

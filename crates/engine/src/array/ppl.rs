@@ -24,6 +24,7 @@
 
 use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, Slot, State};
+use crate::events::ArrayEvent;
 use crate::geometry::Geo;
 use crate::plan::{MemberState, Piece, PieceKind, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
@@ -306,7 +307,7 @@ impl WriteLog for Ppl {
     /// every start). Returns true when the replay leaves every stripe consistent, so no resync
     /// is needed: no entry mismatched and no resync was under way (md also wants at least one
     /// recovered entry). A new array's logs were written empty at creation.
-    fn start(&self, array: &Array, how: LogStart, notes: &mut Vec<String>) -> Result<bool> {
+    fn start(&self, array: &Array, how: LogStart, events: &mut Vec<ArrayEvent>) -> Result<bool> {
         let LogStart::Assembled {
             dirty,
             resync_offset,
@@ -314,18 +315,16 @@ impl WriteLog for Ppl {
         else {
             return Ok(false);
         };
-        let consistent = self.replay(array, dirty, resync_offset, notes)?;
+        let consistent = self.replay(array, dirty, resync_offset, events)?;
         if consistent {
-            notes.push(
-                "the partial parity log made every stripe written at the crash consistent; no resync is needed".into(),
-            );
+            events.push(ArrayEvent::PplMadeConsistent);
         }
         Ok(consistent)
     }
 
     /// Before the first write after a clean assembly: md's empty log on every writable
     /// member, as md writes it at every start.
-    fn before_dirty(&self, array: &Array, st: &mut State) -> Vec<String> {
+    fn before_dirty(&self, array: &Array, st: &mut State) -> Vec<ArrayEvent> {
         if self.reset_pending.swap(false, Ordering::SeqCst) {
             self.reset_locked(array, st)
         } else {
@@ -357,7 +356,7 @@ impl Ppl {
         array: &Array,
         dirty: bool,
         resync_offset: u64,
-        notes: &mut Vec<String>,
+        events: &mut Vec<ArrayEvent>,
     ) -> Result<bool> {
         let (states, members) = array.snapshot();
         let areas: Vec<Option<(u64, u64)>> = {
@@ -370,9 +369,7 @@ impl Ppl {
         };
         let (mut recovered, mut mismatched) = (0usize, 0usize);
         if dirty && array.read_only {
-            notes.push(
-                "read-only: the partial parity log was not replayed; degraded reads of stripes written at the crash may be wrong".into(),
-            );
+            events.push(ArrayEvent::PplNotReplayed);
         } else if dirty {
             // md replays the log of every member it has, one being rebuilt too, and reads a
             // modified member where it is in sync (below its recovery offset when rebuilt).
@@ -385,18 +382,17 @@ impl Ppl {
                 };
                 let mut area = vec![0u8; len as usize];
                 if let Err(e) = m.disk.read_at(&mut area, at) {
-                    notes.push(format!(
-                        "{}: partial parity log unreadable ({e}); its stripes are resynced",
-                        m.disk.name()
-                    ));
+                    events.push(ArrayEvent::PplUnreadable {
+                        member: m.disk.name().into(),
+                        error: e.to_string(),
+                    });
                     mismatched += 1;
                     continue;
                 }
                 let Some((offset, header)) = newest_header(&area, self.signature) else {
-                    notes.push(format!(
-                        "{}: no valid partial parity log header",
-                        m.disk.name()
-                    ));
+                    events.push(ArrayEvent::PplNoValidHeader {
+                        member: m.disk.name().into(),
+                    });
                     mismatched += 1;
                     continue;
                 };
@@ -413,11 +409,11 @@ impl Ppl {
                     let plan = match plan_entry(&array.geo, e, slot) {
                         Ok(p) => p,
                         Err(why) => {
-                            notes.push(format!(
-                                "{}: partial parity log entry at array sector {} refused: {why}",
-                                m.disk.name(),
-                                e.data_sector
-                            ));
+                            events.push(ArrayEvent::PplEntryRefused {
+                                member: m.disk.name().into(),
+                                array_sector: e.data_sector,
+                                reason: why.to_string(),
+                            });
                             mismatched += 1;
                             continue;
                         }
@@ -438,10 +434,10 @@ impl Ppl {
                                 ) {
                                     Ok(()) => Some(b),
                                     Err(e) => {
-                                        notes.push(format!(
-                                            "{}: unreadable while replaying the partial parity log ({e}); the stripe is resynced",
-                                            dmm.disk.name()
-                                        ));
+                                        events.push(ArrayEvent::PplReplayReadFailed {
+                                            member: dmm.disk.name().into(),
+                                            error: e.to_string(),
+                                        });
                                         unreadable = true;
                                         None
                                     }
@@ -473,22 +469,23 @@ impl Ppl {
                 if let Some(e) = failed {
                     // As any member write error: the member leaves the array, and the
                     // stripes whose parity it held run degraded.
-                    notes.push(format!(
-                        "{}: writing parity while replaying the partial parity log failed ({e}); marked faulty",
-                        m.disk.name()
-                    ));
+                    events.push(ArrayEvent::PplReplayWriteFailed {
+                        member: m.disk.name().into(),
+                        error: e.clone(),
+                    });
                     array.member_failed(Slot(slot), &format!("partial parity log replay: {e}"));
                 }
             }
-            notes.push(format!(
-                "partial parity log replayed: {recovered} entries recovered, {mismatched} mismatched"
-            ));
+            events.push(ArrayEvent::PplReplayed {
+                recovered,
+                mismatched,
+            });
         }
         if dirty && !array.read_only {
             // The replayed entries must not be replayed again over later writes.
             let _g = lock(&array.sb_lock);
             let mut st = lock(&array.state);
-            notes.extend(self.reset_locked(array, &mut st));
+            events.extend(self.reset_locked(array, &mut st));
         } else if !array.read_only {
             // A clean array: the logs are emptied before its first write marks it dirty
             // (`before_dirty`), so an assembly that writes nothing leaves every
@@ -502,9 +499,9 @@ impl Ppl {
     }
 
     /// Writes an empty log on every writable slot's member; a member that cannot take it is
-    /// failed. Returns what happened, a sentence per failure.
-    fn reset_locked(&self, array: &Array, st: &mut State) -> Vec<String> {
-        let mut notes = Vec::new();
+    /// failed. Returns an event per failure.
+    fn reset_locked(&self, array: &Array, st: &mut State) -> Vec<ArrayEvent> {
+        let mut events = Vec::new();
         for slot in st.roster.slot_member.ids() {
             let member = st.roster.slot_member[slot].and_then(|i| st.members[i].clone());
             let (Some(m), Some(area), true) = (
@@ -515,14 +512,14 @@ impl Ppl {
                 continue;
             };
             if let Err(e) = write_empty_log(m.disk.as_ref(), area, self.signature) {
-                notes.push(format!(
-                    "{}: writing an empty partial parity log failed ({e}); marked faulty",
-                    m.disk.name()
-                ));
+                events.push(ArrayEvent::PplResetFailed {
+                    member: m.disk.name().into(),
+                    error: e.to_string(),
+                });
                 array.fail_locked(st, slot, &format!("empty partial parity log: {e}"));
             }
         }
-        notes
+        events
     }
 }
 

@@ -30,6 +30,7 @@
 //! write log.
 
 use super::{Array, ConsistencyPolicy, Member, Result, State};
+use crate::events::ArrayEvent;
 use crate::geometry::Geo;
 use crate::plan::{MemberIo, MemberState, Piece, PieceOp};
 use raidkit_disk::Disk;
@@ -110,7 +111,8 @@ pub(super) trait WriteLog: Send + Sync {
 
     /// At creation and at assembly: readies the log, replaying it after a crash. Returns
     /// true when the log leaves every stripe consistent, so no resync is needed.
-    fn start(&self, array: &Array, how: LogStart, notes: &mut Vec<String>) -> Result<bool>;
+    /// What it found and did goes to `events`.
+    fn start(&self, array: &Array, how: LogStart, events: &mut Vec<ArrayEvent>) -> Result<bool>;
 
     /// Whether the array stays marked clean while it runs (md's MD_JOURNAL_CLEAN: after a
     /// crash the log's replay, not a resync, makes the stripes consistent).
@@ -119,8 +121,8 @@ pub(super) trait WriteLog: Send + Sync {
     }
 
     /// Before the first write marks the array dirty (superblock lock and state held).
-    /// Returns what happened, a sentence each.
-    fn before_dirty(&self, _array: &Array, _st: &mut State) -> Vec<String> {
+    /// Returns what happened.
+    fn before_dirty(&self, _array: &Array, _st: &mut State) -> Vec<ArrayEvent> {
         Vec::new()
     }
 
@@ -232,9 +234,9 @@ impl Array {
     }
 
     /// Starts the write log, if the array has one (see [`WriteLog::start`]); false without.
-    pub(super) fn start_log(&self, how: LogStart, notes: &mut Vec<String>) -> Result<bool> {
+    pub(super) fn start_log(&self, how: LogStart, events: &mut Vec<ArrayEvent>) -> Result<bool> {
         match &self.log {
-            Some(log) => log.start(self, how, notes),
+            Some(log) => log.start(self, how, events),
             None => Ok(false),
         }
     }

@@ -329,10 +329,7 @@ pub fn md_records(a: &PlannedArray) -> String {
         e.level
     );
     if let Some(j) = &e.journal {
-        let rows = j.notes.iter().find_map(|l| {
-            let (head, _) = l.split_once(" stripe rows replayed")?;
-            head.rsplit(' ').next()?.parse::<u64>().ok()
-        });
+        let rows = raidkit_oracle::prepare::journal_rows_replayed(&j.events);
         let _ = match rows {
             Some(rows) => writeln!(
                 r,
