@@ -378,9 +378,7 @@ impl Array {
                 .no_space
                 .swap(false, std::sync::atomic::Ordering::Relaxed)
         {
-            lock(&self.state).events.push(ArrayEvent::Note {
-                text: "writes go through again: there is room on the members' filesystems".into(),
-            });
+            lock(&self.state).events.push(ArrayEvent::SpaceAgain);
         }
         Ok(())
     }

@@ -86,8 +86,14 @@ pub enum ArrayEvent {
     },
     /// A write was refused because a member's filesystem is full; the member is fine.
     NoSpace { member: String, detail: String },
-    /// Anything else worth a line (resync skipped, a log that could not be written).
-    Note { text: String },
+    /// Writes go through again after some were refused for want of space.
+    SpaceAgain,
+    /// A resync was skipped: a parity array has lost as many members as it can, and parity
+    /// is their only copy (md skips it too).
+    ResyncSkipped { missing_slots: usize },
+    /// A rebuild found sectors with no readable source left (bad blocks on every source);
+    /// they are recorded as bad blocks on the rebuilt member.
+    RebuildUnreadable { member_sector: u64, sectors: u64 },
 
     // What assembly found. [`crate::AssembleReport::events`] lists them, and they are the
     // first events of the array's log.
@@ -250,7 +256,21 @@ impl fmt::Display for ArrayEvent {
                 "{member}: sectors {first_sector}..{last_sector} recorded in the bad-block log; served from redundancy"
             ),
             ArrayEvent::NoSpace { detail, .. } => write!(f, "{detail}"),
-            ArrayEvent::Note { text } => write!(f, "{text}"),
+            ArrayEvent::SpaceAgain => write!(
+                f,
+                "writes go through again: there is room on the members' filesystems"
+            ),
+            ArrayEvent::ResyncSkipped { missing_slots } => write!(
+                f,
+                "resync skipped: {missing_slots} member(s) missing, parity is their only copy (md skips it too)"
+            ),
+            ArrayEvent::RebuildUnreadable {
+                member_sector,
+                sectors,
+            } => write!(
+                f,
+                "rebuild: {sectors} sectors near member sector {member_sector} have no readable source left (bad blocks); recorded as bad blocks on the rebuilt member"
+            ),
             ArrayEvent::AssembledSpare { member } => write!(f, "{member}: spare"),
             ArrayEvent::AssembledJournal { member } => write!(f, "{member}: write journal"),
             ArrayEvent::RebuildResumes {
@@ -439,9 +459,7 @@ mod tests {
     use super::*;
 
     fn note(i: usize) -> ArrayEvent {
-        ArrayEvent::Note {
-            text: format!("n{i}"),
-        }
+        ArrayEvent::ResyncSkipped { missing_slots: i }
     }
 
     #[test]

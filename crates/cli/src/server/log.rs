@@ -142,7 +142,9 @@ impl ServerLog {
             | E::PplEntryRefused { .. }
             | E::PplReplayReadFailed { .. }
             | E::PplReplayWriteFailed { .. }
-            | E::PplResetFailed { .. } => Level::Warning,
+            | E::PplResetFailed { .. }
+            | E::ResyncSkipped { .. }
+            | E::RebuildUnreadable { .. } => Level::Warning,
             E::TaskFinished {
                 completed: false, ..
             } => Level::Warning,

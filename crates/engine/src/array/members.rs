@@ -571,10 +571,8 @@ impl Array {
             st.resync_from = None;
             self.resync_pending
                 .store(false, std::sync::atomic::Ordering::Relaxed);
-            st.events.push(ArrayEvent::Note {
-                text: format!(
-                    "resync skipped: {lost} member(s) missing, parity is their only copy (md skips it too)"
-                ),
+            st.events.push(ArrayEvent::ResyncSkipped {
+                missing_slots: lost,
             });
         }
     }

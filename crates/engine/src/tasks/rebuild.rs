@@ -408,11 +408,13 @@ impl Array {
             }
         }
         if !lost_blocks.is_empty() {
-            let text = format!(
-                "rebuild: {} sectors near member sector {ms} have no readable source left (bad blocks); recorded as bad blocks on the rebuilt member",
-                lost_blocks.iter().map(|(_, l)| l).sum::<u64>()
-            );
-            lock(&self.state).events.push(ArrayEvent::Note { text });
+            let sectors = lost_blocks.iter().map(|(_, l)| l).sum::<u64>();
+            lock(&self.state)
+                .events
+                .push(ArrayEvent::RebuildUnreadable {
+                    member_sector: ms,
+                    sectors,
+                });
         }
         Ok(alive)
     }
