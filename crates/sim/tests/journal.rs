@@ -255,3 +255,59 @@ fn degraded_partial_page_writes_survive_a_crash_and_a_second_loss() {
         );
     }
 }
+
+/// A write whose two bands share a 4 KiB page of a member, and that member fails its write of
+/// the first band (a band over every data member of its rows, written at once) while the
+/// second band (over fewer, so it reads first) is still to be written: the journal logs the
+/// page whole with the second band, and the sectors the first band gave it must be the new
+/// data (which only parity holds once the member has failed), not what the failed member
+/// still holds. A spare then takes the slot and is rebuilt; the replay after a crash writes
+/// that page onto it. Slot 0 holds data of the write's stripe; slot 3 its parity, so a data
+/// member is lost after the replay and read back through that page.
+#[test]
+fn a_page_logged_after_its_member_failed_in_the_same_request_holds_the_new_data() {
+    // (the slot whose writes fail, a member lost after the replay)
+    for (failing, lost) in [(0usize, None), (3, Some(1usize))] {
+        let mut world = SimWorld::new(21 + failing as u64);
+        let array = create(&mut world, 5, 4);
+        let size = array.size_bytes();
+        let base = pattern(1, size / 512);
+        array.write_at(&base, 0, false).unwrap();
+        array.flush().unwrap();
+        world
+            .disk(failing)
+            .update_faults(|f| f.write_error_per_mille = 1000);
+        // Stripe 0 (left-symmetric: data on slots 0, 1, 2, parity on slot 3) of 128-sector
+        // chunks: array sectors [0, 260) are two bands, member sectors [0, 4) of slots 0, 1
+        // and 2, then [4, 128) of slots 0 and 1; both touch the first page of every slot.
+        let mut expect = base.clone();
+        write_unflushed(&array, &[(0, 260)], 300, &mut expect);
+        assert!(array.status().degraded, "slot {failing} did not fail");
+        let spare = world.add_disk(DISK_BYTES);
+        array.add_spare(Box::new(spare), [60; 16]).unwrap();
+        let reports = array
+            .run_pending(&mut |_| {}, &std::sync::atomic::AtomicBool::new(false))
+            .unwrap();
+        assert!(!reports.is_empty(), "no rebuild ran");
+        assert!(!array.status().degraded, "the spare was not rebuilt");
+        array.flush().unwrap();
+        drop(array);
+        world.crash(&[]);
+        world.power_on();
+        if let Some(l) = lost {
+            world.disk(l).update_faults(|f| f.dead = true);
+        }
+        let (array, events) = assemble(&world);
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, ArrayEvent::JournalReplayed { .. })),
+            "no replay reported: {events:?}"
+        );
+        let first_bad = first_difference(&array, &expect);
+        assert_eq!(
+            first_bad, None,
+            "slot {failing} failed mid-request, a spare was rebuilt, then a crash (member lost afterwards: {lost:?})"
+        );
+    }
+}

@@ -85,6 +85,25 @@ fn journal_regression_seeds() {
     }
 }
 
+/// Seeds of the 100,000-seed soak that the write journal failed (crates/sim/KNOWN_FAILURES.md
+/// #10): a member failed its write of one band of a request, and the next band of the same
+/// request logged a 4 KiB page of that member partly from what the member still held, which
+/// the replay after a crash later wrote onto the spare rebuilt into its slot. 352612 then read
+/// zeroes where a write was acknowledged; 387462 left wrong parity.
+#[test]
+fn journal_failed_member_page_seeds() {
+    let opts = SimOptions::default();
+    for seed in [352612u64, 387462] {
+        let r = run_seed(seed, &opts);
+        assert!(
+            r.scenario.contains("write journal") && r.scenario.contains("WriteErrors"),
+            "seed {seed} no longer draws a journal and write errors: {}",
+            r.scenario
+        );
+        assert_eq!(r.failure, None, "seed {seed}: {}", r.scenario);
+    }
+}
+
 /// Soak seeds (RAID 5 with the partial parity log, a member dies as the power fails) whose
 /// in-flight writes over several data members read back as bytes of no write until such bands
 /// were logged and written one data member at a time (crates/sim/KNOWN_FAILURES.md #4):

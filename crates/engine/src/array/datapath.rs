@@ -408,6 +408,8 @@ impl Array {
             }
             let mut replan: Vec<usize> = skipped_reads;
             let mut no_space = None;
+            // A member or replacement failed by this phase: later phases must see it so.
+            let mut membership_changed = false;
             for (tag, err) in errors {
                 let (k, slot, replacement, ms, n) = submitted[tag];
                 let action = plan::on_member_error(
@@ -426,6 +428,7 @@ impl Array {
                     }
                     plan::ErrorAction::FailReplacement => {
                         self.replacement_failed(Slot(slot), &err.to_string());
+                        membership_changed = true;
                     }
                     plan::ErrorAction::ReplanWithout => {
                         unreadable[k].push(slot);
@@ -434,16 +437,24 @@ impl Array {
                     }
                     plan::ErrorAction::FailMember { replan: again } => {
                         self.member_failed(Slot(slot), &err.to_string());
+                        membership_changed = true;
                         if again {
                             replan.push(k);
                         }
                     }
                 }
             }
+            // The batch's later phases go by the members as they are now, not as planned: a
+            // member whose write just failed holds stale data there, so it is neither read
+            // nor written again (its reads replan the op, as below), and the write log fills
+            // what it logs of it from redundancy instead (md's handle_stripe looks at each
+            // device's Faulty bit every time it handles a stripe).
+            if membership_changed || !replan.is_empty() {
+                (states, members, replacements) = self.snapshot_for(dir);
+            }
             if !replan.is_empty() {
                 replan.sort_unstable();
                 replan.dedup();
-                (states, members, replacements) = self.snapshot_for(dir);
                 for k in replan {
                     ops[k] = self.plan(&pieces[k], dir, &states, &unreadable[k])?;
                     done[k] = false;

@@ -424,6 +424,9 @@ impl WriteLog for Journal {
                         // is locked, so nothing else changes it), or what redundancy says it
                         // holds where the member cannot read it.
                         // A member being rebuilt may not hold its page yet: reconstruct it.
+                        // Nor does one that failed a write of an earlier phase of the batch
+                        // (the rest of its page may be what that write lost): `states` are
+                        // taken again after such a phase, so it is not in sync here.
                         let read = states[io.member] == MemberState::InSync
                             && members[io.member].as_ref().is_some_and(|m| {
                                 let at = m.data_offset_bytes + s * SECTOR as u64;
