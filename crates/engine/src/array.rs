@@ -390,22 +390,20 @@ impl Array {
         if self.read_only {
             return Ok(());
         }
-        // (slot, is a replacement, member)
-        let targets: Vec<(Slot, bool, Arc<Member>)> = {
+        // The members of writable slots, then replacements.
+        let targets: Vec<Arc<Member>> = {
             let st = lock(&self.state);
             let slots = st
                 .roster
                 .slot_member
                 .enumerate()
                 .filter(|(s, _)| st.roster.slot_state[*s].writable())
-                .filter_map(|(s, m)| {
-                    m.and_then(|i| st.members[i].clone())
-                        .map(|mm| (s, false, mm))
-                });
-            let replacements = st.roster.replacement.enumerate().filter_map(|(s, r)| {
-                r.and_then(|i| st.members[i].clone())
-                    .map(|mm| (s, true, mm))
-            });
+                .filter_map(|(_, m)| m.and_then(|i| st.members[i].clone()));
+            let replacements = st
+                .roster
+                .replacement
+                .iter()
+                .filter_map(|r| r.and_then(|i| st.members[i].clone()));
             slots.chain(replacements).collect()
         };
         let batch = Batch::new();
@@ -414,7 +412,7 @@ impl Array {
             targets
                 .iter()
                 .enumerate()
-                .map(|(tag, (_, _, m))| {
+                .map(|(tag, m)| {
                     let job = Job {
                         kind: JobKind::Flush,
                         offset_bytes: 0,
@@ -429,12 +427,9 @@ impl Array {
             &batch,
         );
         for (tag, err) in batch.wait() {
-            let (slot, replacement, _) = targets[tag];
-            if replacement {
-                self.replacement_failed(slot, &err.to_string());
-            } else {
-                self.member_failed(slot, &err.to_string());
-            }
+            // The device that erred, in the role it has now (an earlier error of this flush
+            // may have handed its slot to a spare, or made a replacement the slot's member).
+            self.io_failed(&targets[tag], &err.to_string());
         }
         if let Some(log) = &self.log {
             log.flush(self)?;

@@ -208,6 +208,28 @@ impl Roster {
         t
     }
 
+    /// An I/O to `member` failed (md's `md_error` on that device): fails the role it has
+    /// now, the slot it fills ([`Roster::fail`]) or the slot it is copied into
+    /// ([`Roster::fail_replacement`]). Nothing when it has neither (it failed already, or
+    /// left): the error says nothing about whoever fills its slot since, such as a spare that
+    /// took the slot when it failed.
+    pub(crate) fn fail_member(
+        &mut self,
+        geo: &Geo,
+        member: MemberId,
+        why: &str,
+        names: &Names,
+        spares: bool,
+    ) -> Transition {
+        if let Some(slot) = self.slot_member.find(&Some(member)) {
+            self.fail(geo, slot, why, names, spares)
+        } else if let Some(slot) = self.replacement.find(&Some(member)) {
+            self.fail_replacement(slot, why, names)
+        } else {
+            Transition::default()
+        }
+    }
+
     /// The replacement being copied into `slot` failed: it is faulty, and the slot's member
     /// stays.
     pub(crate) fn fail_replacement(&mut self, slot: Slot, why: &str, names: &Names) -> Transition {
@@ -763,6 +785,42 @@ mod tests {
         assert_eq!(t.roles, vec![(3, DevRole::Faulty)]);
         assert_eq!(r.slot_member[Slot(0)], Some(MemberId(0)));
         assert_eq!(r.replacement[Slot(0)], None);
+    }
+
+    #[test]
+    fn an_error_fails_the_member_it_came_from_not_the_one_that_took_its_slot() {
+        let (geo, mut r, names) = raid5(4, 1);
+        r.fail_member(&geo, MemberId(0), "write error", &names, true);
+        assert_eq!(
+            r.slot_member[Slot(0)],
+            Some(MemberId(4)),
+            "the spare took slot 0"
+        );
+        // A second error of the same phase from the member that failed: the spare stays.
+        let t = r.fail_member(&geo, MemberId(0), "write error", &names, true);
+        assert_eq!(t, Transition::default());
+        assert_eq!(r.slot_member[Slot(0)], Some(MemberId(4)));
+        assert_eq!(r.slot_state[Slot(0)], MemberState::Rebuilding);
+        // The spare's own error fails it.
+        let t = r.fail_member(&geo, MemberId(4), "write error", &names, true);
+        assert_eq!(t.roles, vec![(4, DevRole::Faulty)]);
+        assert_eq!(r.slot_state[Slot(0)], MemberState::Faulty);
+
+        // A replacement fails as a replacement, and once it carries on as the slot's
+        // rebuild, as the slot's member (no spares here: these superblocks still call the
+        // replacement one, as the driver would have rewritten them).
+        let (geo, mut r, names) = raid5(3, 1);
+        r.replacement[Slot(2)] = Some(MemberId(3));
+        let t = r.fail_member(&geo, MemberId(3), "copy failed", &names, false);
+        assert_eq!(t.roles, vec![(3, DevRole::Faulty)]);
+        assert_eq!(r.slot_member[Slot(2)], Some(MemberId(2)));
+        let (geo, mut r, names) = raid5(3, 1);
+        r.replacement[Slot(2)] = Some(MemberId(3));
+        r.fail_member(&geo, MemberId(2), "gone", &names, false);
+        assert_eq!(r.slot_member[Slot(2)], Some(MemberId(3)));
+        let t = r.fail_member(&geo, MemberId(3), "write error", &names, false);
+        assert_eq!(t.roles, vec![(3, DevRole::Faulty)]);
+        assert_eq!(r.slot_state[Slot(2)], MemberState::Faulty);
     }
 
     #[test]

@@ -352,3 +352,42 @@ fn a_spare_whose_superblock_cannot_be_written_is_refused_not_reported_added() {
     assert_eq!(back, data);
     assert!(again.status().members.iter().all(|m| m.role == "active"));
 }
+
+/// A write whose two pieces both write the member that breaks: its first error fails the member
+/// and hands the slot to the waiting spare; the other errors of the same phase come from the
+/// failed member too and must not fail the spare (md fails the device that erred).
+#[test]
+fn errors_of_a_failed_member_do_not_fail_the_spare_that_took_its_slot() {
+    let (disks, array) = setup(5, 4);
+    let spare = breakable("spare");
+    array
+        .add_spare(Box::new(spare.clone()), [0x43; 16])
+        .unwrap();
+    // The array is dirty already: the first error comes from a data write.
+    array.write_at(&pattern(4096, 5), 1 << 20, false).unwrap();
+    disks[0].writes_broken.store(true, Ordering::SeqCst);
+    // Chunks of 16 sectors: sectors [0, 20) are two pieces, member sectors [0, 4) of slots 0
+    // and 1 and [4, 16) of slot 0, which write slot 0 in the same phase.
+    let data = pattern(20 * 512, 4);
+    array.write_at(&data, 0, false).unwrap();
+    let st = array.status();
+    let faulty: Vec<&str> = st
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            ArrayEvent::MemberFaulty { member, .. } => Some(member.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(faulty, vec!["d0"], "{:?}", st.log);
+    let m = st.members.iter().find(|m| m.name == "spare").unwrap();
+    assert_eq!((m.role.as_str(), m.slot), ("rebuilding", Some(0)), "{m:?}");
+    let reports = array
+        .run_pending(&mut |_| {}, &AtomicBool::new(false))
+        .unwrap();
+    assert!(!reports.is_empty(), "no rebuild ran");
+    assert!(!array.status().degraded);
+    let mut back = vec![0u8; data.len()];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == data);
+}

@@ -328,8 +328,9 @@ impl Array {
                 _ => None,
             };
             let batch = Batch::new();
-            // (op, slot, to the slot's replacement, member sector, sectors)
-            let mut submitted: Vec<(usize, usize, bool, u64, u64)> = Vec::with_capacity(ios.len());
+            // (op, slot, to the slot's replacement, member sector, sectors, the device)
+            let mut submitted: Vec<(usize, usize, bool, u64, u64, &Member)> =
+                Vec::with_capacity(ios.len());
             let mut skipped_reads: Vec<usize> = Vec::new();
             // Members borrowed from the snapshot: no reference-count traffic per I/O. Members
             // being copied onto replacements get every write their slot gets.
@@ -362,7 +363,7 @@ impl Array {
                 };
                 if io.dir == Dir::Write {
                     if let Some(Some(r)) = replacements.get(io.member) {
-                        submitted.push((*k, io.member, true, io.member_sector, io.sectors));
+                        submitted.push((*k, io.member, true, io.member_sector, io.sectors, r));
                         jobs.push((
                             &**r,
                             Job {
@@ -378,7 +379,7 @@ impl Array {
                     }
                 }
                 let tag = submitted.len();
-                submitted.push((*k, io.member, false, io.member_sector, io.sectors));
+                submitted.push((*k, io.member, false, io.member_sector, io.sectors, member));
                 jobs.push((
                     member,
                     Job {
@@ -411,7 +412,7 @@ impl Array {
             // A member or replacement failed by this phase: later phases must see it so.
             let mut membership_changed = false;
             for (tag, err) in errors {
-                let (k, slot, replacement, ms, n) = submitted[tag];
+                let (k, slot, replacement, ms, n, device) = submitted[tag];
                 let action = plan::on_member_error(
                     &self.geo,
                     dir,
@@ -426,8 +427,11 @@ impl Array {
                         self.report_no_space(&err);
                         no_space.get_or_insert(err);
                     }
+                    // The device that erred fails, in the role it has now: when a member
+                    // fails, a spare may take its slot before the phase's other errors are
+                    // seen, and a replacement may carry on as the slot's member.
                     plan::ErrorAction::FailReplacement => {
-                        self.replacement_failed(Slot(slot), &err.to_string());
+                        self.io_failed(device, &err.to_string());
                         membership_changed = true;
                     }
                     plan::ErrorAction::ReplanWithout => {
@@ -436,7 +440,7 @@ impl Array {
                         replan.push(k);
                     }
                     plan::ErrorAction::FailMember { replan: again } => {
-                        self.member_failed(Slot(slot), &err.to_string());
+                        self.io_failed(device, &err.to_string());
                         membership_changed = true;
                         if again {
                             replan.push(k);

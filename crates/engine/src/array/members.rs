@@ -550,6 +550,24 @@ impl Array {
         self.apply(&mut st, t);
     }
 
+    /// An I/O to `member` failed: fails it in whatever role it has now (see
+    /// [`Roster::fail_member`]), not whoever fills the slot it was in when the I/O was issued.
+    pub(crate) fn io_failed(&self, member: &Member, why: &str) {
+        let _g = lock(&self.sb_lock);
+        let mut st = lock(&self.state);
+        let Some(id) = st
+            .members
+            .position(|m| m.as_deref().is_some_and(|m| std::ptr::eq(m, member)))
+        else {
+            return;
+        };
+        let names = Self::names(&st);
+        let t = st
+            .roster
+            .fail_member(&self.geo, id, why, &names, self.spares_allowed());
+        self.apply(&mut st, t);
+    }
+
     /// Marks slot `slot` faulty after an error (or on request).
     pub(crate) fn member_failed(&self, slot: Slot, why: &str) {
         let _g = lock(&self.sb_lock);
