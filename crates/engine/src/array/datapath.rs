@@ -48,18 +48,10 @@ impl Array {
         self.bg.note_foreground();
         let sectors = (user_len / SECTOR) as u64;
         let mut suspects = Vec::new();
-        if let (Dir::Write, Some(wi)) = (dir, &self.bitmap) {
+        // Writes are marked in the write-intent bitmap for as long as they run.
+        let intent = self.bitmap.as_ref().filter(|_| dir == Dir::Write);
+        if let Some(wi) = intent {
             wi.start_write(self, array_sector, sectors);
-            let r = self.run_pieces(
-                dir,
-                array_sector,
-                sectors,
-                user_ptr,
-                user_len,
-                &mut suspects,
-            );
-            wi.end_write(self, array_sector, sectors);
-            return r;
         }
         let r = self.run_pieces(
             dir,
@@ -69,6 +61,9 @@ impl Array {
             user_len,
             &mut suspects,
         );
+        if let Some(wi) = intent {
+            wi.end_write(self, array_sector, sectors);
+        }
         if !suspects.is_empty() {
             self.fix_read_errors(suspects);
         }
@@ -206,29 +201,27 @@ impl Array {
         let resync_pending = self
             .resync_pending
             .load(std::sync::atomic::Ordering::Relaxed);
-        let planned = if self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
-            let st = lock(&self.state);
-            let bad = |slot: usize, from: u64, n: u64| {
+        let guard = self
+            .has_bad
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| lock(&self.state));
+        let bad = |slot: usize, from: u64, n: u64| {
+            guard.as_ref().is_some_and(|st| {
                 st.roster.slot_member[Slot(slot)]
                     .and_then(|i| st.bad.get(i))
                     .is_some_and(|list| list.iter().any(|&(b, len)| b < from + n && from < b + len))
-            };
-            let inputs = plan::PlanInputs {
-                states,
-                resync_pending,
-                unreadable,
-                bad: Some(&bad),
-            };
-            plan::plan_piece(&self.geo, piece, dir, inputs)
-        } else {
-            let inputs = plan::PlanInputs {
-                states,
-                resync_pending,
-                unreadable,
-                bad: None,
-            };
-            plan::plan_piece(&self.geo, piece, dir, inputs)
+            })
         };
+        let inputs = plan::PlanInputs {
+            states,
+            resync_pending,
+            unreadable,
+            bad: guard
+                .as_ref()
+                .map(|_| &bad as &dyn Fn(usize, u64, u64) -> bool),
+        };
+        let planned = plan::plan_piece(&self.geo, piece, dir, inputs);
+        drop(guard);
         planned.map_err(|e| match e {
             PlanError::Unrecoverable { lost_members } => EngineError::ArrayFailed {
                 detail: format!(
