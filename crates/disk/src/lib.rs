@@ -24,6 +24,7 @@
 
 mod aligned;
 mod claim;
+mod counted;
 mod error;
 mod file;
 mod mapped;
@@ -31,6 +32,7 @@ mod mem;
 
 pub use aligned::AlignedBuf;
 pub use claim::{Claim, Holder};
+pub use counted::{mono_ns, Counted, IoCounters, IoDir, IoRates, IoSnapshot};
 pub use error::{DiskError, DiskErrorKind};
 pub use file::{allocate_in_full, sparse_growth, DirectIo, FileDisk, OpenOptions, SparseGrowth};
 pub use mem::MemDisk;

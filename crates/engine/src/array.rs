@@ -53,7 +53,7 @@ use crate::plan::{
 // The layout crate's level, beside the superblock's `Level` imported above.
 use crate::meta::{read_superblock, write_superblock};
 use crate::pool::{self, Batch, Job, JobKind, Semaphore, StripeLocks, Worker};
-use raidkit_disk::Disk;
+use raidkit_disk::{Disk, IoCounters};
 use raidkit_layout::Level as RaidLevel;
 use raidkit_metadata::{
     mdadm_max_dev, CreateShape, DataLayout, DevRole, FeatureMap, Level, MdTime, NewMember, SetName,
@@ -84,6 +84,31 @@ pub(crate) struct Member {
     pub(crate) disk: Arc<dyn Disk>,
     pub(crate) worker: Worker,
     pub(crate) data_offset_bytes: u64,
+    /// Every request that reaches the member's device, counted as `iostat -x` counts them.
+    pub(crate) io: Arc<IoCounters>,
+}
+
+impl Member {
+    /// Puts `disk` in service as member number `index`: its I/O is counted and a worker
+    /// thread takes its requests.
+    pub(crate) fn start(
+        index: usize,
+        disk: Arc<dyn Disk>,
+        data_offset_bytes: u64,
+    ) -> Result<Member> {
+        let counted = raidkit_disk::Counted::new(disk);
+        let io = counted.counters().clone();
+        let disk: Arc<dyn Disk> = Arc::new(counted);
+        let worker = Worker::spawn(format!("raidkit-m{index}"), disk.clone()).map_err(|e| {
+            EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
+        })?;
+        Ok(Member {
+            disk,
+            worker,
+            data_offset_bytes,
+            io,
+        })
+    }
 }
 
 pub(crate) struct State {
@@ -195,15 +220,11 @@ impl Array {
     ) -> Result<Array> {
         let mut members = Vec::with_capacity(disks.len());
         for (i, (disk, sb)) in disks.into_iter().zip(&sbs).enumerate() {
-            let disk: Arc<dyn Disk> = Arc::from(disk);
-            let worker = Worker::spawn(format!("raidkit-m{i}"), disk.clone()).map_err(|e| {
-                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
-            })?;
-            members.push(Some(Arc::new(Member {
-                disk,
-                worker,
-                data_offset_bytes: sb.data_offset_sectors * 512,
-            })));
+            members.push(Some(Arc::new(Member::start(
+                i,
+                Arc::from(disk),
+                sb.data_offset_sectors * 512,
+            )?)));
         }
         let config = EngineConfig {
             stripe_cache_bytes: config.stripe_cache_bytes.max(1 << 20),
@@ -491,6 +512,29 @@ impl Array {
         Ok(())
     }
 
+    /// Each attached member's I/O counters now, by member index, with its slot (the cheap
+    /// part of [`Array::status`], for sampling many times a second).
+    pub fn member_io(&self) -> Vec<MemberIoReading> {
+        let st = lock(&self.state);
+        st.members
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let m = m.as_ref()?;
+                let slot = st
+                    .roster
+                    .slot_member
+                    .find(&Some(i))
+                    .or(st.roster.replacement.find(&Some(i)));
+                Some(MemberIoReading {
+                    index: i.0,
+                    slot: slot.map(|s| s.0),
+                    name: m.disk.name().to_string(),
+                    io: m.io.snapshot().into(),
+                })
+            })
+            .collect()
+    }
+
     pub fn status(&self) -> Status {
         let st = lock(&self.state);
         let any = st
@@ -543,6 +587,7 @@ impl Array {
                     data_offset_sectors: st.roster.sbs[i].data_offset_sectors,
                     events: st.roster.sbs[i].events,
                     bad_block_ranges: st.bad.get(i).map_or(0, Vec::len),
+                    io: m.io.snapshot().into(),
                 })
             })
             .collect();

@@ -193,15 +193,8 @@ impl Array {
             .map_err(meta_err)?;
         sb.set_recovery_offset(0);
         sb.feature_map.insert(FeatureMap::RECOVERY_BITMAP);
-        let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
-            .map_err(|e| {
-                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
-            })?;
-        st.members.push(Some(Arc::new(Member {
-            disk,
-            worker,
-            data_offset_bytes: found.sb.data_offset_sectors * 512,
-        })));
+        let member = Member::start(st.members.len(), disk, found.sb.data_offset_sectors * 512)?;
+        st.members.push(Some(Arc::new(member)));
         st.roster.sbs.push(sb);
         let index = MemberId(st.members.len() - 1);
         let names = Self::names(&st);
@@ -331,15 +324,8 @@ impl Array {
         if let Some(log) = &self.log {
             log.member_joins(disk.as_ref(), &mut sb, &dl)?;
         }
-        let worker = Worker::spawn(format!("raidkit-m{}", st.members.len()), disk.clone())
-            .map_err(|e| {
-                EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
-            })?;
-        st.members.push(Some(Arc::new(Member {
-            disk,
-            worker,
-            data_offset_bytes: dl.data_offset_sectors * 512,
-        })));
+        let member = Member::start(st.members.len(), disk, dl.data_offset_sectors * 512)?;
+        st.members.push(Some(Arc::new(member)));
         st.roster.sbs.push(sb);
         Ok((MemberId(st.members.len() - 1), dev_number))
     }
