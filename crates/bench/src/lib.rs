@@ -6,5 +6,6 @@
 //!   of foreground throughput left while a rebuild runs.
 
 pub mod isal;
+pub mod lab;
 pub mod parity;
 pub mod rebuild;

@@ -65,6 +65,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod client;
 pub mod escape;
 pub mod export;
 pub mod handshake;

@@ -1,0 +1,514 @@
+//! What a run measures: a raidkit array in this process, a file or block device, or an NBD
+//! export (raidkit's own server, another server). Each keeps real requests outstanding:
+//! - a file or block device through io_uring (one thread, `queue_depth` requests in the
+//!   kernel at once), with `O_DIRECT` where the kernel accepts it;
+//! - an NBD export on one connection, requests pipelined (a sender and a receiver);
+//! - an array in this process: the array takes requests from any number of threads and has no
+//!   asynchronous submission, so each outstanding request is one thread inside
+//!   `Array::read_at`/`write_at` (as each NBD request is in `raidkit serve`).
+//!
+//! Per-member load comes from the array's own counters, or from `/sys/block/*/stat` for a
+//! block device.
+
+use super::workload::Request;
+use super::LabError;
+use raidkit_disk::AlignedBuf;
+use raidkit_engine::{Array, MemberIo, MemberIoReading};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+/// Reads every member's counters (for per-member load sampled over a run).
+pub type MemberSource = Arc<dyn Fn() -> Vec<MemberIoReading> + Send + Sync>;
+
+/// A device under test.
+pub trait Target {
+    fn describe(&self) -> String;
+    fn size_bytes(&self) -> u64;
+    /// Gets `slots` request buffers of `max_len` bytes ready; a write sends a fixed pattern.
+    fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError>;
+    /// Starts a request in `slot` (free: its last request completed).
+    fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError>;
+    /// Waits for a request to complete and returns its slot.
+    fn wait(&mut self) -> Result<usize, LabError>;
+    /// Makes completed writes durable; called with nothing outstanding.
+    fn flush(&mut self) -> Result<(), LabError>;
+    /// Drops what a cache between here and the media holds of the target, where that is
+    /// possible (page cache of a buffered file); true when done.
+    fn drop_caches(&mut self) -> Result<bool, LabError> {
+        Ok(false)
+    }
+    /// Per-member counters, when the target has members (or is a block device).
+    fn members(&self) -> Option<MemberSource> {
+        None
+    }
+}
+
+fn pattern(len: usize) -> AlignedBuf {
+    let mut b = AlignedBuf::new(len.max(4096), 4096).expect("buffer allocation");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for c in b.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+    }
+    b
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A file or block device, through io_uring.
+pub struct FileTarget {
+    path: PathBuf,
+    file: std::fs::File,
+    size: u64,
+    direct: bool,
+    ring: io_uring::IoUring,
+    bufs: Vec<AlignedBuf>,
+    write_buf: AlignedBuf,
+    lens: Vec<u32>,
+    block: Option<String>,
+}
+
+impl FileTarget {
+    /// Opens `path` for reading and writing (`writes`: false opens it read-only). `direct`:
+    /// ask for `O_DIRECT`; where the filesystem refuses it (tmpfs), buffered I/O is used and
+    /// [`FileTarget::direct`] says so.
+    pub fn open(path: &Path, writes: bool, direct: bool) -> Result<FileTarget, LabError> {
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let open = |flags: i32| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(writes)
+                .custom_flags(flags)
+                .open(path)
+        };
+        let (file, direct) = match direct {
+            true => match open(libc::O_DIRECT) {
+                Ok(f) => (f, true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    (open(0).map_err(|e| LabError::io(path, e))?, false)
+                }
+                Err(e) => return Err(LabError::io(path, e)),
+            },
+            false => (open(0).map_err(|e| LabError::io(path, e))?, false),
+        };
+        let meta = file.metadata().map_err(|e| LabError::io(path, e))?;
+        let (size, block) = if meta.file_type().is_block_device() {
+            let mut size = 0u64;
+            // BLKGETSIZE64
+            let r = unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size) };
+            if r != 0 {
+                return Err(LabError::io(path, std::io::Error::last_os_error()));
+            }
+            let name = std::fs::canonicalize(path)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            (size, name)
+        } else {
+            (meta.len(), None)
+        };
+        let ring = io_uring::IoUring::new(64).map_err(|e| LabError::io(path, e))?;
+        Ok(FileTarget {
+            path: path.to_path_buf(),
+            file,
+            size,
+            direct,
+            ring,
+            bufs: Vec::new(),
+            write_buf: pattern(4096),
+            lens: Vec::new(),
+            block,
+        })
+    }
+
+    /// True when the file was opened with `O_DIRECT`.
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+}
+
+impl Target for FileTarget {
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}{})",
+            self.path.display(),
+            if self.block.is_some() {
+                "block device"
+            } else {
+                "file"
+            },
+            if self.direct {
+                ", O_DIRECT"
+            } else {
+                ", buffered"
+            }
+        )
+    }
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+    fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
+        if slots > 64 {
+            self.ring = io_uring::IoUring::new(slots.next_power_of_two() as u32)
+                .map_err(|e| LabError::io(&self.path, e))?;
+        }
+        self.bufs = (0..slots)
+            .map(|_| AlignedBuf::new(max_len, 4096).expect("buffer allocation"))
+            .collect();
+        self.lens = vec![0; slots];
+        self.write_buf = pattern(max_len);
+        Ok(())
+    }
+    fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError> {
+        use io_uring::{opcode, types};
+        let fd = types::Fd(self.file.as_raw_fd());
+        let len = req.len as u32;
+        self.lens[slot] = len;
+        let e = if req.write {
+            opcode::Write::new(fd, self.write_buf.as_ptr(), len)
+                .offset(req.offset)
+                .build()
+        } else {
+            opcode::Read::new(fd, self.bufs[slot].as_mut_ptr(), len)
+                .offset(req.offset)
+                .build()
+        }
+        .user_data(slot as u64);
+        // SAFETY: the buffers live in `self` until the request completes (`wait` is called
+        // for every submitted request before `prepare` replaces them or `self` drops).
+        unsafe {
+            self.ring
+                .submission()
+                .push(&e)
+                .map_err(|_| LabError::Target("io_uring submission queue full".into()))?;
+        }
+        self.ring
+            .submit()
+            .map_err(|e| LabError::io(&self.path, e))?;
+        Ok(())
+    }
+    fn wait(&mut self) -> Result<usize, LabError> {
+        loop {
+            if let Some(c) = self.ring.completion().next() {
+                let slot = c.user_data() as usize;
+                let res = c.result();
+                if res < 0 {
+                    return Err(LabError::io(
+                        &self.path,
+                        std::io::Error::from_raw_os_error(-res),
+                    ));
+                }
+                if res as u32 != self.lens[slot] {
+                    return Err(LabError::Target(format!(
+                        "{}: short transfer ({res} of {} bytes)",
+                        self.path.display(),
+                        self.lens[slot]
+                    )));
+                }
+                return Ok(slot);
+            }
+            self.ring
+                .submit_and_wait(1)
+                .map_err(|e| LabError::io(&self.path, e))?;
+        }
+    }
+    fn flush(&mut self) -> Result<(), LabError> {
+        self.file
+            .sync_data()
+            .map_err(|e| LabError::io(&self.path, e))
+    }
+    fn drop_caches(&mut self) -> Result<bool, LabError> {
+        if self.direct {
+            return Ok(true);
+        }
+        self.flush()?;
+        let r =
+            unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        Ok(r == 0)
+    }
+    fn members(&self) -> Option<MemberSource> {
+        let name = self.block.clone()?;
+        let path = format!("/sys/block/{name}/stat");
+        std::fs::metadata(&path).ok()?;
+        Some(Arc::new(move || {
+            sysfs_stat(&path)
+                .map(|io| MemberIoReading {
+                    index: 0,
+                    slot: None,
+                    name: name.clone(),
+                    io,
+                })
+                .into_iter()
+                .collect()
+        }))
+    }
+}
+
+/// A block device's counters from `/sys/block/NAME/stat` (the kernel's own accounting,
+/// documented in the kernel's `Documentation/block/stat.rst`), in [`MemberIo`]'s units.
+pub fn sysfs_stat(path: &str) -> Option<MemberIo> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let f: Vec<u64> = text
+        .split_whitespace()
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    if f.len() < 11 {
+        return None;
+    }
+    let ms = 1_000_000u64;
+    Some(MemberIo {
+        at_ns: raidkit_disk::mono_ns(),
+        reads: f[0],
+        read_bytes: f[2] * 512,
+        read_ns: f[3] * ms,
+        writes: f[4],
+        write_bytes: f[6] * 512,
+        write_ns: f[7] * ms,
+        flushes: f.get(15).copied().unwrap_or(0),
+        flush_ns: f.get(16).copied().unwrap_or(0) * ms,
+        errors: 0,
+        busy_ns: f[9] * ms,
+        in_flight: f[8] as u32,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A raidkit array in this process: one thread per outstanding request.
+pub struct ArrayTarget {
+    array: Arc<Array>,
+    what: String,
+    to: Vec<mpsc::Sender<Request>>,
+    done_tx: mpsc::Sender<(usize, Result<(), String>)>,
+    done: mpsc::Receiver<(usize, Result<(), String>)>,
+}
+
+impl ArrayTarget {
+    pub fn new(array: Arc<Array>, what: String) -> ArrayTarget {
+        let (done_tx, done) = mpsc::channel();
+        ArrayTarget {
+            array,
+            what,
+            to: Vec::new(),
+            done_tx,
+            done,
+        }
+    }
+}
+
+impl Target for ArrayTarget {
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.array.size_bytes()
+    }
+    fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
+        self.to.clear(); // ends the threads of an earlier run
+        let write = Arc::new(pattern(max_len));
+        for slot in 0..slots {
+            let (tx, rx) = mpsc::channel::<Request>();
+            let (a, done, w) = (self.array.clone(), self.done_tx.clone(), write.clone());
+            std::thread::Builder::new()
+                .name(format!("bench-q{slot}"))
+                .spawn(move || {
+                    let mut buf = vec![0u8; max_len];
+                    for r in rx {
+                        let len = r.len as usize;
+                        let res = if r.write {
+                            a.write_at(&w[..len], r.offset, false)
+                        } else {
+                            a.read_at(&mut buf[..len], r.offset)
+                        };
+                        if done.send((slot, res.map_err(|e| e.to_string()))).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| LabError::Target(format!("cannot start a thread: {e}")))?;
+            self.to.push(tx);
+        }
+        Ok(())
+    }
+    fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError> {
+        self.to[slot]
+            .send(req)
+            .map_err(|_| LabError::Target("a request thread ended".into()))
+    }
+    fn wait(&mut self) -> Result<usize, LabError> {
+        let (slot, r) = self
+            .done
+            .recv()
+            .map_err(|_| LabError::Target("every request thread ended".into()))?;
+        r.map_err(LabError::Target)?;
+        Ok(slot)
+    }
+    fn flush(&mut self) -> Result<(), LabError> {
+        self.array
+            .flush()
+            .map_err(|e| LabError::Target(e.to_string()))
+    }
+    fn members(&self) -> Option<MemberSource> {
+        let a = self.array.clone();
+        Some(Arc::new(move || a.member_io()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// An NBD export over one connection, requests pipelined.
+pub struct NbdTarget {
+    uri: raidkit_nbd::client::NbdUri,
+    info: raidkit_nbd::client::ExportInfo,
+    tx: Option<raidkit_nbd::client::Sender>,
+    rx: Option<raidkit_nbd::client::Receiver>,
+    lens: Arc<Vec<std::sync::atomic::AtomicU32>>,
+    done: Option<mpsc::Receiver<Result<usize, String>>>,
+    write_buf: AlignedBuf,
+    members: Option<MemberSource>,
+}
+
+/// Marks a READ in the per-slot lengths the receiver reads (it must know how much data
+/// follows a reply).
+const READ_FLAG: u32 = 1 << 31;
+
+impl NbdTarget {
+    pub fn connect(uri: &str) -> Result<NbdTarget, LabError> {
+        use raidkit_nbd::client;
+        let uri = client::NbdUri::parse(uri).map_err(|e| LabError::Target(e.to_string()))?;
+        let (info, tx, rx) =
+            client::connect(&uri).map_err(|e| LabError::Target(format!("{uri}: {e}")))?;
+        Ok(NbdTarget {
+            uri,
+            info,
+            tx: Some(tx),
+            rx: Some(rx),
+            lens: Arc::new(Vec::new()),
+            done: None,
+            write_buf: pattern(4096),
+            members: None,
+        })
+    }
+
+    /// Per-member counters from elsewhere (a served array's control socket).
+    pub fn with_members(mut self, m: MemberSource) -> NbdTarget {
+        self.members = Some(m);
+        self
+    }
+}
+
+impl Target for NbdTarget {
+    fn describe(&self) -> String {
+        format!("{} (NBD)", self.uri)
+    }
+    fn size_bytes(&self) -> u64 {
+        self.info.size_bytes
+    }
+    fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
+        if self.done.is_some() {
+            // The receiver thread of an earlier run holds the receiving half; runs share one.
+            if self.lens.len() > slots && self.write_buf.len() >= max_len {
+                return Ok(());
+            }
+            return Err(LabError::Target(
+                "an NBD target is prepared once, for the deepest queue and largest request".into(),
+            ));
+        }
+        self.write_buf = pattern(max_len);
+        let lens: Arc<Vec<std::sync::atomic::AtomicU32>> =
+            Arc::new((0..slots + 1).map(|_| Default::default()).collect());
+        self.lens = lens.clone();
+        let mut rx = self.rx.take().expect("receiving half");
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("bench-nbd-rx".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; max_len];
+                loop {
+                    let r = rx.reply().and_then(|(cookie, error)| {
+                        let slot = cookie as usize;
+                        let len = lens
+                            .get(slot)
+                            .map(|l| l.load(std::sync::atomic::Ordering::Acquire))
+                            .ok_or_else(|| {
+                                raidkit_nbd::client::ClientError::Protocol(format!(
+                                    "reply for cookie {cookie}, which no request had"
+                                ))
+                            })?;
+                        if error != 0 {
+                            return Err(raidkit_nbd::client::ClientError::Request {
+                                command: if len & READ_FLAG != 0 { 0 } else { 1 },
+                                error,
+                            });
+                        }
+                        if len & READ_FLAG != 0 {
+                            rx.payload(&mut buf[..(len & !READ_FLAG) as usize])?;
+                        }
+                        Ok(slot)
+                    });
+                    let end = r.is_err();
+                    if done_tx.send(r.map_err(|e| e.to_string())).is_err() || end {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| LabError::Target(format!("cannot start a thread: {e}")))?;
+        self.done = Some(done);
+        Ok(())
+    }
+    fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError> {
+        use raidkit_nbd::proto::{NBD_CMD_READ, NBD_CMD_WRITE};
+        let len = req.len as u32;
+        self.lens[slot].store(
+            if req.write { len } else { len | READ_FLAG },
+            std::sync::atomic::Ordering::Release,
+        );
+        let tx = self.tx.as_mut().expect("sending half");
+        let r = if req.write {
+            tx.send(
+                NBD_CMD_WRITE,
+                slot as u64,
+                req.offset,
+                len,
+                Some(&self.write_buf[..len as usize]),
+            )
+        } else {
+            tx.send(NBD_CMD_READ, slot as u64, req.offset, len, None)
+        };
+        r.map_err(|e| LabError::Target(e.to_string()))
+    }
+    fn wait(&mut self) -> Result<usize, LabError> {
+        let done = self.done.as_ref().expect("prepared");
+        done.recv()
+            .map_err(|_| LabError::Target("the NBD connection closed".into()))?
+            .map_err(LabError::Target)
+    }
+    fn flush(&mut self) -> Result<(), LabError> {
+        if !self.info.can_flush() {
+            return Ok(());
+        }
+        use raidkit_nbd::proto::NBD_CMD_FLUSH;
+        // The last slot is the flush's: its length stays 0, so its reply carries no data.
+        let slot = self.lens.len() - 1;
+        self.tx
+            .as_mut()
+            .expect("sending half")
+            .send(NBD_CMD_FLUSH, slot as u64, 0, 0, None)
+            .map_err(|e| LabError::Target(e.to_string()))?;
+        self.wait().map(|_| ())
+    }
+    fn members(&self) -> Option<MemberSource> {
+        self.members.clone()
+    }
+}
+
+impl Drop for NbdTarget {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            tx.disconnect();
+        }
+    }
+}
