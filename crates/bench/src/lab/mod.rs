@@ -5,6 +5,8 @@
 //! percentiles, CPU per GB and each member's load over time; [`chart`] draws them and
 //! [`matrix`] builds the level-by-member-count table of the studies.
 
+pub mod chart;
+pub mod matrix;
 pub mod run;
 pub mod target;
 pub mod workload;

@@ -284,6 +284,7 @@ pub struct ArrayTarget {
     to: Vec<mpsc::Sender<Request>>,
     done_tx: mpsc::Sender<(usize, Result<(), String>)>,
     done: mpsc::Receiver<(usize, Result<(), String>)>,
+    dropper: Option<Box<dyn FnMut() -> bool>>,
 }
 
 impl ArrayTarget {
@@ -295,8 +296,44 @@ impl ArrayTarget {
             to: Vec::new(),
             done_tx,
             done,
+            dropper: None,
         }
     }
+
+    /// How to drop the caches beneath the members (the page cache of their image files, say).
+    pub fn with_cache_dropper(mut self, f: Box<dyn FnMut() -> bool>) -> ArrayTarget {
+        self.dropper = Some(f);
+        self
+    }
+}
+
+/// Drops the page cache of a file's clean pages (after its writes were flushed); false where
+/// the kernel keeps the data in memory anyway (tmpfs) or refuses.
+pub fn drop_file_cache(path: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    if is_memory_backed(path) {
+        return false;
+    }
+    // SAFETY: plain syscall on an open descriptor.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) == 0 }
+}
+
+/// True for files on tmpfs or ramfs, where a file's pages are its storage.
+pub fn is_memory_backed(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs fills the struct it is given.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 impl Target for ArrayTarget {
@@ -350,6 +387,10 @@ impl Target for ArrayTarget {
         self.array
             .flush()
             .map_err(|e| LabError::Target(e.to_string()))
+    }
+    fn drop_caches(&mut self) -> Result<bool, LabError> {
+        self.flush()?;
+        Ok(self.dropper.as_mut().is_some_and(|f| f()))
     }
     fn members(&self) -> Option<MemberSource> {
         let a = self.array.clone();
