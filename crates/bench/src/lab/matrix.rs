@@ -63,6 +63,9 @@ impl LevelSpec {
     }
 }
 
+/// Told the cell and phase running (`RAID 5 x4 write`) and the share of it done.
+pub type CellProgress = Arc<dyn Fn(&str, f64) + Send + Sync>;
+
 /// What the matrix runs.
 #[derive(Clone)]
 pub struct MatrixConfig {
@@ -76,7 +79,7 @@ pub struct MatrixConfig {
     pub bytes: Option<u64>,
     pub request_bytes: u64,
     pub chunk_sectors: u32,
-    pub progress: Option<Arc<dyn Fn(&str, f64) + Send + Sync>>,
+    pub progress: Option<CellProgress>,
 }
 
 #[derive(Clone, Debug)]
