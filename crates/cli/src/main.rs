@@ -47,6 +47,9 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Each member's load of a served array over each interval, in `iostat -x`'s columns,
+    /// from the server's control socket: `raidkit iostat --control SOCK 3`.
+    Iostat(cmd::bench::IostatArgs),
     /// Export arrays as Network Block Device disks (unix socket or TCP on loopback).
     Serve(cmd::serve::ServeArgs),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
@@ -101,6 +104,7 @@ fn main() -> std::process::ExitCode {
         Command::Layout(args) => cmd::layout::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Iostat(args) => cmd::bench::iostat(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Array(args) => cmd::array::run(args),
     };

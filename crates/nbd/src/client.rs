@@ -173,11 +173,16 @@ fn read_u64(s: &mut impl Read) -> io::Result<u64> {
 }
 
 /// The export a connection reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExportInfo {
     pub size_bytes: u64,
     /// Transmission flags (`NBD_FLAG_*`).
     pub flags: u16,
+    /// Block sizes the server asked for (`NBD_INFO_BLOCK_SIZE`; the spec's defaults when it
+    /// sent none): requests must be multiples of the minimum and at most the maximum payload.
+    pub min_block: u32,
+    pub preferred_block: u32,
+    pub max_payload: u32,
 }
 
 impl ExportInfo {
@@ -223,16 +228,19 @@ fn negotiate(s: &mut Stream, export: &str) -> Result<ExportInfo, ClientError> {
         cflags |= NBD_FLAG_C_NO_ZEROES;
     }
     let mut out = cflags.to_be_bytes().to_vec();
-    // NBD_OPT_GO: export name length, name, no information requests.
+    // NBD_OPT_GO: export name length, name, and one information request: the block sizes
+    // (which tells the server this client honours them).
     let name = export.as_bytes();
     out.extend_from_slice(&IHAVEOPT.to_be_bytes());
     out.extend_from_slice(&NBD_OPT_GO.to_be_bytes());
-    out.extend_from_slice(&((4 + name.len() + 2) as u32).to_be_bytes());
+    out.extend_from_slice(&((4 + name.len() + 2 + 2) as u32).to_be_bytes());
     out.extend_from_slice(&(name.len() as u32).to_be_bytes());
     out.extend_from_slice(name);
-    out.extend_from_slice(&0u16.to_be_bytes());
+    out.extend_from_slice(&1u16.to_be_bytes());
+    out.extend_from_slice(&NBD_INFO_BLOCK_SIZE.to_be_bytes());
     s.write_all(&out)?;
-    let mut info = None;
+    let mut info: Option<ExportInfo> = None;
+    let mut sizes = (1, 4096, 32 << 20);
     loop {
         if read_u64(s)? != OPTION_REPLY_MAGIC {
             return Err(proto("bad option reply magic".into()));
@@ -252,13 +260,18 @@ fn negotiate(s: &mut Stream, export: &str) -> Result<ExportInfo, ClientError> {
             NBD_REP_ACK => break,
             NBD_REP_INFO if len >= 2 => {
                 let what = u16::from_be_bytes([body[0], body[1]]);
+                let be32 =
+                    |i: usize| u32::from_be_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
                 if what == NBD_INFO_EXPORT && len >= 12 {
                     let mut size = [0u8; 8];
                     size.copy_from_slice(&body[2..10]);
                     info = Some(ExportInfo {
                         size_bytes: u64::from_be_bytes(size),
                         flags: u16::from_be_bytes([body[10], body[11]]),
+                        ..info.unwrap_or_default()
                     });
+                } else if what == NBD_INFO_BLOCK_SIZE && len >= 14 {
+                    sizes = (be32(2), be32(6), be32(10));
                 }
             }
             k if k & (1 << 31) != 0 => {
@@ -270,7 +283,10 @@ fn negotiate(s: &mut Stream, export: &str) -> Result<ExportInfo, ClientError> {
             _ => {}
         }
     }
-    info.ok_or_else(|| proto("NBD_OPT_GO succeeded without NBD_INFO_EXPORT".into()))
+    let mut info =
+        info.ok_or_else(|| proto("NBD_OPT_GO succeeded without NBD_INFO_EXPORT".into()))?;
+    (info.min_block, info.preferred_block, info.max_payload) = sizes;
+    Ok(info)
 }
 
 /// The sending half: requests go out in order, each with the caller's cookie.

@@ -108,6 +108,17 @@ pub struct Axes {
     pub log_x: bool,
 }
 
+/// A tick label without needless decimals.
+fn short(v: f64) -> String {
+    if v.fract().abs() < 1e-9 || v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 fn lines_on<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     axes: &Axes,
@@ -128,6 +139,18 @@ fn lines_on<DB: DrawingBackend>(
         x1 += 1.0;
     }
     let y1 = if y1 > 0.0 { y1 * 1.12 } else { 1.0 };
+    // Whole-number x values (member counts, queue depths): one label per value.
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let x_labels = if xs.iter().all(|x| x.fract() == 0.0) && xs.len() <= 16 && !axes.log_x {
+        (x1 - x0) as usize + 1
+    } else {
+        10
+    };
     let mut b = ChartBuilder::on(area);
     b.caption(&axes.title, ("sans-serif", 22))
         .margin(12)
@@ -140,6 +163,9 @@ fn lines_on<DB: DrawingBackend>(
                 .configure_mesh()
                 .x_desc(axes.x.as_str())
                 .y_desc(axes.y.as_str())
+                .x_labels(x_labels)
+                .x_label_formatter(&|x: &f64| short(*x))
+                .y_label_formatter(&|y: &f64| short(*y))
                 .label_style(("sans-serif", 14))
                 .draw()
                 .map_err(e)?;

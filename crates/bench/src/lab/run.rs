@@ -161,6 +161,7 @@ type Reading = (Instant, Vec<MemberIoReading>);
 
 /// Samples member counters every `every` on a thread until stopped.
 struct Sampler {
+    every: Duration,
     stop: Arc<AtomicBool>,
     readings: Arc<Mutex<Vec<Reading>>>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -190,6 +191,7 @@ impl Sampler {
             })
         });
         Sampler {
+            every,
             stop,
             readings,
             handle,
@@ -206,8 +208,10 @@ impl Sampler {
             return (Vec::new(), Vec::new());
         };
         let whole = MemberLoad::all_between(&first.1, &last.1);
+        // The last interval ends when the run does; a sliver of one says nothing.
         let samples = r
             .windows(2)
+            .filter(|w| w[1].0.duration_since(w[0].0) >= self.every / 4)
             .map(|w| Sample {
                 t: w[1].0.saturating_duration_since(t0).as_secs_f64(),
                 members: MemberLoad::all_between(&w[0].1, &w[1].1),

@@ -70,6 +70,8 @@ pub struct FileTarget {
     write_buf: AlignedBuf,
     lens: Vec<u32>,
     block: Option<String>,
+    /// Requests queued in the ring that the kernel has not been told of.
+    unsubmitted: bool,
 }
 
 impl FileTarget {
@@ -121,6 +123,7 @@ impl FileTarget {
             write_buf: pattern(4096),
             lens: Vec::new(),
             block,
+            unsubmitted: false,
         })
     }
 
@@ -185,13 +188,19 @@ impl Target for FileTarget {
                 .push(&e)
                 .map_err(|_| LabError::Target("io_uring submission queue full".into()))?;
         }
-        self.ring
-            .submit()
-            .map_err(|e| LabError::io(&self.path, e))?;
+        // Submitted to the kernel by the next `wait`, together with any others queued since
+        // (one system call per request at queue depth 1, as fio's io_uring engine makes).
+        self.unsubmitted = true;
         Ok(())
     }
     fn wait(&mut self) -> Result<usize, LabError> {
         loop {
+            if std::mem::take(&mut self.unsubmitted) {
+                let ready = !self.ring.completion().is_empty();
+                self.ring
+                    .submit_and_wait(if ready { 0 } else { 1 })
+                    .map_err(|e| LabError::io(&self.path, e))?;
+            }
             if let Some(c) = self.ring.completion().next() {
                 let slot = c.user_data() as usize;
                 let res = c.result();
@@ -457,6 +466,12 @@ impl Target for NbdTarget {
             return Err(LabError::Target(
                 "an NBD target is prepared once, for the deepest queue and largest request".into(),
             ));
+        }
+        if max_len as u64 > self.info.max_payload as u64 {
+            return Err(LabError::Usage(format!(
+                "{}: requests of {max_len} bytes are over the server's maximum of {}",
+                self.uri, self.info.max_payload
+            )));
         }
         self.write_buf = pattern(max_len);
         let lens: Arc<Vec<std::sync::atomic::AtomicU32>> =

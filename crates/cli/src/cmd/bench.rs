@@ -2,6 +2,13 @@
 //! values, calls a benchmark in the raidkit-bench crate (or, for `nbd`, drives the real
 //! server and real clients as processes), and prints what it returns.
 
+mod lab;
+pub use lab::IostatArgs;
+
+/// `raidkit iostat`.
+pub fn iostat(args: IostatArgs) -> Result<(), CliError> {
+    lab::iostat_cmd(args)
+}
 mod nbd;
 
 use std::io::Write;
@@ -13,6 +20,17 @@ use raidkit_cli::CliError;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
+    /// Measure a target the way the reference studies do: the dd method, streaming, the
+    /// twelve IOmeter access specifications, custom mixes and sweeps over request size and
+    /// queue depth, with latency percentiles, CPU per GB and each member's load.
+    Run(lab::RunArgs),
+    /// The studies' table on this machine: for each level and member count, an array over
+    /// image files (or given devices) written and read back with the dd method; capacity,
+    /// space efficiency, MB/s, each member's load, and a chart.
+    Matrix(lab::MatrixArgs),
+    /// The lab's load generator against fio on the same targets (a file in memory, a
+    /// `raidkit serve` export through fio's nbd engine): MB/s side by side and their ratio.
+    Selftest(lab::SelftestArgs),
     /// Parity kernels (P, P+Q, two-failure recovery) in GB/s per core, side by side with
     /// ISA-L's xor_gen, pq_gen and ec_encode_data when libisal is installed.
     Parity(ParityArgs),
@@ -87,6 +105,9 @@ fn parse_runs(s: &str) -> Result<usize, String> {
 
 pub fn run(cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
+        BenchCommand::Run(args) => lab::run_cmd(args),
+        BenchCommand::Matrix(args) => lab::matrix_cmd(args),
+        BenchCommand::Selftest(args) => lab::selftest_cmd(args),
         BenchCommand::Parity(args) => run_parity(args),
         BenchCommand::Rebuild(args) => run_rebuild(args),
         BenchCommand::Nbd(args) => nbd::run(args),
@@ -288,8 +309,7 @@ mod tests {
         full.extend_from_slice(args);
         Wrap::try_parse_from(full).map(|w| match w.cmd {
             BenchCommand::Parity(p) => p,
-            BenchCommand::Rebuild(_) => unreachable!("parsed as parity"),
-            BenchCommand::Nbd(_) => unreachable!("parsed as parity"),
+            other => unreachable!("parsed as parity: {other:?}"),
         })
     }
 

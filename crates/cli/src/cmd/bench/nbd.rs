@@ -170,8 +170,50 @@ fn spawn_nbdkit(
     Ok(Proc { child, what })
 }
 
+/// `raidkit serve` (export "bench", no control socket) over `members` on unix socket
+/// `socket`, its log in `log`; returns once the socket is there.
+fn spawn_serve(
+    exe: &Path,
+    socket: &Path,
+    members: &[PathBuf],
+    log: &Path,
+    extra: &[String],
+) -> Result<Proc, CliError> {
+    let mut server = Proc {
+        child: Command::new(exe)
+            .arg("serve")
+            .arg("--socket")
+            .arg(socket)
+            .arg("--no-control")
+            .args(extra)
+            .arg("--name")
+            .arg("bench")
+            .args(members)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .map_err(|e| CliError::failure(format!("cannot start raidkit serve: {e}")))?,
+        what: "raidkit serve",
+    };
+    wait_for_socket(socket, &mut server).map_err(|e| {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        CliError::new(e.code, format!("{}; its log:\n{text}", e.message))
+    })?;
+    Ok(server)
+}
+
+/// `raidkit serve` for the lab's selftest.
+pub(super) fn spawn_raidkit_serve(
+    exe: &Path,
+    socket: &Path,
+    members: &[PathBuf],
+    log: &Path,
+) -> Result<Proc, CliError> {
+    spawn_serve(exe, socket, members, log, &[])
+}
+
 /// A server process, killed when dropped.
-struct Proc {
+pub(super) struct Proc {
     child: Child,
     what: &'static str,
 }
@@ -195,7 +237,7 @@ impl Proc {
         (ticks(11) + ticks(12)) / hz
     }
 
-    fn check_alive(&mut self) -> Result<(), CliError> {
+    pub(super) fn check_alive(&mut self) -> Result<(), CliError> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(CliError::failure(format!(
@@ -509,29 +551,13 @@ fn bench_level(
     }
 
     let ours = level_dir.join("raidkit.sock");
-    let serve_log = level_dir.join("serve.log");
-    let mut raidkit = Proc {
-        child: Command::new(exe)
-            .arg("serve")
-            .arg("--socket")
-            .arg(&ours)
-            .arg("--no-control")
-            .arg("--threads")
-            .arg(args.threads.to_string())
-            .arg("--name")
-            .arg("bench")
-            .args(&members)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&serve_log)?)
-            .spawn()
-            .map_err(|e| CliError::failure(format!("cannot start raidkit serve: {e}")))?,
-        what: "raidkit serve",
-    };
-    let with_log = |e: CliError| {
-        let log = std::fs::read_to_string(&serve_log).unwrap_or_default();
-        CliError::new(e.code, format!("{}; its log:\n{log}", e.message))
-    };
-    wait_for_socket(&ours, &mut raidkit).map_err(with_log)?;
+    let mut raidkit = spawn_serve(
+        exe,
+        &ours,
+        &members,
+        &level_dir.join("serve.log"),
+        &["--threads".into(), args.threads.to_string()],
+    )?;
     let theirs = level_dir.join("nbdkit.sock");
     let mut nbdkit = spawn_nbdkit(
         "nbdkit",
@@ -663,9 +689,10 @@ fn bench_level(
     }
     let status = raidkit.terminate()?;
     if !status.success() {
-        return Err(with_log(CliError::failure(format!(
-            "raidkit serve exited with {status} after the RAID {level} runs"
-        ))));
+        let log = std::fs::read_to_string(level_dir.join("serve.log")).unwrap_or_default();
+        return Err(CliError::failure(format!(
+            "raidkit serve exited with {status} after the RAID {level} runs; its log:\n{log}"
+        )));
     }
     drop(nbdkit);
     drop(nbdkit_file);
