@@ -459,13 +459,18 @@ impl Target for NbdTarget {
     }
     fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
         if self.done.is_some() {
-            // The receiver thread of an earlier run holds the receiving half; runs share one.
+            // The receiver thread of an earlier run holds the receiving half: reuse the
+            // connection when it fits this run, else start over on a new one.
             if self.lens.len() > slots && self.write_buf.len() >= max_len {
                 return Ok(());
             }
-            return Err(LabError::Target(
-                "an NBD target is prepared once, for the deepest queue and largest request".into(),
-            ));
+            if let Some(tx) = self.tx.take() {
+                tx.disconnect();
+            }
+            self.done = None;
+            let (info, tx, rx) = raidkit_nbd::client::connect(&self.uri)
+                .map_err(|e| LabError::Target(format!("{}: {e}", self.uri)))?;
+            (self.info, self.tx, self.rx) = (info, Some(tx), Some(rx));
         }
         if max_len as u64 > self.info.max_payload as u64 {
             return Err(LabError::Usage(format!(
