@@ -135,7 +135,7 @@ impl IoCounters {
 }
 
 /// One reading of a device's counters (totals since it was opened).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct IoSnapshot {
     /// When it was read ([`mono_ns`]).
     pub at_ns: u64,

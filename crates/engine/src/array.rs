@@ -529,7 +529,7 @@ impl Array {
                     index: i.0,
                     slot: slot.map(|s| s.0),
                     name: m.disk.name().to_string(),
-                    io: m.io.snapshot().into(),
+                    io: m.io.snapshot(),
                 })
             })
             .collect()
@@ -587,7 +587,7 @@ impl Array {
                     data_offset_sectors: st.roster.sbs[i].data_offset_sectors,
                     events: st.roster.sbs[i].events,
                     bad_block_ranges: st.bad.get(i).map_or(0, Vec::len),
-                    io: m.io.snapshot().into(),
+                    io: m.io.snapshot(),
                 })
             })
             .collect();

@@ -37,7 +37,7 @@ fn create(level: i32, layout: Option<u32>, n: usize) -> Array {
 
 fn totals(r: &[MemberIoReading]) -> IoSnapshot {
     r.iter()
-        .fold(IoSnapshot::default(), |acc, m| acc.add(&m.io.into()))
+        .fold(IoSnapshot::default(), |acc, m| acc.add(&m.io))
 }
 
 /// Member bytes written and read while `f` ran, per member and in all.

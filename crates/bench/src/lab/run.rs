@@ -6,7 +6,7 @@ use super::target::{MemberSource, Target};
 use super::workload::{Limit, Requests, Workload};
 use super::LabError;
 use hdrhistogram::Histogram;
-use raidkit_disk::{IoRates, IoSnapshot};
+use raidkit_disk::IoRates;
 use raidkit_engine::MemberIoReading;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,7 +60,7 @@ pub struct MemberLoad {
 
 impl MemberLoad {
     pub fn between(a: &MemberIoReading, b: &MemberIoReading) -> MemberLoad {
-        let (sa, sb): (IoSnapshot, IoSnapshot) = (a.io.into(), b.io.into());
+        let (sa, sb) = (a.io, b.io);
         let r = IoRates::between(&sa, &sb);
         let n = r.reads_per_s + r.writes_per_s;
         MemberLoad {

@@ -176,92 +176,9 @@ pub struct MemberIoReading {
 }
 
 /// One reading of a member's I/O counters (totals since it joined the array): what
-/// `raidkit iostat` turns into per-second rates (see [`raidkit_disk::IoRates`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct MemberIo {
-    /// When read, in nanoseconds of the process's monotonic clock.
-    pub at_ns: u64,
-    pub reads: u64,
-    pub read_bytes: u64,
-    /// Sum of the reads' times in flight, in nanoseconds.
-    pub read_ns: u64,
-    pub writes: u64,
-    pub write_bytes: u64,
-    pub write_ns: u64,
-    pub flushes: u64,
-    pub flush_ns: u64,
-    /// Requests that failed.
-    pub errors: u64,
-    /// Time with at least one request in flight, in nanoseconds.
-    pub busy_ns: u64,
-    pub in_flight: u32,
-}
-
-impl From<raidkit_disk::IoSnapshot> for MemberIo {
-    fn from(s: raidkit_disk::IoSnapshot) -> MemberIo {
-        let raidkit_disk::IoSnapshot {
-            at_ns,
-            reads,
-            read_bytes,
-            read_ns,
-            writes,
-            write_bytes,
-            write_ns,
-            flushes,
-            flush_ns,
-            errors,
-            busy_ns,
-            in_flight,
-        } = s;
-        MemberIo {
-            at_ns,
-            reads,
-            read_bytes,
-            read_ns,
-            writes,
-            write_bytes,
-            write_ns,
-            flushes,
-            flush_ns,
-            errors,
-            busy_ns,
-            in_flight,
-        }
-    }
-}
-
-impl From<MemberIo> for raidkit_disk::IoSnapshot {
-    fn from(s: MemberIo) -> raidkit_disk::IoSnapshot {
-        let MemberIo {
-            at_ns,
-            reads,
-            read_bytes,
-            read_ns,
-            writes,
-            write_bytes,
-            write_ns,
-            flushes,
-            flush_ns,
-            errors,
-            busy_ns,
-            in_flight,
-        } = s;
-        raidkit_disk::IoSnapshot {
-            at_ns,
-            reads,
-            read_bytes,
-            read_ns,
-            writes,
-            write_bytes,
-            write_ns,
-            flushes,
-            flush_ns,
-            errors,
-            busy_ns,
-            in_flight,
-        }
-    }
-}
+/// `raidkit iostat` turns into per-second rates (see [`raidkit_disk::IoRates`]). `at_ns` is
+/// the reading process's monotonic clock, so rates come from two readings of one process.
+pub type MemberIo = raidkit_disk::IoSnapshot;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Status {
