@@ -121,6 +121,13 @@ enum Stream {
 }
 
 impl Stream {
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
@@ -319,6 +326,72 @@ impl Sender {
         Ok(())
     }
 
+    /// As [`Sender::send`], but never blocks while replies wait to be read: whenever the
+    /// socket cannot take more and the server has a reply ready, `on_reply_ready` is called
+    /// (it should read one with the [`Receiver`]). A client that keeps many requests
+    /// outstanding on one thread needs this: a server blocked writing replies nobody reads
+    /// may stop reading requests.
+    pub fn send_with(
+        &mut self,
+        command: u16,
+        cookie: u64,
+        offset: u64,
+        len_bytes: u32,
+        payload: Option<&[u8]>,
+        on_reply_ready: &mut dyn FnMut() -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
+        let h = RequestHeader {
+            flags: 0,
+            command,
+            cookie,
+            offset,
+            len_bytes,
+        }
+        .encode();
+        let fd = self.s.fd();
+        for part in [&h[..], payload.unwrap_or(&[])] {
+            let mut done = 0;
+            while done < part.len() {
+                // SAFETY: send on our own socket from a live buffer.
+                let n = unsafe {
+                    libc::send(
+                        fd,
+                        part[done..].as_ptr().cast(),
+                        part.len() - done,
+                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    )
+                };
+                if n >= 0 {
+                    done += n as usize;
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => {
+                        let mut p = libc::pollfd {
+                            fd,
+                            events: libc::POLLIN | libc::POLLOUT,
+                            revents: 0,
+                        };
+                        // SAFETY: poll on one valid pollfd.
+                        if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+                            let e = io::Error::last_os_error();
+                            if e.kind() != io::ErrorKind::Interrupted {
+                                return Err(e.into());
+                            }
+                        }
+                        if p.revents & libc::POLLIN != 0 {
+                            on_reply_ready()?;
+                        }
+                    }
+                    _ => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Says goodbye (`NBD_CMD_DISC`) and closes both halves.
     pub fn disconnect(mut self) {
         let _ = self.send(NBD_CMD_DISC, 0, 0, 0, None);
@@ -347,6 +420,17 @@ impl Receiver {
         let mut c = [0u8; 8];
         c.copy_from_slice(&b[8..16]);
         Ok((u64::from_be_bytes(c), error))
+    }
+
+    /// True when a reply (or the end of the connection) can be read without waiting.
+    pub fn ready(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.s.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid pollfd, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents != 0 }
     }
 
     /// Reads a READ reply's data.

@@ -5,7 +5,8 @@
 //! - an NBD export on one connection, requests pipelined (a sender and a receiver);
 //! - an array in this process: the array takes requests from any number of threads and has no
 //!   asynchronous submission, so each outstanding request is one thread inside
-//!   `Array::read_at`/`write_at` (as each NBD request is in `raidkit serve`).
+//!   `Array::read_at`/`write_at` (as each NBD request is in `raidkit serve`); at queue depth 1
+//!   the request runs on the caller's thread.
 //!
 //! Per-member load comes from the array's own counters, or from `/sys/block/*/stat` for a
 //! block device.
@@ -32,6 +33,10 @@ pub trait Target {
     fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError>;
     /// Waits for a request to complete and returns its slot.
     fn wait(&mut self) -> Result<usize, LabError>;
+    /// A request that has completed already, if any (never blocks).
+    fn poll(&mut self) -> Result<Option<usize>, LabError> {
+        Ok(None)
+    }
     /// Makes completed writes durable; called with nothing outstanding.
     fn flush(&mut self) -> Result<(), LabError>;
     /// Drops what a cache between here and the media holds of the target, where that is
@@ -201,28 +206,34 @@ impl Target for FileTarget {
                     .submit_and_wait(if ready { 0 } else { 1 })
                     .map_err(|e| LabError::io(&self.path, e))?;
             }
-            if let Some(c) = self.ring.completion().next() {
-                let slot = c.user_data() as usize;
-                let res = c.result();
-                if res < 0 {
-                    return Err(LabError::io(
-                        &self.path,
-                        std::io::Error::from_raw_os_error(-res),
-                    ));
-                }
-                if res as u32 != self.lens[slot] {
-                    return Err(LabError::Target(format!(
-                        "{}: short transfer ({res} of {} bytes)",
-                        self.path.display(),
-                        self.lens[slot]
-                    )));
-                }
+            if let Some(slot) = self.poll()? {
                 return Ok(slot);
             }
             self.ring
                 .submit_and_wait(1)
                 .map_err(|e| LabError::io(&self.path, e))?;
         }
+    }
+    fn poll(&mut self) -> Result<Option<usize>, LabError> {
+        let Some(c) = self.ring.completion().next() else {
+            return Ok(None);
+        };
+        let slot = c.user_data() as usize;
+        let res = c.result();
+        if res < 0 {
+            return Err(LabError::io(
+                &self.path,
+                std::io::Error::from_raw_os_error(-res),
+            ));
+        }
+        if res as u32 != self.lens[slot] {
+            return Err(LabError::Target(format!(
+                "{}: short transfer ({res} of {} bytes)",
+                self.path.display(),
+                self.lens[slot]
+            )));
+        }
+        Ok(Some(slot))
     }
     fn flush(&mut self) -> Result<(), LabError> {
         self.file
@@ -294,6 +305,20 @@ pub struct ArrayTarget {
     done_tx: mpsc::Sender<(usize, Result<(), String>)>,
     done: mpsc::Receiver<(usize, Result<(), String>)>,
     dropper: Option<Box<dyn FnMut() -> bool>>,
+    /// At queue depth 1: the write pattern and read buffer used on the caller's thread, and
+    /// the request done there.
+    inline: Option<(Arc<AlignedBuf>, Vec<u8>)>,
+    inline_done: Option<Result<usize, String>>,
+}
+
+fn array_io(a: &Array, r: &Request, w: &[u8], buf: &mut [u8]) -> Result<(), String> {
+    let len = r.len as usize;
+    let res = if r.write {
+        a.write_at(&w[..len], r.offset, false)
+    } else {
+        a.read_at(&mut buf[..len], r.offset)
+    };
+    res.map_err(|e| e.to_string())
 }
 
 impl ArrayTarget {
@@ -306,6 +331,8 @@ impl ArrayTarget {
             done_tx,
             done,
             dropper: None,
+            inline: None,
+            inline_done: None,
         }
     }
 
@@ -355,6 +382,12 @@ impl Target for ArrayTarget {
     fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
         self.to.clear(); // ends the threads of an earlier run
         let write = Arc::new(pattern(max_len));
+        if slots == 1 {
+            // One request at a time: it runs on the caller's thread, with no hand-over.
+            self.inline = Some((write, vec![0u8; max_len]));
+            return Ok(());
+        }
+        self.inline = None;
         for slot in 0..slots {
             let (tx, rx) = mpsc::channel::<Request>();
             let (a, done, w) = (self.array.clone(), self.done_tx.clone(), write.clone());
@@ -363,13 +396,8 @@ impl Target for ArrayTarget {
                 .spawn(move || {
                     let mut buf = vec![0u8; max_len];
                     for r in rx {
-                        let len = r.len as usize;
-                        let res = if r.write {
-                            a.write_at(&w[..len], r.offset, false)
-                        } else {
-                            a.read_at(&mut buf[..len], r.offset)
-                        };
-                        if done.send((slot, res.map_err(|e| e.to_string()))).is_err() {
+                        let res = array_io(&a, &r, &w, &mut buf);
+                        if done.send((slot, res)).is_err() {
                             return;
                         }
                     }
@@ -380,17 +408,30 @@ impl Target for ArrayTarget {
         Ok(())
     }
     fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError> {
+        if let Some((w, buf)) = &mut self.inline {
+            self.inline_done = Some(array_io(&self.array, &req, w, buf).map(|()| slot));
+            return Ok(());
+        }
         self.to[slot]
             .send(req)
             .map_err(|_| LabError::Target("a request thread ended".into()))
     }
     fn wait(&mut self) -> Result<usize, LabError> {
+        if let Some(r) = self.inline_done.take() {
+            return r.map_err(LabError::Target);
+        }
         let (slot, r) = self
             .done
             .recv()
             .map_err(|_| LabError::Target("every request thread ended".into()))?;
         r.map_err(LabError::Target)?;
         Ok(slot)
+    }
+    fn poll(&mut self) -> Result<Option<usize>, LabError> {
+        match self.done.try_recv() {
+            Ok((slot, r)) => r.map(|()| Some(slot)).map_err(LabError::Target),
+            Err(_) => Ok(None),
+        }
     }
     fn flush(&mut self) -> Result<(), LabError> {
         self.array
@@ -409,21 +450,50 @@ impl Target for ArrayTarget {
 
 // ---------------------------------------------------------------------------------------
 
-/// An NBD export over one connection, requests pipelined.
+/// An NBD export over one connection, requests pipelined on this thread (no hand-over
+/// between threads: replies are read as they are waited for, and while a request cannot be
+/// sent for want of room, as libnbd does).
 pub struct NbdTarget {
     uri: raidkit_nbd::client::NbdUri,
     info: raidkit_nbd::client::ExportInfo,
     tx: Option<raidkit_nbd::client::Sender>,
-    rx: Option<raidkit_nbd::client::Receiver>,
-    lens: Arc<Vec<std::sync::atomic::AtomicU32>>,
-    done: Option<mpsc::Receiver<Result<usize, String>>>,
+    rx: raidkit_nbd::client::Receiver,
+    /// Per slot: the length of its request, with [`READ_FLAG`] for a READ (whose reply
+    /// carries that much data). The last slot is the flush's.
+    lens: Vec<u32>,
+    /// Replies read while sending, not yet waited for.
+    ready: std::collections::VecDeque<usize>,
+    read_buf: Vec<u8>,
     write_buf: AlignedBuf,
     members: Option<MemberSource>,
 }
 
-/// Marks a READ in the per-slot lengths the receiver reads (it must know how much data
-/// follows a reply).
+/// Marks a READ in the per-slot lengths.
 const READ_FLAG: u32 = 1 << 31;
+
+/// Reads one reply; returns its slot.
+fn nbd_reply(
+    rx: &mut raidkit_nbd::client::Receiver,
+    lens: &[u32],
+    buf: &mut [u8],
+) -> Result<usize, raidkit_nbd::client::ClientError> {
+    use raidkit_nbd::client::ClientError;
+    let (cookie, error) = rx.reply()?;
+    let slot = cookie as usize;
+    let len = *lens.get(slot).ok_or_else(|| {
+        ClientError::Protocol(format!("reply for cookie {cookie}, which no request had"))
+    })?;
+    if error != 0 {
+        return Err(ClientError::Request {
+            command: if len & READ_FLAG != 0 { 0 } else { 1 },
+            error,
+        });
+    }
+    if len & READ_FLAG != 0 {
+        rx.payload(&mut buf[..(len & !READ_FLAG) as usize])?;
+    }
+    Ok(slot)
+}
 
 impl NbdTarget {
     pub fn connect(uri: &str) -> Result<NbdTarget, LabError> {
@@ -435,9 +505,10 @@ impl NbdTarget {
             uri,
             info,
             tx: Some(tx),
-            rx: Some(rx),
-            lens: Arc::new(Vec::new()),
-            done: None,
+            rx,
+            lens: vec![0],
+            ready: Default::default(),
+            read_buf: Vec::new(),
             write_buf: pattern(4096),
             members: None,
         })
@@ -447,6 +518,42 @@ impl NbdTarget {
     pub fn with_members(mut self, m: MemberSource) -> NbdTarget {
         self.members = Some(m);
         self
+    }
+
+    fn err(&self, e: raidkit_nbd::client::ClientError) -> LabError {
+        LabError::Target(format!("{}: {e}", self.uri))
+    }
+
+    fn send(
+        &mut self,
+        command: u16,
+        slot: usize,
+        offset: u64,
+        len: u32,
+        write: bool,
+    ) -> Result<(), LabError> {
+        let NbdTarget {
+            tx,
+            rx,
+            lens,
+            ready,
+            read_buf,
+            write_buf,
+            ..
+        } = self;
+        let payload = write.then(|| &write_buf[..len as usize]);
+        let r = tx.as_mut().expect("connected").send_with(
+            command,
+            slot as u64,
+            offset,
+            len,
+            payload,
+            &mut || {
+                ready.push_back(nbd_reply(rx, lens, read_buf)?);
+                Ok(())
+            },
+        );
+        r.map_err(|e| self.err(e))
     }
 }
 
@@ -458,20 +565,6 @@ impl Target for NbdTarget {
         self.info.size_bytes
     }
     fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
-        if self.done.is_some() {
-            // The receiver thread of an earlier run holds the receiving half: reuse the
-            // connection when it fits this run, else start over on a new one.
-            if self.lens.len() > slots && self.write_buf.len() >= max_len {
-                return Ok(());
-            }
-            if let Some(tx) = self.tx.take() {
-                tx.disconnect();
-            }
-            self.done = None;
-            let (info, tx, rx) = raidkit_nbd::client::connect(&self.uri)
-                .map_err(|e| LabError::Target(format!("{}: {e}", self.uri)))?;
-            (self.info, self.tx, self.rx) = (info, Some(tx), Some(rx));
-        }
         if max_len as u64 > self.info.max_payload as u64 {
             return Err(LabError::Usage(format!(
                 "{}: requests of {max_len} bytes are over the server's maximum of {}",
@@ -479,73 +572,36 @@ impl Target for NbdTarget {
             )));
         }
         self.write_buf = pattern(max_len);
-        let lens: Arc<Vec<std::sync::atomic::AtomicU32>> =
-            Arc::new((0..slots + 1).map(|_| Default::default()).collect());
-        self.lens = lens.clone();
-        let mut rx = self.rx.take().expect("receiving half");
-        let (done_tx, done) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("bench-nbd-rx".into())
-            .spawn(move || {
-                let mut buf = vec![0u8; max_len];
-                loop {
-                    let r = rx.reply().and_then(|(cookie, error)| {
-                        let slot = cookie as usize;
-                        let len = lens
-                            .get(slot)
-                            .map(|l| l.load(std::sync::atomic::Ordering::Acquire))
-                            .ok_or_else(|| {
-                                raidkit_nbd::client::ClientError::Protocol(format!(
-                                    "reply for cookie {cookie}, which no request had"
-                                ))
-                            })?;
-                        if error != 0 {
-                            return Err(raidkit_nbd::client::ClientError::Request {
-                                command: if len & READ_FLAG != 0 { 0 } else { 1 },
-                                error,
-                            });
-                        }
-                        if len & READ_FLAG != 0 {
-                            rx.payload(&mut buf[..(len & !READ_FLAG) as usize])?;
-                        }
-                        Ok(slot)
-                    });
-                    let end = r.is_err();
-                    if done_tx.send(r.map_err(|e| e.to_string())).is_err() || end {
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| LabError::Target(format!("cannot start a thread: {e}")))?;
-        self.done = Some(done);
+        self.read_buf = vec![0; max_len];
+        self.lens = vec![0; slots + 1];
+        self.ready.clear();
         Ok(())
     }
     fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError> {
         use raidkit_nbd::proto::{NBD_CMD_READ, NBD_CMD_WRITE};
         let len = req.len as u32;
-        self.lens[slot].store(
-            if req.write { len } else { len | READ_FLAG },
-            std::sync::atomic::Ordering::Release,
-        );
-        let tx = self.tx.as_mut().expect("sending half");
-        let r = if req.write {
-            tx.send(
-                NBD_CMD_WRITE,
-                slot as u64,
-                req.offset,
-                len,
-                Some(&self.write_buf[..len as usize]),
-            )
+        self.lens[slot] = if req.write { len } else { len | READ_FLAG };
+        let cmd = if req.write {
+            NBD_CMD_WRITE
         } else {
-            tx.send(NBD_CMD_READ, slot as u64, req.offset, len, None)
+            NBD_CMD_READ
         };
-        r.map_err(|e| LabError::Target(e.to_string()))
+        self.send(cmd, slot, req.offset, len, req.write)
     }
     fn wait(&mut self) -> Result<usize, LabError> {
-        let done = self.done.as_ref().expect("prepared");
-        done.recv()
-            .map_err(|_| LabError::Target("the NBD connection closed".into()))?
-            .map_err(LabError::Target)
+        if let Some(s) = self.ready.pop_front() {
+            return Ok(s);
+        }
+        nbd_reply(&mut self.rx, &self.lens, &mut self.read_buf).map_err(|e| self.err(e))
+    }
+    fn poll(&mut self) -> Result<Option<usize>, LabError> {
+        if let Some(s) = self.ready.pop_front() {
+            return Ok(Some(s));
+        }
+        if !self.rx.ready() {
+            return Ok(None);
+        }
+        self.wait().map(Some)
     }
     fn flush(&mut self) -> Result<(), LabError> {
         if !self.info.can_flush() {
@@ -554,12 +610,10 @@ impl Target for NbdTarget {
         use raidkit_nbd::proto::NBD_CMD_FLUSH;
         // The last slot is the flush's: its length stays 0, so its reply carries no data.
         let slot = self.lens.len() - 1;
-        self.tx
-            .as_mut()
-            .expect("sending half")
-            .send(NBD_CMD_FLUSH, slot as u64, 0, 0, None)
-            .map_err(|e| LabError::Target(e.to_string()))?;
-        self.wait().map(|_| ())
+        self.lens[slot] = 0;
+        self.send(NBD_CMD_FLUSH, slot, 0, 0, false)?;
+        while self.wait()? != slot {}
+        Ok(())
     }
     fn members(&self) -> Option<MemberSource> {
         self.members.clone()
