@@ -48,6 +48,7 @@ fn dd_on_a_file_moves_the_bytes_asked_for_and_reports_them() {
         s(&f),
     ]);
     assert_eq!(v["schema"], "raidkit-bench-run/1");
+    assert_eq!(v["target_bytes"], 64u64 << 20);
     let w = v["workloads"].as_array().unwrap();
     assert_eq!(w.len(), 2, "dd is a write then a read");
     let write = &w[0]["runs"][0];

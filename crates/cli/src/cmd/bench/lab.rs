@@ -387,7 +387,8 @@ pub fn run_cmd(args: RunArgs) -> Result<(), CliError> {
         return Err(CliError::usage("--sample must be positive"));
     }
     let (mut target, array) = open_target(&args)?;
-    let (list, dd) = workloads(&args, target.size_bytes())?;
+    let target_bytes = target.size_bytes();
+    let (list, dd) = workloads(&args, target_bytes)?;
     if list.iter().any(|w| w.read_pct < 100) && !args.allow_writes {
         return Err(CliError::usage(format!(
             "this workload writes to {} and destroys its data; add --allow-writes",
@@ -443,7 +444,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), CliError> {
         let doc = RunDoc {
             schema: RUN_SCHEMA,
             target: target_desc,
-            target_bytes: 0,
+            target_bytes,
             workloads: list
                 .iter()
                 .zip(&results)
