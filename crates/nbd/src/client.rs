@@ -296,13 +296,25 @@ fn negotiate(s: &mut Stream, export: &str) -> Result<ExportInfo, ClientError> {
     Ok(info)
 }
 
+fn header(command: u16, cookie: u64, offset: u64, len_bytes: u32) -> [u8; REQUEST_HEADER_BYTES] {
+    RequestHeader {
+        flags: 0,
+        command,
+        cookie,
+        offset,
+        len_bytes,
+    }
+    .encode()
+}
+
 /// The sending half: requests go out in order, each with the caller's cookie.
 pub struct Sender {
     s: Stream,
 }
 
 impl Sender {
-    /// Sends one request; a WRITE's payload follows its header.
+    /// Sends one request, blocking until it is written; a WRITE's payload follows its header.
+    /// With requests outstanding, use [`Sender::send_with`].
     pub fn send(
         &mut self,
         command: u16,
@@ -311,15 +323,8 @@ impl Sender {
         len_bytes: u32,
         payload: Option<&[u8]>,
     ) -> Result<(), ClientError> {
-        let h = RequestHeader {
-            flags: 0,
-            command,
-            cookie,
-            offset,
-            len_bytes,
-        }
-        .encode();
-        self.s.write_all(&h)?;
+        self.s
+            .write_all(&header(command, cookie, offset, len_bytes))?;
         if let Some(p) = payload {
             self.s.write_all(p)?;
         }
@@ -340,14 +345,7 @@ impl Sender {
         payload: Option<&[u8]>,
         on_reply_ready: &mut dyn FnMut() -> Result<(), ClientError>,
     ) -> Result<(), ClientError> {
-        let h = RequestHeader {
-            flags: 0,
-            command,
-            cookie,
-            offset,
-            len_bytes,
-        }
-        .encode();
+        let h = header(command, cookie, offset, len_bytes);
         let fd = self.s.fd();
         for part in [&h[..], payload.unwrap_or(&[])] {
             let mut done = 0;
