@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Instructions (valgrind --tool=callgrind, all threads) that builds of raidkit spend on the same
+# work: create RAID L over 4 tmpfs members, `raidkit write` 48 MiB, `raidkit read` it back.
+# Instruction counts do not depend on what else the machine is doing, so builds compare
+# where timing on a busy machine cannot.
+#   scripts/compare/instructions.sh before=/path/to/old/raidkit now=target/release/raidkit
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 NAME=RAIDKIT_BINARY..." >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install valgrind" >&2; exit 1; }
+D=$(mktemp -d /dev/shm/raidkit-instr.XXXXXX); trap 'rm -rf "$D"' EXIT
+head -c $((48<<20)) /dev/urandom > "$D/src.bin"
+M=("$D/m0.img" "$D/m1.img" "$D/m2.img" "$D/m3.img")
+for L in 0 5 6; do
+  for pair in "$@"; do
+    name=${pair%%=*}; R=${pair#*=}
+    rm -f "${M[@]}"
+    "$R" create --level $L --raid-devices 4 --image-size 32M "${M[@]}" >/dev/null 2>&1
+    for op in write read; do
+      if [ $op = write ]; then args=(write --input "$D/src.bin"); else args=(read --length $((48<<20)) -o /dev/null); fi
+      n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$R" "${args[@]}" "${M[@]}" 2>&1 >/dev/null \
+          | grep -o "Collected : [0-9]*" | grep -o "[0-9]*")
+      echo "RAID $L $op $name $n"
+    done
+  done
+done
