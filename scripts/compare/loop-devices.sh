@@ -4,6 +4,8 @@
 # wall time and each device's I/O from /sys/block/loopN/stat. Rounds rotate the order.
 # Needs root (losetup). The loop devices' contents are overwritten.
 #   scripts/compare/loop-devices.sh before=/path/to/old/raidkit now=target/release/raidkit
+# LEVEL (default 5) and CREATE_ARGS (extra `raidkit create` options, e.g. "--consistency-policy
+# bitmap") pick the array.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 NAME=RAIDKIT_BINARY..." >&2; exit 2; }
 D=$(mktemp -d /dev/shm/raidkit-loop.XXXXXX)
@@ -23,7 +25,7 @@ stat_sum() { # read and written sectors over all devices
 one() { # NAME BINARY
   local name=$1 R=$2 r0 w0 r1 w1 r2 w2 t0 t1 t2
   for d in "${DEVS[@]}"; do dd if=/dev/zero of="$d" bs=1M count=4 oflag=direct status=none; done
-  "$R" create --level 5 --raid-devices 4 --chunk 512K "${DEVS[@]}" >/dev/null 2>&1
+  "$R" create --level "${LEVEL:-5}" --raid-devices 4 --chunk 512K ${CREATE_ARGS:-} "${DEVS[@]}" >/dev/null 2>&1
   read -r r0 w0 < <(stat_sum); t0=$(date +%s.%N)
   "$R" write --input "$D/src.bin" "${DEVS[@]}" >/dev/null 2>&1
   read -r r1 w1 < <(stat_sum); t1=$(date +%s.%N)

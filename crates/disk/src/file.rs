@@ -2,8 +2,9 @@
 //!
 //! Invariants: the size is fixed at open (an image file is never extended by a write); with
 //! `O_DIRECT` active every system call uses an offset, length and buffer aligned to the logical
-//! block size (unaligned requests are bounced through an [`AlignedBuf`], read-modify-write for
-//! writes); `O_DIRECT` is only ever an optimisation: where the kernel refuses it (EINVAL, e.g.
+//! block size (unaligned requests are bounced through an [`AlignedBuf`] the thread keeps; a
+//! write reads first only the blocks it covers in part, so a request whose range is aligned
+//! and only its buffer is not, the usual case, costs a copy and never a read); `O_DIRECT` is only ever an optimisation: where the kernel refuses it (EINVAL, e.g.
 //! tmpfs) the disk is reopened buffered.
 //!
 //! Asked to ([`OpenOptions::map_memory`]), a fully allocated image file on tmpfs is mapped and
@@ -310,6 +311,18 @@ impl FileDisk {
         (start, (end - start) as usize)
     }
 
+    /// Reads the aligned block at `at` into `block` (a read-modify-write's edge).
+    fn read_block_into(&self, block: &mut [u8], at: u64, offset: u64) -> Result<(), DiskError> {
+        self.file
+            .read_exact_at(block, at)
+            .map_err(|e| DiskError::io(&self.name, "write", offset, e))
+    }
+
+    /// The error when no aligned bounce buffer could be had (an impossible alignment).
+    fn no_bounce(&self, op: &'static str, offset: u64) -> DiskError {
+        DiskError::new(&self.name, op, offset, DiskErrorKind::NotADisk)
+    }
+
     fn refuse_if_read_only(&self, op: &'static str, offset: u64) -> Result<(), DiskError> {
         if self.read_only {
             Err(DiskError::new(
@@ -377,6 +390,39 @@ impl FileDisk {
         // SAFETY: the ioctl reads two u64s from a valid pointer.
         unsafe { libc::ioctl(self.file.as_raw_fd(), req as _, range.as_ptr()) == 0 }
     }
+}
+
+/// The largest bounce buffer a thread keeps between requests (larger ones are made and freed
+/// per request).
+const KEPT_BOUNCE_BYTES: usize = 8 << 20;
+
+thread_local! {
+    static BOUNCE: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` on an aligned buffer of exactly `len` bytes, the one this thread keeps when it is
+/// large enough and aligned as asked (a fresh allocation per request faulted in its pages
+/// every time, which cost more than the copy). `None` when no buffer can be made.
+fn with_bounce<R>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+    let kept = BOUNCE.with(|b| {
+        b.borrow_mut()
+            .take()
+            .filter(|k| k.len() >= len && k.align() >= align)
+    });
+    let mut buf = match kept {
+        Some(b) => b,
+        None => AlignedBuf::new(len.max(64 << 10), align.max(4096))?,
+    };
+    let r = f(&mut buf[..len]);
+    if buf.len() <= KEPT_BOUNCE_BYTES {
+        BOUNCE.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.as_ref().is_none_or(|k| k.len() < buf.len()) {
+                *b = Some(buf);
+            }
+        });
+    }
+    Some(r)
 }
 
 /// Allocates every page of the image file at `path` (contents unchanged): on tmpfs this is
@@ -472,15 +518,15 @@ impl Disk for FileDisk {
         }
         if self.needs_bounce(buf, offset_bytes) {
             let (start, len) = self.bounce_window(offset_bytes, buf.len());
-            let mut bounce = AlignedBuf::new(len, self.direct_align()).ok_or_else(|| {
-                DiskError::new(&self.name, "read", offset_bytes, DiskErrorKind::NotADisk)
-            })?;
-            self.file
-                .read_exact_at(&mut bounce[..len], start)
-                .map_err(|e| DiskError::io(&self.name, "read", offset_bytes, e))?;
             let skip = (offset_bytes - start) as usize;
-            buf.copy_from_slice(&bounce[skip..skip + buf.len()]);
-            return Ok(());
+            return with_bounce(len, self.direct_align(), |bounce| {
+                self.file
+                    .read_exact_at(bounce, start)
+                    .map_err(|e| DiskError::io(&self.name, "read", offset_bytes, e))?;
+                buf.copy_from_slice(&bounce[skip..skip + buf.len()]);
+                Ok(())
+            })
+            .unwrap_or_else(|| Err(self.no_bounce("read", offset_bytes)));
         }
         self.file
             .read_exact_at(buf, offset_bytes)
@@ -503,18 +549,29 @@ impl Disk for FileDisk {
         }
         if self.needs_bounce(buf, offset_bytes) {
             let (start, len) = self.bounce_window(offset_bytes, buf.len());
-            let mut bounce = AlignedBuf::new(len, self.direct_align()).ok_or_else(|| {
-                DiskError::new(&self.name, "write", offset_bytes, DiskErrorKind::NotADisk)
-            })?;
-            self.file
-                .read_exact_at(&mut bounce[..len], start)
-                .map_err(|e| DiskError::io(&self.name, "write", offset_bytes, e))?;
             let skip = (offset_bytes - start) as usize;
-            bounce[skip..skip + buf.len()].copy_from_slice(buf);
-            return self
-                .file
-                .write_all_at(&bounce[..len], start)
-                .map_err(|e| self.write_error("write", offset_bytes, e));
+            return with_bounce(len, self.direct_align(), |bounce| {
+                // Only the blocks the write covers in part are read first: when just the
+                // buffer's address is unaligned (the usual case: a caller's Vec), the window
+                // is the request itself and nothing is read.
+                let a = self.direct_align();
+                let end = skip + buf.len();
+                if skip != 0 {
+                    self.read_block_into(&mut bounce[..a], start, offset_bytes)?;
+                }
+                if !end.is_multiple_of(a) && (skip == 0 || len > a) {
+                    self.read_block_into(
+                        &mut bounce[len - a..],
+                        start + (len - a) as u64,
+                        offset_bytes,
+                    )?;
+                }
+                bounce[skip..end].copy_from_slice(buf);
+                self.file
+                    .write_all_at(bounce, start)
+                    .map_err(|e| self.write_error("write", offset_bytes, e))
+            })
+            .unwrap_or_else(|| Err(self.no_bounce("write", offset_bytes)));
         }
         self.file
             .write_all_at(buf, offset_bytes)

@@ -10,7 +10,8 @@
 //! - [`FileDisk`]: regular files and block devices through `pread`/`pwrite`. Block devices are
 //!   opened with `O_DIRECT` where the kernel accepts it and fall back to buffered I/O where it is
 //!   refused (tmpfs, some filesystems); with `O_DIRECT`, unaligned requests go through an
-//!   [`AlignedBuf`] bounce buffer so callers never have to care. Long-lived users may ask for
+//!   [`AlignedBuf`] bounce buffer so callers never have to care (a write reads only the
+//!   blocks it covers in part: an unaligned buffer alone costs a copy, not a read). Long-lived users may ask for
 //!   a fully allocated image file on tmpfs to be mapped into memory, which makes its I/O
 //!   a memory copy (see `mapped.rs` for how a page that vanishes under the mapping is survived).
 //!   Every open takes a claim on the member ([`Claim`], see `claim.rs`): exclusive for

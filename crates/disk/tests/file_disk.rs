@@ -568,3 +568,60 @@ fn a_full_filesystem_is_found_when_space_is_reserved() {
         std::panic::resume_unwind(p);
     }
 }
+
+/// Sectors read and written so far on a block device, from /sys/block/NAME/stat.
+fn sectors_read_written(dev: &str) -> (u64, u64) {
+    let name = std::path::Path::new(dev)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+    let f: Vec<u64> = stat
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (f[2], f[6])
+}
+
+#[test]
+fn an_o_direct_write_reads_only_the_blocks_it_covers_in_part() {
+    with_loop_device("bounce", |dev| {
+        let disk = FileDisk::open(dev, OpenOptions::default()).unwrap();
+        assert!(disk.is_direct());
+        let a = disk.logical_block_size() as usize;
+        // A buffer whose address is not aligned (a caller's Vec, offset by one byte).
+        let backing = pattern(256 * 1024 + 1, 3);
+        let data = &backing[1..];
+        assert!(!(data.as_ptr() as usize).is_multiple_of(a));
+        let before = sectors_read_written(dev);
+        disk.write_at(data, 1 << 20).unwrap();
+        let after = sectors_read_written(dev);
+        assert_eq!(
+            after.0, before.0,
+            "an aligned range was read before writing"
+        );
+        assert_eq!(after.1 - before.1, (data.len() / 512) as u64);
+        let mut back = vec![0u8; data.len()];
+        disk.read_at(&mut back, 1 << 20).unwrap();
+        assert_eq!(back, data);
+
+        // An unaligned range: only its two edge blocks are read, and the bytes around it
+        // are kept.
+        let before = sectors_read_written(dev);
+        disk.write_at(&data[..10_000], (2 << 20) + 100).unwrap();
+        let after = sectors_read_written(dev);
+        assert_eq!(after.0 - before.0, (2 * a / 512) as u64);
+        let mut around = vec![0u8; 10_200];
+        disk.read_at(&mut around, 2 << 20).unwrap();
+        assert_eq!(&around[100..10_100], &data[..10_000]);
+        // Inside one block: one block read.
+        let before = sectors_read_written(dev);
+        disk.write_at(&data[..10], (3 << 20) + 7).unwrap();
+        let after = sectors_read_written(dev);
+        assert_eq!(after.0 - before.0, (a / 512) as u64);
+        let mut one = vec![0u8; 10];
+        disk.read_at(&mut one, (3 << 20) + 7).unwrap();
+        assert_eq!(one, &data[..10]);
+    });
+}
