@@ -61,6 +61,7 @@ pub fn disk_error(err: raidkit_disk::DiskError) -> CliError {
     use raidkit_disk::{DiskErrorKind, Holder};
     match &err.kind {
         DiskErrorKind::NotADisk => CliError::new(ExitCode::Refused, err.to_string()),
+        DiskErrorKind::BadSpec(_) => CliError::new(ExitCode::Usage, err.to_string()),
         DiskErrorKind::Claimed { holder, .. } => {
             let hint = match holder {
                 Holder::Process { pid, argv }
@@ -114,6 +115,9 @@ fn served_control_socket(holder: &raidkit_disk::Holder, pid: u32) -> Option<Path
 /// Opens an existing member, or creates an image file of `image_bytes` when it does not exist
 /// (`None`: refused, naming the flag that gives the size).
 pub fn open_or_create(path: &Path, image_bytes: Option<u64>) -> Result<Box<dyn Disk>, CliError> {
+    if raidkit_disk::emu::is_emu(&path.to_string_lossy()) {
+        return open_emulated(path, false);
+    }
     let disk = if path.exists() {
         FileDisk::open(path, OpenOptions::default())
     } else {
@@ -152,6 +156,10 @@ pub fn open_members_mapped(
             ));
         }
         seen.push((canon, p.clone()));
+        if raidkit_disk::emu::is_emu(&p.to_string_lossy()) {
+            out.push(open_emulated(p, read_only)?);
+            continue;
+        }
         let d = FileDisk::open(
             p,
             OpenOptions {
@@ -168,6 +176,17 @@ pub fn open_members_mapped(
         out.push(Box::new(d));
     }
     Ok((out, mapped))
+}
+
+/// An emulated drive (`emu:NAME[,OPTION...][:SIZE][:PATH]`) with the catalog built in and
+/// the user's (`RAIDKIT_CATALOG`). `read_only` opens its image file read-only; a memory
+/// drive starts empty either way.
+pub fn open_emulated(p: &Path, read_only: bool) -> Result<Box<dyn Disk>, CliError> {
+    let catalog = raidkit_disk::emu::catalog::Catalog::load(None)
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    let d = raidkit_disk::EmuDisk::open_with(&p.to_string_lossy(), &catalog, read_only)
+        .map_err(disk_error)?;
+    Ok(Box::new(d))
 }
 
 /// Opened members, in the order given.

@@ -29,6 +29,9 @@ pub enum DiskErrorKind {
         /// EDQUOT rather than ENOSPC.
         quota: bool,
     },
+    /// A member spelled in a form that names no device raidkit can open (an emulated
+    /// drive not in the catalog, a bad option), with what was wrong.
+    BadSpec(String),
 }
 
 /// An error on one member, naming it.
@@ -87,6 +90,7 @@ impl fmt::Display for DiskError {
             DiskErrorKind::NotADisk => {
                 write!(f, "{}: not a regular file or block device", self.member)
             }
+            DiskErrorKind::BadSpec(why) => write!(f, "{}: {why}", self.member),
             DiskErrorKind::Claimed {
                 exclusive: true,
                 holder,
@@ -137,7 +141,7 @@ impl From<DiskError> for io::Error {
             DiskErrorKind::Io(e) => e.kind(),
             DiskErrorKind::OutOfRange { .. } => io::ErrorKind::InvalidInput,
             DiskErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
-            DiskErrorKind::NotADisk => io::ErrorKind::InvalidInput,
+            DiskErrorKind::NotADisk | DiskErrorKind::BadSpec(_) => io::ErrorKind::InvalidInput,
             DiskErrorKind::Claimed { .. } => io::ErrorKind::ResourceBusy,
             // The errno itself, so that callers (the NBD server's NBD_ENOSPC) can tell.
             DiskErrorKind::NoSpace { quota, .. } => {

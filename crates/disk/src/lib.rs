@@ -18,6 +18,9 @@
 //!   writing, shared for reading, so two processes never change one member at once.
 //! - [`MemDisk`]: memory, a cheap cloneable handle (clones share the bytes), for tests and
 //!   simulation.
+//! - [`EmuDisk`]: an emulated hard disk or SSD from the catalog (`emu:hds72101:1G`): data in
+//!   memory or a sparse image file, each request delayed in real time by the drive's
+//!   mechanics, optionally behind a shared controller or link ceiling (see `emu/`).
 //!
 //! Wrappers that change one or two methods of a disk beneath (fault injection, counting, a
 //! crash) implement [`DiskWrapper`], which forwards everything they do not write; `Box<D>` and
@@ -26,17 +29,21 @@
 mod aligned;
 mod claim;
 mod counted;
+pub mod emu;
 mod error;
 mod file;
 mod mapped;
 mod mem;
+mod size;
 
 pub use aligned::AlignedBuf;
 pub use claim::{Claim, Holder};
 pub use counted::{mono_ns, Counted, IoCounters, IoDir, IoRates, IoSnapshot};
+pub use emu::EmuDisk;
 pub use error::{DiskError, DiskErrorKind};
 pub use file::{allocate_in_full, sparse_growth, DirectIo, FileDisk, OpenOptions, SparseGrowth};
 pub use mem::MemDisk;
+pub use size::parse_size;
 
 use std::fmt;
 

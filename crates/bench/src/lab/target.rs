@@ -297,9 +297,74 @@ pub fn sysfs_stat(path: &str) -> Option<MemberIo> {
 
 // ---------------------------------------------------------------------------------------
 
-/// A raidkit array in this process: one thread per outstanding request.
-pub struct ArrayTarget {
-    array: Arc<Array>,
+/// What an in-process target reads and writes: a raidkit array, or one disk (an emulated
+/// drive, say) through the engine's `Disk` trait.
+pub trait Surface: Send + Sync + 'static {
+    fn size_bytes(&self) -> u64;
+    fn read(&self, buf: &mut [u8], offset: u64) -> Result<(), String>;
+    fn write(&self, buf: &[u8], offset: u64) -> Result<(), String>;
+    fn flush(&self) -> Result<(), String>;
+    /// Per-member counters, when the surface has members.
+    fn members(self: Arc<Self>) -> Option<MemberSource>;
+}
+
+impl Surface for Array {
+    fn size_bytes(&self) -> u64 {
+        Array::size_bytes(self)
+    }
+    fn read(&self, buf: &mut [u8], offset: u64) -> Result<(), String> {
+        self.read_at(buf, offset).map_err(|e| e.to_string())
+    }
+    fn write(&self, buf: &[u8], offset: u64) -> Result<(), String> {
+        self.write_at(buf, offset, false).map_err(|e| e.to_string())
+    }
+    fn flush(&self) -> Result<(), String> {
+        Array::flush(self).map_err(|e| e.to_string())
+    }
+    fn members(self: Arc<Self>) -> Option<MemberSource> {
+        Some(Arc::new(move || self.member_io()))
+    }
+}
+
+/// One disk in this process, counted like an array's member (its load is shown as the one
+/// member's).
+pub struct DiskSurface(pub raidkit_disk::Counted<dyn raidkit_disk::Disk>);
+
+impl DiskSurface {
+    pub fn new(d: Arc<dyn raidkit_disk::Disk>) -> DiskSurface {
+        DiskSurface(raidkit_disk::Counted::new(d))
+    }
+}
+
+impl Surface for DiskSurface {
+    fn size_bytes(&self) -> u64 {
+        raidkit_disk::Disk::size_bytes(&self.0)
+    }
+    fn read(&self, buf: &mut [u8], offset: u64) -> Result<(), String> {
+        raidkit_disk::Disk::read_at(&self.0, buf, offset).map_err(|e| e.to_string())
+    }
+    fn write(&self, buf: &[u8], offset: u64) -> Result<(), String> {
+        raidkit_disk::Disk::write_at(&self.0, buf, offset).map_err(|e| e.to_string())
+    }
+    fn flush(&self) -> Result<(), String> {
+        raidkit_disk::Disk::flush(&self.0).map_err(|e| e.to_string())
+    }
+    fn members(self: Arc<Self>) -> Option<MemberSource> {
+        Some(Arc::new(move || {
+            vec![MemberIoReading {
+                index: 0,
+                slot: Some(0),
+                name: raidkit_disk::Disk::name(&self.0).to_string(),
+                io: self.0.counters().snapshot(),
+            }]
+        }))
+    }
+}
+
+/// A target in this process (a raidkit array, or one disk): one thread per outstanding
+/// request.
+pub struct InProcessTarget<S: Surface> {
+    array: Arc<S>,
     what: String,
     to: Vec<mpsc::Sender<Request>>,
     done_tx: mpsc::Sender<(usize, Result<(), String>)>,
@@ -311,20 +376,22 @@ pub struct ArrayTarget {
     inline_done: Option<Result<usize, String>>,
 }
 
-fn array_io(a: &Array, r: &Request, w: &[u8], buf: &mut [u8]) -> Result<(), String> {
+/// A raidkit array in this process.
+pub type ArrayTarget = InProcessTarget<Array>;
+
+fn array_io<S: Surface>(a: &S, r: &Request, w: &[u8], buf: &mut [u8]) -> Result<(), String> {
     let len = r.len as usize;
-    let res = if r.write {
-        a.write_at(&w[..len], r.offset, false)
+    if r.write {
+        a.write(&w[..len], r.offset)
     } else {
-        a.read_at(&mut buf[..len], r.offset)
-    };
-    res.map_err(|e| e.to_string())
+        a.read(&mut buf[..len], r.offset)
+    }
 }
 
-impl ArrayTarget {
-    pub fn new(array: Arc<Array>, what: String) -> ArrayTarget {
+impl<S: Surface> InProcessTarget<S> {
+    pub fn new(array: Arc<S>, what: String) -> InProcessTarget<S> {
         let (done_tx, done) = mpsc::channel();
-        ArrayTarget {
+        InProcessTarget {
             array,
             what,
             to: Vec::new(),
@@ -337,7 +404,7 @@ impl ArrayTarget {
     }
 
     /// How to drop the caches beneath the members (the page cache of their image files, say).
-    pub fn with_cache_dropper(mut self, f: Box<dyn FnMut() -> bool>) -> ArrayTarget {
+    pub fn with_cache_dropper(mut self, f: Box<dyn FnMut() -> bool>) -> InProcessTarget<S> {
         self.dropper = Some(f);
         self
     }
@@ -372,7 +439,7 @@ pub fn is_memory_backed(path: &Path) -> bool {
     matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
-impl Target for ArrayTarget {
+impl<S: Surface> Target for InProcessTarget<S> {
     fn describe(&self) -> String {
         self.what.clone()
     }
@@ -396,7 +463,7 @@ impl Target for ArrayTarget {
                 .spawn(move || {
                     let mut buf = vec![0u8; max_len];
                     for r in rx {
-                        let res = array_io(&a, &r, &w, &mut buf);
+                        let res = array_io(&*a, &r, &w, &mut buf);
                         if done.send((slot, res)).is_err() {
                             return;
                         }
@@ -409,7 +476,7 @@ impl Target for ArrayTarget {
     }
     fn submit(&mut self, slot: usize, req: Request) -> Result<(), LabError> {
         if let Some((w, buf)) = &mut self.inline {
-            self.inline_done = Some(array_io(&self.array, &req, w, buf).map(|()| slot));
+            self.inline_done = Some(array_io(&*self.array, &req, w, buf).map(|()| slot));
             return Ok(());
         }
         self.to[slot]
@@ -434,17 +501,14 @@ impl Target for ArrayTarget {
         }
     }
     fn flush(&mut self) -> Result<(), LabError> {
-        self.array
-            .flush()
-            .map_err(|e| LabError::Target(e.to_string()))
+        self.array.flush().map_err(LabError::Target)
     }
     fn drop_caches(&mut self) -> Result<bool, LabError> {
         self.flush()?;
         Ok(self.dropper.as_mut().is_some_and(|f| f()))
     }
     fn members(&self) -> Option<MemberSource> {
-        let a = self.array.clone();
-        Some(Arc::new(move || a.member_io()))
+        self.array.clone().members()
     }
 }
 

@@ -317,7 +317,8 @@ pub fn create_array_checked(
     let mut before = Vec::with_capacity(paths.len());
     let mut in_use = Vec::new();
     for p in paths {
-        if !p.exists() {
+        let emulated = raidkit_disk::emu::is_emu(&p.to_string_lossy());
+        if !p.exists() && !emulated {
             let Some(image_bytes) = plan.image_bytes else {
                 return Err(CliError::usage(format!(
                     "{}: does not exist; give --image-size to create image files (--size is the space of each member the array uses, as in mdadm)",
@@ -327,16 +328,22 @@ pub fn create_array_checked(
             before.push(Before::Missing { image_bytes });
             continue;
         }
-        let disk = FileDisk::open(
-            p,
-            OpenOptions {
-                read_only: true,
-                direct: DirectIo::Auto,
-                map_memory: false,
-                ..Default::default()
-            },
-        )
-        .map_err(disk_error)?;
+        let disk: Box<dyn Disk> = if emulated {
+            raidkit_cli::common::open_emulated(p, true)?
+        } else {
+            Box::new(
+                FileDisk::open(
+                    p,
+                    OpenOptions {
+                        read_only: true,
+                        direct: DirectIo::Auto,
+                        map_memory: false,
+                        ..Default::default()
+                    },
+                )
+                .map_err(disk_error)?,
+            )
+        };
         if let Some(owner) = util::md_owner(&disk)? {
             in_use.push(format!("{}: {owner}", p.display()));
         } else if let Some(what) = util::foreign_content(&disk)? {
@@ -432,6 +439,9 @@ pub fn create_array_checked(
                 disks.push(Box::new(
                     FileDisk::create(p, image_bytes).map_err(disk_error)?,
                 ));
+            }
+            Before::Exists { .. } if raidkit_disk::emu::is_emu(&p.to_string_lossy()) => {
+                disks.push(raidkit_cli::common::open_emulated(p, false)?)
             }
             Before::Exists { .. } => disks.push(Box::new(
                 FileDisk::open(p, OpenOptions::default()).map_err(disk_error)?,

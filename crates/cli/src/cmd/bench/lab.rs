@@ -5,7 +5,8 @@ use raidkit_bench::lab::chart::{self, Axes, Series};
 use raidkit_bench::lab::matrix::{self, Cell, LevelSpec, MatrixConfig, Place};
 use raidkit_bench::lab::run::{run, MemberLoad, RunOptions, RunResult, Spread};
 use raidkit_bench::lab::target::{
-    drop_file_cache, ArrayTarget, FileTarget, MemberSource, NbdTarget, Target,
+    drop_file_cache, ArrayTarget, DiskSurface, FileTarget, InProcessTarget, MemberSource,
+    NbdTarget, Target,
 };
 use raidkit_bench::lab::workload::{self, size_name, Limit, Region, Workload};
 use raidkit_bench::lab::LabError;
@@ -249,6 +250,13 @@ fn open_target(args: &RunArgs) -> Result<Opened, CliError> {
     }
     if args.control.is_some() {
         return Err(CliError::usage("--control goes with an NBD target"));
+    }
+    if raidkit_disk::emu::is_emu(&first) {
+        let disk: Arc<dyn raidkit_disk::Disk> =
+            Arc::from(raidkit_cli::common::open_emulated(&args.target[0], false)?);
+        let what = format!("emulated drive {first}");
+        let t = InProcessTarget::new(Arc::new(DiskSurface::new(disk)), what);
+        return Ok((Box::new(t), None));
     }
     let t = FileTarget::open(&args.target[0], args.allow_writes, !args.buffered).map_err(lab)?;
     Ok((Box::new(t), None))
