@@ -106,6 +106,11 @@ impl IoCounters {
         t.fetch_add(took, Relaxed);
     }
 
+    /// Requests started and not yet ended.
+    pub fn in_flight(&self) -> u32 {
+        self.busy().in_flight
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> IoSnapshot {
         let (busy_ns, in_flight) = {

@@ -55,6 +55,8 @@ pub struct FileDisk {
     read_only: bool,
     direct: bool,
     is_block_device: bool,
+    /// A block device whose queue says it spins (`/sys/dev/block/M:m/queue/rotational`).
+    rotational: bool,
     /// Cleared once hole punching is refused, so later discards go straight to zeroes.
     punch_supported: AtomicBool,
     /// The file's pages mapped into memory ([`OpenOptions::map_memory`]).
@@ -223,6 +225,7 @@ impl FileDisk {
             read_only: opts.read_only,
             direct,
             is_block_device,
+            rotational: is_block_device && block_device_rotational(meta.rdev()),
             punch_supported: AtomicBool::new(true),
             map: None,
             allocated: None,
@@ -423,6 +426,16 @@ fn with_bounce<R>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> R) -> O
         });
     }
     Some(r)
+}
+
+/// Whether the kernel says the block device `rdev` spins: its queue's `rotational`, or its
+/// parent's for a partition. False when unknown.
+fn block_device_rotational(rdev: u64) -> bool {
+    let base = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
+    ["queue/rotational", "../queue/rotational"]
+        .iter()
+        .find_map(|q| std::fs::read_to_string(format!("{base}/{q}")).ok())
+        .is_some_and(|v| v.trim() == "1")
 }
 
 /// Allocates every page of the image file at `path` (contents unchanged): on tmpfs this is
@@ -681,6 +694,10 @@ impl Disk for FileDisk {
 
     fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn is_rotational(&self) -> bool {
+        self.rotational
     }
 
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {

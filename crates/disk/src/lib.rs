@@ -80,6 +80,12 @@ pub trait Disk: Send + Sync + fmt::Debug {
         let _ = (offset_bytes, len_bytes);
         Ok(())
     }
+    /// True for a spinning disk, where a request's cost depends on where the head is (the
+    /// kernel's `queue/rotational`, or the emulated drive's model): mirror reads then go
+    /// where the head is cheapest. False (the default) for memory, SSDs and unknown devices.
+    fn is_rotational(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `[offset, offset+len)` lies inside a disk of `size` bytes.
@@ -174,6 +180,10 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.inner().reserve(offset_bytes, len_bytes)
     }
+    #[inline]
+    fn is_rotational(&self) -> bool {
+        self.inner().is_rotational()
+    }
 }
 
 /// Every wrapper is a disk: each method is the wrapper's (its own or the forwarding default).
@@ -218,6 +228,10 @@ impl<W: DiskWrapper> Disk for W {
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         DiskWrapper::reserve(self, offset_bytes, len_bytes)
     }
+    #[inline]
+    fn is_rotational(&self) -> bool {
+        DiskWrapper::is_rotational(self)
+    }
 }
 
 impl<D: Disk + ?Sized> DiskWrapper for Box<D> {
@@ -243,7 +257,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Every method of `Disk`, in declaration order: the counting disk counts calls by index.
-    const METHODS: [&str; 10] = [
+    const METHODS: [&str; 11] = [
         "read_at",
         "write_at",
         "flush",
@@ -254,12 +268,13 @@ mod tests {
         "name",
         "is_read_only",
         "reserve",
+        "is_rotational",
     ];
 
     /// A disk that counts calls of each method and answers with values no default would give.
     #[derive(Debug, Default)]
     struct Counting {
-        calls: [AtomicU64; 10],
+        calls: [AtomicU64; 11],
     }
 
     impl Counting {
@@ -317,6 +332,10 @@ mod tests {
             self.hit("reserve");
             Ok(())
         }
+        fn is_rotational(&self) -> bool {
+            self.hit("is_rotational");
+            true
+        }
     }
 
     /// A wrapper that writes nothing but `inner`.
@@ -343,6 +362,7 @@ mod tests {
         assert_eq!(disk.name(), "counting");
         assert!(disk.is_read_only());
         disk.reserve(0, 8).unwrap();
+        assert!(disk.is_rotational());
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub(crate) struct Member {
     pub(crate) data_offset_bytes: u64,
     /// Every request that reaches the member's device, counted as `iostat -x` counts them.
     pub(crate) io: Arc<IoCounters>,
+    /// The device spins ([`Disk::is_rotational`]): mirror reads mind where its head is.
+    pub(crate) rotational: bool,
 }
 
 impl Member {
@@ -103,6 +105,7 @@ impl Member {
             EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
         })?;
         Ok(Member {
+            rotational: disk.is_rotational(),
             disk,
             worker,
             data_offset_bytes,

@@ -27,7 +27,10 @@ mod decide;
 mod split;
 #[cfg(test)]
 mod tests;
-pub use decide::{on_member_error, plan_piece, ErrorAction, PlanInputs};
+pub use decide::{
+    choose_copy, on_member_error, plan_piece, ErrorAction, MirrorInputs, PlanInputs,
+    STREAMING_SECTORS, STREAM_EXTENT_SECTORS,
+};
 pub use split::{copies_lock_unit, one_data_member_per_band, same_rows, split};
 
 pub const SECTOR: usize = 512;

@@ -199,12 +199,23 @@ impl HddGeometry {
 /// The sequential stream the drive is reading ahead of.
 #[derive(Debug, Clone, Copy)]
 struct Stream {
+    /// The buffer holds what the media read from `origin` on (bounded by the buffer's size
+    /// behind the host's furthest read).
+    origin: u64,
     /// The media had read up to `p0` at time `t0` and keeps reading at `rate`.
     p0: u64,
     t0: f64,
     rate: f64,
-    /// The host has taken everything below `consumed`.
+    /// The furthest the host has read.
     consumed: u64,
+}
+
+impl Stream {
+    /// Whether a read at `offset` is served from this stream (in the buffer, or arriving
+    /// into it) up to the read-ahead limit.
+    fn covers(&self, offset: u64, read_ahead: u64) -> bool {
+        offset >= self.origin && offset <= self.consumed + read_ahead
+    }
 }
 
 #[derive(Debug)]
@@ -483,15 +494,25 @@ impl Hdd {
     /// How soon the drive could start transferring `r` at `d` (for the reordering).
     fn cost_hint(&self, d: f64, r: &Request) -> f64 {
         if let Some(s) = self.stream {
-            if r.op == Op::Read && r.offset >= s.consumed && r.offset <= self.stream_limit(&s) {
+            if r.op == Op::Read && s.covers(r.offset, self.read_ahead()) {
                 return 0.0;
             }
         }
         self.positioning(d, r.offset, r.op == Op::Write)
     }
 
+    fn read_ahead(&self) -> u64 {
+        (self.geo.spec.read_ahead_kib * 1024.0) as u64
+    }
+
     fn stream_limit(&self, s: &Stream) -> u64 {
-        s.consumed + (self.geo.spec.read_ahead_kib * 1024.0) as u64
+        s.consumed + self.read_ahead()
+    }
+
+    /// Where the buffer's oldest kept byte is once the host has read up to `consumed`.
+    fn kept_from(&self, origin: u64, consumed: u64) -> u64 {
+        let cache = (self.geo.spec.cache_mib * (1 << 20) as f64) as u64;
+        origin.max(consumed.saturating_sub(cache.saturating_sub(self.read_ahead())))
     }
 
     /// Serves `r` on the media from decision time `d`: returns its finish.
@@ -522,38 +543,39 @@ impl Hdd {
     fn read(&mut self, r: &Request, d: f64, overhead: f64) -> f64 {
         let end_byte = r.offset + r.len;
         let link_time = r.len as f64 / self.link;
-        if let Some(s) = self.stream {
+        if let Some(s) = self
+            .stream
+            .filter(|s| s.covers(r.offset, self.read_ahead()))
+        {
+            // The media has read (or is reading) these bytes ahead of the host; it had
+            // stopped once the buffer's read-ahead was full.
             let limit = self.stream_limit(&s);
-            if r.offset >= s.consumed && r.offset <= limit {
-                // The media has read (or is reading) these bytes ahead of the host; it had
-                // stopped once the buffer's read-ahead was full.
-                let stalled_at = s.t0 + (limit.saturating_sub(s.p0)) as f64 / s.rate;
-                let (ready, stream) = if d > stalled_at && end_byte > limit {
-                    let ready = d + (end_byte - limit) as f64 / s.rate;
-                    (
-                        ready,
-                        Stream {
-                            p0: end_byte,
-                            t0: ready,
-                            rate: s.rate,
-                            consumed: end_byte,
-                        },
-                    )
-                } else {
-                    let ready = s.t0 + end_byte.saturating_sub(s.p0) as f64 / s.rate;
-                    (
-                        ready,
-                        Stream {
-                            consumed: end_byte,
-                            ..s
-                        },
-                    )
+            let stalled_at = s.t0 + (limit.saturating_sub(s.p0)) as f64 / s.rate;
+            let consumed = s.consumed.max(end_byte);
+            let origin = self.kept_from(s.origin, consumed);
+            let (ready, stream) = if d > stalled_at && end_byte > limit {
+                let ready = d + (end_byte - limit) as f64 / s.rate;
+                let st = Stream {
+                    origin,
+                    p0: end_byte,
+                    t0: ready,
+                    rate: s.rate,
+                    consumed,
                 };
-                self.stream = Some(stream);
-                self.head = end_byte;
-                let finish = ready.max(d + overhead + link_time);
-                return finish;
-            }
+                (ready, st)
+            } else {
+                // Bytes already read came in the past (the sign matters).
+                let ready = s.t0 + (end_byte as f64 - s.p0 as f64) / s.rate;
+                let st = Stream {
+                    origin,
+                    consumed,
+                    ..s
+                };
+                (ready, st)
+            };
+            self.stream = Some(stream);
+            self.head = end_byte.max(self.head);
+            return ready.max(d + overhead + link_time);
         }
         let t = d + overhead;
         let t = t + self.positioning(t, r.offset, false);
@@ -561,6 +583,7 @@ impl Hdd {
         let end = t + r.len as f64 / rate;
         self.head = end_byte;
         self.stream = (self.geo.spec.read_ahead_kib > 0.0).then_some(Stream {
+            origin: r.offset,
             p0: end_byte,
             t0: end,
             rate,

@@ -493,6 +493,10 @@ impl crate::DiskWrapper for EmuDisk {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn is_rotational(&self) -> bool {
+        EmuDisk::is_rotational(self)
+    }
 }
 
 #[cfg(test)]

@@ -197,6 +197,7 @@ impl Array {
         dir: Dir,
         states: &[MemberState],
         unreadable: &[usize],
+        mirrors: Option<&plan::MirrorInputs>,
     ) -> Result<PieceOp> {
         let resync_pending = self
             .resync_pending
@@ -219,6 +220,7 @@ impl Array {
             bad: guard
                 .as_ref()
                 .map(|_| &bad as &dyn Fn(usize, u64, u64) -> bool),
+            mirrors,
         };
         let planned = plan::plan_piece(&self.geo, piece, dir, inputs);
         drop(guard);
@@ -249,9 +251,10 @@ impl Array {
         // Members and replacements are taken together: a write planned against a slot's
         // member also reaches the replacement that may take the slot over meanwhile.
         let (mut states, mut members, mut replacements) = self.snapshot_for(dir);
+        let mirrors = mirror_inputs(&self.geo, dir, &members);
         let mut ops: Vec<PieceOp> = Vec::with_capacity(pieces.len());
         for p in pieces {
-            ops.push(self.plan(p, dir, &states, &[])?);
+            ops.push(self.plan(p, dir, &states, &[], mirrors.as_ref())?);
         }
         let mut done = vec![false; ops.len()];
         // Per op: slots it must not read again (they returned a read error to it).
@@ -453,7 +456,8 @@ impl Array {
                 replan.sort_unstable();
                 replan.dedup();
                 for k in replan {
-                    ops[k] = self.plan(&pieces[k], dir, &states, &unreadable[k])?;
+                    ops[k] =
+                        self.plan(&pieces[k], dir, &states, &unreadable[k], mirrors.as_ref())?;
                     done[k] = false;
                 }
             }
@@ -566,4 +570,28 @@ pub(crate) fn aligned_window(offset: u64, len: usize) -> (u64, usize) {
     let start = offset / s * s;
     let end = (offset + len as u64).div_ceil(s) * s;
     (start, (end - start) as usize)
+}
+
+/// For a read of a mirror level with a spinning member: each slot's kind and load, for the
+/// core's choice of copy ([`plan::choose_copy`]). `None` otherwise (no cost on other paths).
+fn mirror_inputs(
+    geo: &Geo,
+    dir: Dir,
+    members: &[Option<Arc<Member>>],
+) -> Option<plan::MirrorInputs> {
+    let copies = matches!(geo.scheme(), crate::geometry::Scheme::Copies { .. });
+    let spinning = members.iter().flatten().any(|m| m.rotational);
+    if dir != Dir::Read || !copies || !spinning {
+        return None;
+    }
+    Some(plan::MirrorInputs {
+        rotational: members
+            .iter()
+            .map(|m| m.as_ref().is_some_and(|m| m.rotational))
+            .collect(),
+        in_flight: members
+            .iter()
+            .map(|m| m.as_ref().map_or(0, |m| m.io.in_flight()))
+            .collect(),
+    })
 }

@@ -21,6 +21,68 @@ pub struct PlanInputs<'a> {
     /// (member sectors for parity levels, copy sectors for mirrors); the piece is planned as
     /// if the slot were lost there. `None` when no member has bad blocks.
     pub bad: Option<&'a dyn Fn(usize, u64, u64) -> bool>,
+    /// What the mirror members are, for choosing the copy a read goes to
+    /// ([`choose_copy`]); `None` keeps the pieces' interleave.
+    pub mirrors: Option<&'a MirrorInputs>,
+}
+
+/// Per slot: whether the member is a spinning disk (seeks and rotation cost; its read
+/// position matters) and how many requests it has in flight.
+#[derive(Clone, Debug, Default)]
+pub struct MirrorInputs {
+    pub rotational: Vec<bool>,
+    pub in_flight: Vec<u32>,
+}
+
+/// A sequential stream over mirrors of spinning disks moves to the next copy after this
+/// many member sectors (1 MiB): each disk reads whole extents and skips the others' with one short
+/// seek, so a single stream reads from every copy at once (3ware's TwinStor) instead of one
+/// disk (md's rule) or a seek-bound interleave of small pieces.
+pub const STREAM_EXTENT_SECTORS: u64 = 2048;
+
+/// Reads of at least this many sectors (64 KiB) count as streaming; smaller ones go to
+/// the least busy copy.
+pub const STREAMING_SECTORS: u64 = 128;
+
+/// The index into the piece's live copies (those `ok`) a read of spinning disks goes to, or
+/// `None` to keep the interleave (solid-state members, where the position costs nothing).
+///
+/// - Copies at different addresses (RAID 10 far and offset layouts): the lowest address,
+///   md's rule: the near copies lie in the outer, faster half and together read like RAID 0,
+///   where alternating near and far copies cost a seek per chunk.
+/// - Copies at one address (RAID 1, RAID 10 near): with three copies or more, a streaming
+///   read goes to copy `(member sector / STREAM_EXTENT_SECTORS) mod copies`, whole extents
+///   of each disk (with two, the disk would read through the extent it skips: the
+///   interleave stays); a small read to the copy with the
+///   fewest requests in flight (the first of those on a tie).
+pub fn choose_copy(
+    copies: &[(usize, u64)],
+    sectors: u64,
+    ok: impl Fn(usize) -> bool,
+    m: &MirrorInputs,
+) -> Option<usize> {
+    let live: Vec<(usize, u64)> = copies.iter().copied().filter(|&(s, _)| ok(s)).collect();
+    let spinning = |s: usize| m.rotational.get(s).copied().unwrap_or(false);
+    if live.len() < 2 || !live.iter().all(|&(s, _)| spinning(s)) {
+        return None;
+    }
+    let lowest = live.iter().map(|c| c.1).min()?;
+    if live.iter().any(|c| c.1 != lowest) {
+        return live.iter().position(|c| c.1 == lowest);
+    }
+    if sectors >= STREAMING_SECTORS {
+        // Two copies: the extent each disk skips is no longer than what it reads ahead
+        // anyway, so it reads through it; the interleave costs the same and spreads better.
+        if live.len() < 3 {
+            return None;
+        }
+        return Some((lowest / STREAM_EXTENT_SECTORS) as usize % live.len());
+    }
+    let busy = |s: usize| m.in_flight.get(s).copied().unwrap_or(0);
+    live.iter()
+        .enumerate()
+        .min_by_key(|(_, c)| busy(c.0))
+        .map(|(i, _)| i)
 }
 
 /// Plans `piece` for `dir` with what [`PlanInputs`] says.
@@ -79,6 +141,32 @@ pub fn plan_piece(
         }
     }
     let states = local.as_deref().unwrap_or(inputs.states);
+    let chosen;
+    let piece = match (&piece.kind, inputs.mirrors) {
+        (
+            PieceKind::Copies {
+                copies,
+                sectors,
+                read_hint,
+                ..
+            },
+            Some(m),
+        ) if dir == Dir::Read && !inputs.resync_pending => {
+            let ok = |s: usize| states.get(s).is_some_and(|st| st.usable());
+            match choose_copy(copies, *sectors, ok, m) {
+                Some(i) if i != *read_hint => {
+                    let mut p = piece.clone();
+                    if let PieceKind::Copies { read_hint, .. } = &mut p.kind {
+                        *read_hint = i;
+                    }
+                    chosen = p;
+                    &chosen
+                }
+                _ => piece,
+            }
+        }
+        _ => piece,
+    };
     PieceOp::new(geo, piece, dir, states)
 }
 

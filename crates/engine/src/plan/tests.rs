@@ -262,6 +262,7 @@ fn reads_avoid_bad_blocks_unreadable_members_and_follow_a_pending_resync() {
         resync_pending: false,
         unreadable: &[],
         bad: None,
+        mirrors: None,
     };
     assert_eq!(first_reads(&g, 0, 8, plain), vec![0]);
     // Slot 0 returned a read error to this piece: the others rebuild it.
@@ -289,6 +290,7 @@ fn reads_avoid_bad_blocks_unreadable_members_and_follow_a_pending_resync() {
         resync_pending: false,
         unreadable: &[],
         bad: None,
+        mirrors: None,
     };
     let hinted: Vec<usize> = (0..3u64)
         .flat_map(|k| first_reads(&m, k * 256, 8, spread))
@@ -340,4 +342,51 @@ fn a_member_error_fails_the_member_unless_redundancy_can_serve_the_read() {
         on_member_error(&r5, w, w, true, true, false),
         ResyncAndRefuse
     );
+}
+
+/// Mirror reads on spinning disks: far copies read the near (lowest) copy, streaming reads
+/// take whole extents of each copy in turn, small reads the least busy copy; solid-state
+/// members keep the interleave.
+#[test]
+fn mirror_reads_on_spinning_disks_go_where_the_head_is_cheapest() {
+    let spinning = MirrorInputs {
+        rotational: vec![true; 3],
+        in_flight: vec![2, 0, 1],
+    };
+    let all = |_: usize| true;
+    // Far layout: copies at different addresses; the lowest wins, unless it is lost.
+    let far = [(0, 5000), (1, 40), (2, 90_000)];
+    assert_eq!(choose_copy(&far, 8, all, &spinning), Some(1));
+    assert_eq!(choose_copy(&far, 8, |s| s != 1, &spinning), Some(0));
+    // Same address: streaming reads rotate per extent of member sectors.
+    let near = |ms: u64| [(0, ms), (1, ms), (2, ms)];
+    let picks: Vec<Option<usize>> = (0..6)
+        .map(|k| {
+            choose_copy(
+                &near(k * STREAM_EXTENT_SECTORS),
+                STREAMING_SECTORS,
+                all,
+                &spinning,
+            )
+        })
+        .collect();
+    assert_eq!(picks, [0, 1, 2, 0, 1, 2].map(Some));
+    // Within an extent, the same copy.
+    assert_eq!(
+        choose_copy(&near(STREAM_EXTENT_SECTORS + 100), 1024, all, &spinning),
+        Some(1)
+    );
+    // Small reads: the least busy copy (slot 1 has nothing in flight).
+    assert_eq!(choose_copy(&near(77), 8, all, &spinning), Some(1));
+    // ... among the live copies (index into them: slots 0 and 2 left, 2 is less busy).
+    assert_eq!(choose_copy(&near(77), 8, |s| s != 1, &spinning), Some(1));
+    // Solid-state or mixed: no choice here.
+    let mixed = MirrorInputs {
+        rotational: vec![true, false, true],
+        in_flight: vec![0; 3],
+    };
+    assert_eq!(choose_copy(&near(0), 8, all, &mixed), None);
+    assert_eq!(choose_copy(&far, 8, |s| s == 0, &spinning), None);
+    // Two copies at one address: streaming reads keep the interleave.
+    assert_eq!(choose_copy(&near(0)[..2], 1024, all, &spinning), None);
 }
