@@ -6,6 +6,7 @@
 //! [`matrix`] builds the level-by-member-count table of the studies.
 
 pub mod chart;
+pub mod disks;
 pub mod matrix;
 pub mod run;
 pub mod target;

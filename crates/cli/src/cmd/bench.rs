@@ -2,6 +2,7 @@
 //! values, calls a benchmark in the raidkit-bench crate (or, for `nbd`, drives the real
 //! server and real clients as processes), and prints what it returns.
 
+mod disks;
 mod lab;
 pub use lab::IostatArgs;
 
@@ -31,6 +32,10 @@ pub enum BenchCommand {
     /// The lab's load generator against fio on the same targets (a file in memory, a
     /// `raidkit serve` export through fio's nbd engine): MB/s side by side and their ratio.
     Selftest(lab::SelftestArgs),
+    /// Arrays on emulated drives (each level's default protection) against one drive of the
+    /// same model, side by side in one run: sequential read and write, random reads, a
+    /// rebuild idle and under reads, each with its ratio and the bar it is held to.
+    Disks(disks::DisksArgs),
     /// Parity kernels (P, P+Q, two-failure recovery) in GB/s per core, side by side with
     /// ISA-L's xor_gen, pq_gen and ec_encode_data when libisal is installed.
     Parity(ParityArgs),
@@ -108,6 +113,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Run(args) => lab::run_cmd(args),
         BenchCommand::Matrix(args) => lab::matrix_cmd(args),
         BenchCommand::Selftest(args) => lab::selftest_cmd(args),
+        BenchCommand::Disks(args) => disks::disks_cmd(args),
         BenchCommand::Parity(args) => run_parity(args),
         BenchCommand::Rebuild(args) => run_rebuild(args),
         BenchCommand::Nbd(args) => nbd::run(args),

@@ -101,20 +101,18 @@ impl HddGeometry {
         (1.0 - r) / (1.0 - self.k)
     }
 
-    /// Media rate (bytes/ns) at byte `off`: the zone's, zones from outer to inner, the rate
-    /// proportional to the radius.
+    /// Media rate (bytes/ns) at byte `off`: its zone's. Zones split the capacity evenly from
+    /// outer to inner; with constant linear density the rate is proportional to the radius,
+    /// and the first and last zone run at exactly the datasheet's outer and inner rates.
     pub fn rate(&self, off: u64) -> f64 {
         let zones = self.spec.zones.max(1);
         let z = ((self.frac(off) * f64::from(zones)) as u32).min(zones - 1);
-        // Zone z's rate is the rate at its middle radius, the first and last zone exactly the
-        // datasheet's outer and inner rates.
-        let t = if zones == 1 {
+        let f = if zones == 1 {
             0.0
         } else {
             f64::from(z) / f64::from(zones - 1)
         };
-        let r = 1.0 - t * (1.0 - self.k);
-        per_ns(self.spec.outer_mbps) * r
+        per_ns(self.spec.outer_mbps) * (1.0 - f * (1.0 - self.k * self.k)).sqrt()
     }
 
     /// Bytes on one track at `off`.
@@ -229,8 +227,8 @@ struct Hdd {
     /// The link is busy until then.
     link_free: f64,
     pending: Vec<Request>,
-    /// Written to the buffer, not yet to the media: (offset, len).
-    dirty: VecDeque<(u64, u64)>,
+    /// Written to the buffer, not yet to the media: (offset, len, when it came in).
+    dirty: VecDeque<(u64, u64, f64)>,
     dirty_bytes: u64,
     /// Writes waiting for room in the buffer.
     waiting: VecDeque<Request>,
@@ -438,7 +436,7 @@ impl Hdd {
         let start = at.max(self.link_free);
         let done = start + overhead + r.len as f64 / self.link;
         self.link_free = done;
-        self.dirty.push_back((r.offset, r.len));
+        self.dirty.push_back((r.offset, r.len, start));
         self.dirty_bytes += r.len;
         // The buffer is written, so anything read ahead of it may be stale.
         self.stream = None;
@@ -559,17 +557,28 @@ impl Hdd {
                     origin,
                     p0: end_byte,
                     t0: ready,
-                    rate: s.rate,
+                    rate: self.geo.rate(end_byte),
                     consumed,
                 };
                 (ready, st)
             } else {
                 // Bytes already read came in the past (the sign matters).
                 let ready = s.t0 + (end_byte as f64 - s.p0 as f64) / s.rate;
-                let st = Stream {
-                    origin,
-                    consumed,
-                    ..s
+                // Anchored again where the media is now, at that zone's rate.
+                let st = if end_byte > s.p0 {
+                    Stream {
+                        origin,
+                        p0: end_byte,
+                        t0: ready,
+                        rate: self.geo.rate(end_byte),
+                        consumed,
+                    }
+                } else {
+                    Stream {
+                        origin,
+                        consumed,
+                        ..s
+                    }
                 };
                 (ready, st)
             };
@@ -595,16 +604,20 @@ impl Hdd {
     /// Writes one buffered write to the media (the one reached soonest among the oldest
     /// few), from when the media is free; returns its finish.
     fn write_out(&mut self) -> f64 {
-        let d = self.busy_until;
-        let look = self.dirty.len().min(self.geo.spec.queue_depth as usize);
-        let pick = (0..look)
+        // Not before the oldest buffered write came in (the media may have been idle).
+        let came = self.dirty.iter().map(|w| w.2).fold(f64::INFINITY, f64::min);
+        let d = self.busy_until.max(came);
+        let look = self.geo.spec.queue_depth as usize;
+        let pick = (0..self.dirty.len())
+            .filter(|&i| self.dirty[i].2 <= d)
+            .take(look)
             .min_by(|&a, &b| {
                 let pa = self.positioning(d, self.dirty[a].0, true);
                 let pb = self.positioning(d, self.dirty[b].0, true);
                 pa.total_cmp(&pb)
             })
             .unwrap_or(0);
-        let (off, len) = self.dirty.remove(pick).expect("picked a buffered write");
+        let (off, len, _) = self.dirty.remove(pick).expect("picked a buffered write");
         self.dirty_bytes -= len;
         let t = d + self.positioning(d, off, true);
         let finish = t + len as f64 / self.geo.rate(off);

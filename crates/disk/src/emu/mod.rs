@@ -329,6 +329,22 @@ impl EmuDisk {
         Ok(EmuDisk::over(inner, text, drive, ceiling))
     }
 
+    /// An emulated `drive` holding its bytes in `inner` (memory, say), named `name`, behind
+    /// `behind` (a controller or link of `catalog`, shared as for the spelling's `behind=`).
+    pub fn wrap(
+        inner: Box<dyn Disk>,
+        drive: &DriveSpec,
+        name: &str,
+        behind: Option<&str>,
+        catalog: &Catalog,
+    ) -> Result<EmuDisk, DiskError> {
+        let ceiling = behind
+            .map(|b| ceiling_for(b, catalog))
+            .transpose()
+            .map_err(|e| bad(name, e))?;
+        Ok(EmuDisk::over(inner, name, drive.clone(), ceiling))
+    }
+
     /// An emulated `drive` whose bytes are `inner`'s.
     fn over(
         inner: Box<dyn Disk>,
