@@ -392,8 +392,8 @@ fn rebuild_figures(cfg: &DisksConfig, base: &DriveFigures) -> Result<(Figure, Fi
             .map_err(e)?;
         let secs = started.elapsed().as_secs_f64();
         a.stop().map_err(e)?;
-    // Shadowed bindings live to the end of the block: each array's memory goes now.
-    drop(a);
+        // Shadowed bindings live to the end of the block: each array's memory goes now.
+        drop(a);
         let rate = span as f64 / secs / 1e6;
         Ok((
             rate,
