@@ -115,8 +115,8 @@ fn served_control_socket(holder: &raidkit_disk::Holder, pid: u32) -> Option<Path
 /// Opens an existing member, or creates an image file of `image_bytes` when it does not exist
 /// (`None`: refused, naming the flag that gives the size).
 pub fn open_or_create(path: &Path, image_bytes: Option<u64>) -> Result<Box<dyn Disk>, CliError> {
-    if raidkit_disk::emu::is_emu(&path.to_string_lossy()) {
-        return open_emulated(path, false);
+    if let Some(d) = open_spelled(path, false) {
+        return d;
     }
     let disk = if path.exists() {
         FileDisk::open(path, OpenOptions::default())
@@ -156,8 +156,8 @@ pub fn open_members_mapped(
             ));
         }
         seen.push((canon, p.clone()));
-        if raidkit_disk::emu::is_emu(&p.to_string_lossy()) {
-            out.push(open_emulated(p, read_only)?);
+        if let Some(d) = open_spelled(p, read_only) {
+            out.push(d?);
             continue;
         }
         let d = FileDisk::open(
@@ -187,6 +187,31 @@ pub fn open_emulated(p: &Path, read_only: bool) -> Result<Box<dyn Disk>, CliErro
     let d = raidkit_disk::EmuDisk::open_with(&p.to_string_lossy(), &catalog, read_only)
         .map_err(disk_error)?;
     Ok(Box::new(d))
+}
+
+/// True when `p` spells a member that is no path: an emulated drive (`emu:...`) or an NBD
+/// export (`nbd://...`, `nbd+unix://...`).
+pub fn is_spelled(p: &Path) -> bool {
+    let s = p.to_string_lossy();
+    raidkit_disk::emu::is_emu(&s) || raidkit_nbd::member::is_nbd(&s)
+}
+
+/// Opens a member spelled as [`is_spelled`] says (`None` for a path). An NBD export gives
+/// up after `RAIDKIT_NBD_TIMEOUT` seconds without an answer (30 by default).
+pub fn open_spelled(p: &Path, read_only: bool) -> Option<Result<Box<dyn Disk>, CliError>> {
+    let s = p.to_string_lossy();
+    if raidkit_disk::emu::is_emu(&s) {
+        return Some(open_emulated(p, read_only));
+    }
+    if raidkit_nbd::member::is_nbd(&s) {
+        let t = raidkit_nbd::member::timeout_from_env();
+        return Some(
+            raidkit_nbd::member::NbdDisk::open(&s, read_only, t)
+                .map(|d| Box::new(d) as Box<dyn Disk>)
+                .map_err(disk_error),
+        );
+    }
+    None
 }
 
 /// Opened members, in the order given.

@@ -203,13 +203,46 @@ impl ExportInfo {
 
 /// Connects and negotiates the export the URI names.
 pub fn connect(uri: &NbdUri) -> Result<(ExportInfo, Sender, Receiver), ClientError> {
+    connect_timeout(uri, None)
+}
+
+/// As [`connect`], with every wait (the connection, each read and write of the socket) cut
+/// off after `timeout`: a vanished server is then an error, not a hang.
+pub fn connect_timeout(
+    uri: &NbdUri,
+    timeout: Option<std::time::Duration>,
+) -> Result<(ExportInfo, Sender, Receiver), ClientError> {
     let mut s = match uri {
         NbdUri::Tcp { host, port, .. } => {
-            let t = TcpStream::connect((host.as_str(), *port))?;
+            let t = match timeout {
+                None => TcpStream::connect((host.as_str(), *port))?,
+                Some(d) => {
+                    use std::net::ToSocketAddrs;
+                    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+                    let mut found = None;
+                    for a in (host.as_str(), *port).to_socket_addrs()? {
+                        match TcpStream::connect_timeout(&a, d) {
+                            Ok(t) => {
+                                found = Some(t);
+                                break;
+                            }
+                            Err(e) => last = e,
+                        }
+                    }
+                    found.ok_or(last)?
+                }
+            };
             t.set_nodelay(true)?;
+            t.set_read_timeout(timeout)?;
+            t.set_write_timeout(timeout)?;
             Stream::Tcp(t)
         }
-        NbdUri::Unix { socket, .. } => Stream::Unix(UnixStream::connect(socket)?),
+        NbdUri::Unix { socket, .. } => {
+            let u = UnixStream::connect(socket)?;
+            u.set_read_timeout(timeout)?;
+            u.set_write_timeout(timeout)?;
+            Stream::Unix(u)
+        }
     };
     let info = negotiate(&mut s, uri.export())?;
     let r = s.try_clone()?;

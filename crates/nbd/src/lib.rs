@@ -69,6 +69,7 @@ pub mod client;
 pub mod escape;
 pub mod export;
 pub mod handshake;
+pub mod member;
 pub mod proto;
 pub mod server;
 pub mod signal;

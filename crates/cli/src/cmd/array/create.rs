@@ -317,7 +317,7 @@ pub fn create_array_checked(
     let mut before = Vec::with_capacity(paths.len());
     let mut in_use = Vec::new();
     for p in paths {
-        let emulated = raidkit_disk::emu::is_emu(&p.to_string_lossy());
+        let emulated = raidkit_cli::common::is_spelled(p);
         if !p.exists() && !emulated {
             let Some(image_bytes) = plan.image_bytes else {
                 return Err(CliError::usage(format!(
@@ -328,8 +328,8 @@ pub fn create_array_checked(
             before.push(Before::Missing { image_bytes });
             continue;
         }
-        let disk: Box<dyn Disk> = if emulated {
-            raidkit_cli::common::open_emulated(p, true)?
+        let disk: Box<dyn Disk> = if let Some(d) = raidkit_cli::common::open_spelled(p, true) {
+            d?
         } else {
             Box::new(
                 FileDisk::open(
@@ -440,8 +440,9 @@ pub fn create_array_checked(
                     FileDisk::create(p, image_bytes).map_err(disk_error)?,
                 ));
             }
-            Before::Exists { .. } if raidkit_disk::emu::is_emu(&p.to_string_lossy()) => {
-                disks.push(raidkit_cli::common::open_emulated(p, false)?)
+            Before::Exists { .. } if raidkit_cli::common::is_spelled(p) => {
+                let d = raidkit_cli::common::open_spelled(p, false).expect("a spelled member");
+                disks.push(d?)
             }
             Before::Exists { .. } => disks.push(Box::new(
                 FileDisk::open(p, OpenOptions::default()).map_err(disk_error)?,
