@@ -88,8 +88,9 @@ pub trait Disk: Send + Sync + fmt::Debug {
     }
 }
 
-/// Checks that `[offset, offset+len)` lies inside a disk of `size` bytes.
-pub(crate) fn check_range(
+/// Checks that `[offset, offset+len)` lies inside a disk of `size` bytes (the error names
+/// the member, the operation and the sizes).
+pub fn check_range(
     name: &str,
     op: &'static str,
     offset_bytes: u64,

@@ -211,18 +211,7 @@ impl NbdDisk {
     }
 
     fn check(&self, op: &'static str, offset: u64, len: u64) -> Result<(), DiskError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.info.size_bytes => Ok(()),
-            _ => Err(DiskError::new(
-                &self.name,
-                op,
-                offset,
-                DiskErrorKind::OutOfRange {
-                    len_bytes: len,
-                    size_bytes: self.info.size_bytes,
-                },
-            )),
-        }
+        raidkit_disk::check_range(&self.name, op, offset, len, self.info.size_bytes)
     }
 
     fn writable(&self, op: &'static str, offset: u64) -> Result<(), DiskError> {
@@ -235,6 +224,16 @@ impl NbdDisk {
             ));
         }
         Ok(())
+    }
+
+    /// `[offset, offset + len)` cut into requests the export takes: (offset, range of the
+    /// caller's buffer).
+    fn steps(&self, offset: u64, len: usize) -> Vec<(u64, std::ops::Range<usize>)> {
+        let step = self.max_request();
+        (0..len)
+            .step_by(step)
+            .map(|at| (offset + at as u64, at..(at + step).min(len)))
+            .collect()
     }
 
     /// The largest request this export takes at once.
@@ -279,19 +278,14 @@ fn nbd_errno(error: u32) -> i32 {
 impl Disk for NbdDisk {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.check("read", offset_bytes, buf.len() as u64)?;
-        let step = self.max_request();
-        let mut done = 0;
-        while done < buf.len() {
-            let n = (buf.len() - done).min(step);
-            let at = offset_bytes + done as u64;
+        for (at, r) in self.steps(offset_bytes, buf.len()) {
             self.request(
                 "read",
                 NBD_CMD_READ,
                 at,
-                n as u32,
-                Data::In(&mut buf[done..done + n]),
+                r.len() as u32,
+                Data::In(&mut buf[r]),
             )?;
-            done += n;
         }
         Ok(())
     }
@@ -299,19 +293,14 @@ impl Disk for NbdDisk {
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.writable("write", offset_bytes)?;
         self.check("write", offset_bytes, buf.len() as u64)?;
-        let step = self.max_request();
-        let mut done = 0;
-        while done < buf.len() {
-            let n = (buf.len() - done).min(step);
-            let at = offset_bytes + done as u64;
+        for (at, r) in self.steps(offset_bytes, buf.len()) {
             self.request(
                 "write",
                 NBD_CMD_WRITE,
                 at,
-                n as u32,
-                Data::Out(&buf[done..done + n]),
+                r.len() as u32,
+                Data::Out(&buf[r]),
             )?;
-            done += n;
         }
         Ok(())
     }

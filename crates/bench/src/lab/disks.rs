@@ -147,6 +147,44 @@ impl DisksConfig {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Work {
+    SeqRead,
+    SeqWrite,
+    RandRead,
+}
+
+/// One measurement of an array: what, the workload, the baseline (what, value) and the bar.
+struct Check {
+    what: &'static str,
+    work: Work,
+    base: (String, f64),
+    bar: f64,
+    strict: bool,
+    /// The figure names the write-hole protection in use.
+    protected: bool,
+}
+
+impl Check {
+    fn new(what: &'static str, work: Work, base: (String, f64), bar: f64) -> Check {
+        Check {
+            what,
+            work,
+            base,
+            bar,
+            strict: false,
+            protected: false,
+        }
+    }
+
+    fn protected(self) -> Check {
+        Check {
+            protected: true,
+            ..self
+        }
+    }
+}
+
 fn measure_array(a: &Arc<Array>, what: &str, w: &Workload) -> Result<RunResult, LabError> {
     let mut t = ArrayTarget::new(a.clone(), what.to_string());
     run(&mut t, w, &RunOptions::default())
@@ -236,110 +274,94 @@ pub fn run_disks(
         out.push(f);
     };
 
-    cfg.say(&format!("RAID 0 x{n}"));
-    let (a, _) = cfg.array(0, None, n)?;
-    let r = measure_array(&a, "RAID 0", &cfg.seq(true))?;
-    push(figure(
-        format!("RAID 0 x{n} sequential read"),
-        &r,
-        false,
-        (format!("{n} drives"), nf * base.seq_read_mb_s),
-        0.95,
-    ));
-    let r = measure_array(&a, "RAID 0", &cfg.seq(false))?;
-    push(figure(
-        format!("RAID 0 x{n} sequential write"),
-        &r,
-        false,
-        (format!("{n} drives"), nf * base.seq_write_mb_s),
-        0.95,
-    ));
-    a.stop().map_err(e)?;
-    // Shadowed bindings live to the end of the block: each array's memory goes now.
-    drop(a);
-
-    cfg.say(&format!("RAID 5 x{n}"));
-    let (a, p) = cfg.array(5, None, n)?;
-    let r = measure_array(&a, "RAID 5", &cfg.seq(false))?;
-    push(
-        figure(
-            format!("RAID 5 x{n} sequential write"),
-            &r,
-            false,
-            (
-                format!("{} drives", n - 1),
-                (nf - 1.0) * base.seq_write_mb_s,
-            ),
-            0.9,
-        )
-        .noted(policy_note(p)),
-    );
-    let r = measure_array(&a, "RAID 5", &cfg.random_reads())?;
-    push(figure(
-        format!("RAID 5 x{n} 4 KiB random read QD 16"),
-        &r,
-        true,
+    let seq_read = |k: usize| (format!("{k} drives"), k as f64 * base.seq_read_mb_s);
+    let seq_write = |k: usize| (format!("{k} drives"), k as f64 * base.seq_write_mb_s);
+    let plans = [
         (
-            format!("{n} x one drive at QD 16"),
-            nf * base.rand_read_iops_qd16,
+            "RAID 0",
+            0,
+            None,
+            n,
+            vec![
+                Check::new("sequential read", Work::SeqRead, seq_read(n), 0.95),
+                Check::new("sequential write", Work::SeqWrite, seq_write(n), 0.95),
+            ],
         ),
-        0.8,
-    ));
-    a.stop().map_err(e)?;
-    // Shadowed bindings live to the end of the block: each array's memory goes now.
-    drop(a);
-
-    cfg.say(&format!("RAID 6 x{n}"));
-    let (a, p) = cfg.array(6, None, n)?;
-    let r = measure_array(&a, "RAID 6", &cfg.seq(false))?;
-    push(
-        figure(
-            format!("RAID 6 x{n} sequential write"),
-            &r,
-            false,
-            (
-                format!("{} drives", n - 2),
-                (nf - 2.0) * base.seq_write_mb_s,
-            ),
-            0.9,
-        )
-        .noted(policy_note(p)),
-    );
-    a.stop().map_err(e)?;
-    // Shadowed bindings live to the end of the block: each array's memory goes now.
-    drop(a);
-
-    cfg.say(&format!("RAID 10 f2 x{n}"));
-    let (a, _) = cfg.array(10, Some(0x201), n)?;
-    let r = measure_array(&a, "RAID 10 f2", &cfg.seq(true))?;
-    push(figure(
-        format!("RAID 10 f2 x{n} sequential read"),
-        &r,
-        false,
-        (format!("{n} drives"), nf * base.seq_read_mb_s),
-        0.9,
-    ));
-    a.stop().map_err(e)?;
-    // Shadowed bindings live to the end of the block: each array's memory goes now.
-    drop(a);
-
-    cfg.say("RAID 1 x3");
-    let (a, _) = cfg.array(1, None, 3)?;
-    let r = measure_array(&a, "RAID 1", &cfg.seq(true))?;
-    push(
-        figure(
-            "RAID 1 x3 single-stream read".into(),
-            &r,
-            false,
-            ("one drive".into(), base.seq_read_mb_s),
-            1.5,
-        )
-        .strictly()
-        .noted("ratio in drives' worth".into()),
-    );
-    a.stop().map_err(e)?;
-    // Shadowed bindings live to the end of the block: each array's memory goes now.
-    drop(a);
+        (
+            "RAID 5",
+            5,
+            None,
+            n,
+            vec![
+                Check::new("sequential write", Work::SeqWrite, seq_write(n - 1), 0.9).protected(),
+                Check::new(
+                    "4 KiB random read QD 16",
+                    Work::RandRead,
+                    (
+                        format!("{n} x one drive at QD 16"),
+                        nf * base.rand_read_iops_qd16,
+                    ),
+                    0.8,
+                ),
+            ],
+        ),
+        (
+            "RAID 6",
+            6,
+            None,
+            n,
+            vec![Check::new("sequential write", Work::SeqWrite, seq_write(n - 2), 0.9).protected()],
+        ),
+        (
+            "RAID 10 f2",
+            10,
+            Some(0x201),
+            n,
+            vec![Check::new(
+                "sequential read",
+                Work::SeqRead,
+                seq_read(n),
+                0.9,
+            )],
+        ),
+        (
+            "RAID 1",
+            1,
+            None,
+            3,
+            vec![Check {
+                strict: true,
+                ..Check::new(
+                    "single-stream read (ratio in drives)",
+                    Work::SeqRead,
+                    seq_read(1),
+                    1.5,
+                )
+            }],
+        ),
+    ];
+    for (label, level, layout, members, checks) in plans {
+        cfg.say(&format!("{label} x{members}"));
+        let (a, policy) = cfg.array(level, layout, members)?;
+        for c in checks {
+            let w = match c.work {
+                Work::SeqRead => cfg.seq(true),
+                Work::SeqWrite => cfg.seq(false),
+                Work::RandRead => cfg.random_reads(),
+            };
+            let r = measure_array(&a, label, &w)?;
+            let what = format!("{label} x{members} {}", c.what);
+            let mut f = figure(what, &r, c.work == Work::RandRead, c.base, c.bar);
+            if c.strict {
+                f = f.strictly();
+            }
+            if c.protected {
+                f = f.noted(policy_note(policy));
+            }
+            push(f);
+        }
+        a.stop().map_err(e)?;
+    }
 
     cfg.say(&format!("RAID 5 x{n} rebuild"));
     let (f_idle, f_busy) = rebuild_figures(cfg, &base)?;
