@@ -274,8 +274,12 @@ pub fn run_disks(
         out.push(f);
     };
 
-    let seq_read = |k: usize| (format!("{k} drives"), k as f64 * base.seq_read_mb_s);
-    let seq_write = |k: usize| (format!("{k} drives"), k as f64 * base.seq_write_mb_s);
+    let drives = |k: usize| match k {
+        1 => "one drive".to_string(),
+        k => format!("{k} drives"),
+    };
+    let seq_read = |k: usize| (drives(k), k as f64 * base.seq_read_mb_s);
+    let seq_write = |k: usize| (drives(k), k as f64 * base.seq_write_mb_s);
     let plans = [
         (
             "RAID 0",
