@@ -468,11 +468,21 @@ impl Hdd {
         held.truncate(qd);
         let oldest = held[0];
         // A flush runs when everything before it is done (the buffer is empty here).
-        let pick = if self.pending[oldest].op == Op::Flush
-            || qd == 1
-            || d - self.pending[oldest].arrival as f64 > STARVATION_NS as f64
-        {
+        let starved = d - self.pending[oldest].arrival as f64 > STARVATION_NS as f64;
+        let pick = if self.pending[oldest].op == Op::Flush || starved {
             oldest
+        } else if qd == 1 {
+            // A drive that takes one command at a time is given them by the host's
+            // scheduler, in one sweep across the disk from the head (C-SCAN), not in the
+            // order they came. Everything pending is in the host's queue, beyond the
+            // drive's depth.
+            (0..self.pending.len())
+                .filter(|&i| self.pending[i].arrival as f64 <= d && self.pending[i].op != Op::Flush)
+                .min_by_key(|&i| {
+                    let r = &self.pending[i];
+                    (r.offset < self.head, r.offset, r.arrival)
+                })
+                .unwrap_or(oldest)
         } else {
             held.iter()
                 .copied()
@@ -607,16 +617,25 @@ impl Hdd {
         // Not before the oldest buffered write came in (the media may have been idle).
         let came = self.dirty.iter().map(|w| w.2).fold(f64::INFINITY, f64::min);
         let d = self.busy_until.max(came);
-        let look = self.geo.spec.queue_depth as usize;
-        let pick = (0..self.dirty.len())
-            .filter(|&i| self.dirty[i].2 <= d)
-            .take(look)
-            .min_by(|&a, &b| {
-                let pa = self.positioning(d, self.dirty[a].0, true);
-                let pb = self.positioning(d, self.dirty[b].0, true);
-                pa.total_cmp(&pb)
-            })
-            .unwrap_or(0);
+        let qd = self.geo.spec.queue_depth as usize;
+        let came_by = |i: &usize| self.dirty[*i].2 <= d;
+        let pick = if qd == 1 {
+            // The host's scheduler handed the writes over in one sweep (see `decide`).
+            (0..self.dirty.len())
+                .filter(came_by)
+                .min_by_key(|&i| (self.dirty[i].0 < self.head, self.dirty[i].0))
+                .unwrap_or(0)
+        } else {
+            (0..self.dirty.len())
+                .filter(came_by)
+                .take(qd)
+                .min_by(|&a, &b| {
+                    let pa = self.positioning(d, self.dirty[a].0, true);
+                    let pb = self.positioning(d, self.dirty[b].0, true);
+                    pa.total_cmp(&pb)
+                })
+                .unwrap_or(0)
+        };
         let (off, len, _) = self.dirty.remove(pick).expect("picked a buffered write");
         self.dirty_bytes -= len;
         let t = d + self.positioning(d, off, true);
