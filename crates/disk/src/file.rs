@@ -4,7 +4,8 @@
 //! `O_DIRECT` active every system call uses an offset, length and buffer aligned to the logical
 //! block size (unaligned requests are bounced through an [`AlignedBuf`] the thread keeps; a
 //! write reads first only the blocks it covers in part, so a request whose range is aligned
-//! and only its buffer is not, the usual case, costs a copy and never a read); `O_DIRECT` is only ever an optimisation: where the kernel refuses it (EINVAL, e.g.
+//! and only its buffer is not, the usual case, costs a copy and never a read); `O_DIRECT` is
+//! only ever an optimisation: where the kernel refuses it (EINVAL, e.g.
 //! tmpfs) the disk is reopened buffered.
 //!
 //! Asked to ([`OpenOptions::map_memory`]), a fully allocated image file on tmpfs is mapped and
