@@ -67,6 +67,7 @@ mod assemble;
 pub(crate) mod bitmap;
 mod create;
 mod datapath;
+mod gather;
 mod journal;
 mod members;
 mod options;
@@ -77,6 +78,7 @@ use crate::events::{ArrayEvent, DirtyDegradedStart, EventLog};
 pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Slot, Transition};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
+pub use gather::GatherCounters;
 pub use options::*;
 use write_log::IntentHooks;
 
@@ -171,6 +173,8 @@ pub struct Array {
     log: Option<Box<dyn write_log::WriteLog>>,
     /// A write was refused for want of space and none has succeeded since.
     no_space: AtomicBool,
+    /// Partial stripes of sequential writes gathered into whole ones (parity levels).
+    gather: Option<gather::Gather>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -277,6 +281,8 @@ impl Array {
             no_space: AtomicBool::new(false),
             bitmap: None,
             log,
+            gather: matches!(geo.scheme(), Scheme::Parity { .. })
+                .then(|| gather::Gather::new(geo.data_disks() as u64 * geo.chunk_sectors)),
             geo,
         })
     }
@@ -321,6 +327,15 @@ impl Array {
 
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// What gathering partial-stripe writes into whole stripes has done (zero on levels
+    /// without parity).
+    pub fn gather_counters(&self) -> GatherCounters {
+        self.gather
+            .as_ref()
+            .map(|g| g.counters())
+            .unwrap_or_default()
     }
 
     pub fn config(&self) -> EngineConfig {

@@ -29,8 +29,8 @@ mod tasks;
 
 pub use array::{
     Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,
-    EngineConfig, MemberIo, MemberIoReading, MemberStatus, Status, TaskKind, TaskOutcome,
-    TaskProgress, TaskRates, TaskReport,
+    EngineConfig, GatherCounters, MemberIo, MemberIoReading, MemberStatus, Status, TaskKind,
+    TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
 pub use error::{AbsentMember, EngineError, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};

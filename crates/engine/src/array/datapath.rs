@@ -53,14 +53,22 @@ impl Array {
         if let Some(wi) = intent {
             wi.start_write(self, array_sector, sectors);
         }
-        let r = self.run_pieces(
-            dir,
-            array_sector,
-            sectors,
-            user_ptr,
-            user_len,
-            &mut suspects,
-        );
+        let r = match (&self.gather, dir) {
+            (Some(g), Dir::Write) => {
+                // SAFETY: the caller's buffer is valid for user_len bytes for the whole call,
+                // and a write only reads it.
+                let user = unsafe { std::slice::from_raw_parts(user_ptr as *const u8, user_len) };
+                g.write(self, array_sector, sectors, user, &mut suspects)
+            }
+            _ => self.run_pieces(
+                dir,
+                array_sector,
+                sectors,
+                user_ptr,
+                user_len,
+                &mut suspects,
+            ),
+        };
         if let Some(wi) = intent {
             wi.end_write(self, array_sector, sectors);
         }
@@ -119,6 +127,27 @@ impl Array {
                 Err(e) => self.member_failed(slot, &format!("repairing a read error failed: {e}")),
             }
         }
+    }
+
+    /// Writes `[start, start + sectors)` from the front of `buf`.
+    pub(crate) fn run_pieces_on(
+        &self,
+        start: u64,
+        sectors: u64,
+        buf: &[u8],
+        suspects: &mut Vec<(usize, u64, u64)>,
+    ) -> Result<()> {
+        let len = sectors as usize * SECTOR;
+        assert!(buf.len() >= len, "a write's buffer holds its sectors");
+        // The pointer is only read from: the pieces of a write never write the user buffer.
+        self.run_pieces(
+            Dir::Write,
+            start,
+            sectors,
+            buf.as_ptr() as *mut u8,
+            len,
+            suspects,
+        )
     }
 
     pub(crate) fn run_pieces(
