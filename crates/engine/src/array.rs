@@ -445,6 +445,11 @@ impl Array {
                 .filter_map(|r| r.and_then(|i| st.members[i].clone()));
             slots.chain(replacements).collect()
         };
+        let mark = self
+            .log
+            .as_ref()
+            .map(|l| l.flush_mark())
+            .unwrap_or_default();
         let batch = Batch::new();
         batch.add(targets.len());
         pool::run_phase(
@@ -471,7 +476,7 @@ impl Array {
             self.io_failed(&targets[tag], &err.to_string());
         }
         if let Some(log) = &self.log {
-            log.flush(self)?;
+            log.flush(self, &mark)?;
         }
         self.check_failed()
     }

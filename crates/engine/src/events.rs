@@ -161,7 +161,18 @@ pub enum ArrayEvent {
         array_sector: u64,
         reason: String,
     },
-    /// A data member could not be read while a log entry was replayed.
+    /// A logged write modified a member now missing together with other data members of
+    /// the same rows: neither its old nor its new contents can be recomputed there, so the
+    /// parity member's rows are recorded as bad blocks and the missing member's sectors
+    /// (`array_sector`, `sectors`) read as errors, never as a mix of versions.
+    PplRowsLost {
+        member: String,
+        missing_slot: usize,
+        array_sector: u64,
+        sectors: u64,
+    },
+    /// A data member could not be read while a log entry was replayed: it counts as missing
+    /// for that entry.
     PplReplayReadFailed { member: String, error: String },
     /// Parity could not be written while the log was replayed; the member is faulty.
     PplReplayWriteFailed { member: String, error: String },
@@ -382,9 +393,18 @@ impl fmt::Display for ArrayEvent {
                 f,
                 "{member}: partial parity log entry at array sector {array_sector} refused: {reason}"
             ),
+            ArrayEvent::PplRowsLost {
+                member,
+                missing_slot,
+                array_sector,
+                sectors,
+            } => write!(
+                f,
+                "{member}: a write in flight at the crash modified missing slot {missing_slot} with other members; its {sectors} sectors from array sector {array_sector} cannot be recomputed and now read as errors (bad blocks on the parity member)"
+            ),
             ArrayEvent::PplReplayReadFailed { member, error } => write!(
                 f,
-                "{member}: unreadable while replaying the partial parity log ({error}); the stripe is resynced"
+                "{member}: unreadable while replaying the partial parity log ({error}); its rows of the entry are treated as missing"
             ),
             ArrayEvent::PplReplayWriteFailed { member, error } => write!(
                 f,

@@ -31,7 +31,7 @@ pub use decide::{
     choose_copy, on_member_error, plan_piece, ErrorAction, MirrorInputs, PlanInputs,
     STREAMING_SECTORS, STREAM_EXTENT_SECTORS,
 };
-pub use split::{copies_lock_unit, one_data_member_per_band, same_rows, split};
+pub use split::{copies_lock_unit, split};
 
 pub const SECTOR: usize = 512;
 
@@ -387,7 +387,11 @@ impl PieceOp {
                 members.extend(info.q_member);
                 let lost_members: Vec<usize> =
                     members.iter().copied().filter(|&m| !ok(m)).collect();
-                if lost_members.len() > max_degraded {
+                // A read that touches only members that are there reads them directly
+                // whatever else is lost (md reads an in-sync member's chunk directly too).
+                let direct_read =
+                    dir == Dir::Read && (*dd_first..=*dd_last).all(|dd| ok(info.data_members[dd]));
+                if lost_members.len() > max_degraded && !direct_read {
                     return Err(lost_error(lost_members));
                 }
                 let unwritable_members: Vec<usize> = members

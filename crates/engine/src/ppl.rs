@@ -18,25 +18,19 @@
 //! current modified data makes the stripe consistent again with the data the write did not
 //! touch: that data then survives the loss of any member. Data the write was modifying reads
 //! back per sector as it is on the surviving members (old or new). On a lost member it is
-//! parity XOR the other data: md recovers an entry only when every modified data member is
-//! there, so when a lost member was modified together with another data member (any
-//! full-stripe write, and a partial-stripe write over several data members) it can read as
-//! neither. raidkit closes that: every band over several data members, full-stripe bands too,
-//! is logged and written one data member at a time
-//! ([`crate::plan::one_data_member_per_band`]), so the lost member's rows are parity XOR data
-//! that did not change. Each piece is an ordinary md entry for one data member, so md replays
-//! the log as it replays its own.
+//! parity XOR the other data: where the lost member was the only one the entry modified in a
+//! row, that is old or new per sector too; where another data member was modified with it
+//! (any full-stripe write, and a partial-stripe write over several data members), it can be
+//! neither, so the driver records those rows as bad blocks on the parity member
+//! ([`EntryRecovery::lost_rows`]) and they read as errors. md skips such rows and returns the
+//! mix.
 //!
 //! RAID 4 and RAID 6 have no partial parity log: md's PPL is RAID 5 only (`ppl_init_log`
 //! refuses other levels). Their guard is md's write journal.
 //!
-//! Cost (measured by `examples/pplbench.rs`, RAID 5 over 4 members in /dev/shm, 512 KiB
-//! chunk, one writer): every stripe write first writes and flushes a log on its parity member,
-//! and the members a log covers are flushed before it is replaced; 4 KiB random writes ran at
-//! about 0.65x, 1 MiB sequential writes (partial stripes) at about 0.45x and full-stripe
-//! writes at about 0.25x of the resync policy: a full stripe over three data members becomes
-//! three read-modify-writes, each with its own parity write and partial parity. See
-//! docs/design.md.
+//! Cost: every write phase first writes and flushes a log on each parity member it touches,
+//! and the members a log covers are flushed before it is replaced; see docs/design.md for
+//! figures.
 //!
 //! Entries are parsed the way md parses them, including shapes md itself never writes, and
 //! checked against the geometry: an entry that does not fit is refused (counted as a mismatch,
@@ -264,6 +258,31 @@ pub fn plan_entry(
 }
 
 impl EntryRecovery {
+    /// Rows (from row 0) that cannot be recomputed: where a modified data member that is
+    /// missing (`present[k]` false for `data[k]`) was written together with another data
+    /// member. There parity and the other member may each hold old or new contents, so the
+    /// missing member's sectors read back as neither. Where it was the only member written,
+    /// parity alone holds old or new per sector and so does the missing member: md skips
+    /// those rows and so does this. 0 when nothing is lost.
+    pub fn lost_rows(&self, present: &[bool]) -> u64 {
+        let mut lost = 0;
+        for (k, &(_, n)) in self.data.iter().enumerate() {
+            if present.get(k).copied().unwrap_or(true) {
+                continue;
+            }
+            let others = self
+                .data
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != k)
+                .map(|(_, &(_, m))| m)
+                .max()
+                .unwrap_or(0);
+            lost = lost.max(n.min(others));
+        }
+        lost
+    }
+
     /// The new parity of the entry's rows: `data[k]` is the current contents of the k-th
     /// modified member over its rows (`None` when the member is missing), `pp` the logged
     /// partial parity. Rows that need a missing member are left alone (md skips them), so the

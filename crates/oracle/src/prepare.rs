@@ -112,6 +112,7 @@ pub fn is_ppl_event(e: &ArrayEvent) -> bool {
             | ArrayEvent::PplUnreadable { .. }
             | ArrayEvent::PplNoValidHeader { .. }
             | ArrayEvent::PplEntryRefused { .. }
+            | ArrayEvent::PplRowsLost { .. }
             | ArrayEvent::PplReplayReadFailed { .. }
             | ArrayEvent::PplReplayWriteFailed { .. }
             | ArrayEvent::PplResetFailed { .. }

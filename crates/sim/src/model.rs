@@ -37,6 +37,10 @@ pub fn sector_pattern(id: u32, array_sector: u64, out: &mut [u8]) {
 struct Cell {
     now: Vec<u32>,
     crash: Vec<u32>,
+    /// Written since the last flush (by a write not made durable on its own by FUA).
+    unflushed: bool,
+    /// Was unflushed at the last crash.
+    unflushed_at_crash: bool,
 }
 
 fn push_unique(v: &mut Vec<u32>, id: u32) {
@@ -68,6 +72,8 @@ impl Model {
                 Cell {
                     now: vec![0],
                     crash: vec![0],
+                    unflushed: false,
+                    unflushed_at_crash: false,
                 };
                 sectors as usize
             ],
@@ -86,6 +92,7 @@ impl Model {
             if fua {
                 c.crash.clear();
             }
+            c.unflushed = !fua;
             push_unique(&mut c.crash, id);
         }
     }
@@ -95,6 +102,7 @@ impl Model {
         for c in &mut self.cells[start as usize..(start + n) as usize] {
             push_unique(&mut c.now, id);
             push_unique(&mut c.crash, id);
+            c.unflushed = true;
         }
     }
 
@@ -104,6 +112,7 @@ impl Model {
             if c.crash != c.now {
                 c.crash.clone_from(&c.now);
             }
+            c.unflushed = false;
         }
     }
 
@@ -116,8 +125,16 @@ impl Model {
             if c.now.len() > 1 {
                 doubt.push(i as u64);
             }
+            c.unflushed_at_crash = c.unflushed;
+            c.unflushed = false;
         }
         doubt
+    }
+
+    /// Whether a write not yet flushed covered `array_sector` at the last crash: the only
+    /// sectors a crash may leave unrecoverable when a member goes with it.
+    pub fn unflushed_at_crash(&self, array_sector: u64) -> bool {
+        self.cells[array_sector as usize].unflushed_at_crash
     }
 
     /// The single acceptable content of a sector, if it is certain.

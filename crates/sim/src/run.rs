@@ -12,10 +12,13 @@
 //! the write in flight when a crash is followed by the loss of a member (or happens while
 //! degraded), and md needs a resync after every unclean stop. Some RAID 4/5/6 seeds (half of
 //! RAID 4 and 6, a third of RAID 5) get md's write journal on a device of their own; the
-//! other RAID 5 arrays are created with md's partial parity log (the engine's default, which
-//! writes one data member of a stripe at a time, so a sector in flight reads back old or new
-//! even when its own member is the one lost). Both close the hole, so those runs keep every
-//! crash and fault. The other RAID 4 and 6 arrays have no guard (md has no partial parity
+//! other RAID 5 arrays are created with md's partial parity log (the engine's default). Both
+//! close the hole, so those runs keep every crash and fault. With the partial parity log, a
+//! sector in flight on a member lost with the crash reads back old or new, or, where the
+//! same write modified another data member in its row, is given up at the replay
+//! (`PplRowsLost`): it then reads as an error, and writes over its stripe rows may fail. The
+//! run accepts exactly that, after checking that every sector given up was written and not
+//! flushed at the crash. The other RAID 4 and 6 arrays have no guard (md has no partial parity
 //! log for them): unless [`SimOptions::write_hole`] is set, a run on them skips crashes while
 //! degraded and every member fault after a crash, and says so in [`SeedReport::excluded`].
 
@@ -321,6 +324,13 @@ struct Run<'a> {
     /// World disk index of each scenario slot's original disk.
     model: Model,
     unsynced: BTreeSet<u64>,
+    /// Array sectors the engine gave up at a crash with a member lost (the partial parity
+    /// log's rows written over several members, one of them the lost one): reads of them
+    /// may fail from then on ...
+    given_up: BTreeSet<u64>,
+    /// ... and so may writes over their stripe rows (md fails them too: parity is a bad
+    /// block there and a member is missing).
+    given_up_rows: BTreeSet<u64>,
     next_id: u32,
     array: Option<Array>,
     crashed_parity: bool,
@@ -521,11 +531,17 @@ impl Run<'_> {
                 }
                 Ok(())
             }
-            Err(e) if self.in_budget() => Err(format!(
-                "{what}: read of {n} sectors at {start} failed within the fault budget: {e}"
-            )),
+            Err(e)
+                if self.in_budget() && self.given_up.range(start..start + n).next().is_none() =>
+            {
+                Err(format!(
+                    "{what}: read of {n} sectors at {start} failed within the fault budget: {e}"
+                ))
+            }
             Err(e) => {
-                self.trace(|| format!("  read {start}+{n}: clean error (over budget): {e}"));
+                self.trace(|| {
+                    format!("  read {start}+{n}: clean error (over budget or given up): {e}")
+                });
                 Ok(())
             }
         }
@@ -556,7 +572,7 @@ impl Run<'_> {
             }
             Err(e) => {
                 self.model.write_failed(start, n, id);
-                if self.in_budget() {
+                if self.in_budget() && self.given_up_rows.range(start..start + n).next().is_none() {
                     Err(format!(
                         "write of {n} sectors at {start} failed within the fault budget: {e}"
                     ))
@@ -862,6 +878,7 @@ impl Run<'_> {
             Ok((a, rep)) => {
                 a.set_task_rates(raidkit_engine::TaskRates::full());
                 self.trace(|| format!("  assembled {why}: {rep:?}"));
+                self.note_given_up(&rep.events)?;
                 self.array = Some(a);
                 Ok(())
             }
@@ -884,6 +901,39 @@ impl Run<'_> {
                 }
             }
         }
+    }
+
+    /// Takes in the sectors a replay gave up ([`raidkit_engine::ArrayEvent::PplRowsLost`]),
+    /// after checking that each was written and not flushed at the crash: the engine may
+    /// give up only what the crash left in doubt, never data that was durable.
+    fn note_given_up(&mut self, events: &[raidkit_engine::ArrayEvent]) -> Step {
+        for e in events {
+            let raidkit_engine::ArrayEvent::PplRowsLost {
+                array_sector,
+                sectors,
+                ..
+            } = e
+            else {
+                continue;
+            };
+            let (start, n) = (*array_sector, *sectors);
+            if let Some(s) = (start..start + n).find(|&s| !self.model.unflushed_at_crash(s)) {
+                return Err(format!(
+                    "the replay gave up array sector {s}, which no unflushed write covered at the crash ({e})"
+                ));
+            }
+            let chunk = self.sc.chunk_sectors as u64;
+            let d = u64::from(self.geo.data_disks().unwrap_or(1));
+            let stripe_base = start / (d * chunk) * (d * chunk);
+            let off = start % chunk;
+            self.given_up.extend(start..start + n);
+            for dd in 0..d {
+                let s = stripe_base + dd * chunk + off;
+                self.given_up_rows.extend(s..s + n);
+            }
+            self.trace(|| format!("  given up at the replay: {start}+{n}"));
+        }
+        Ok(())
     }
 
     fn maybe_add_spare(&mut self) -> Step {
@@ -1211,6 +1261,8 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         geo,
         model: Model::new(0),
         unsynced: BTreeSet::new(),
+        given_up: BTreeSet::new(),
+        given_up_rows: BTreeSet::new(),
         next_id: 0,
         array: None,
         crashed_parity: false,

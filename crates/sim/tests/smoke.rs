@@ -106,7 +106,8 @@ fn journal_failed_member_page_seeds() {
 
 /// Soak seeds (RAID 5 with the partial parity log, a member dies as the power fails) whose
 /// in-flight writes over several data members read back as bytes of no write until such bands
-/// were logged and written one data member at a time (crates/sim/KNOWN_FAILURES.md #4):
+/// were logged and written one data member at a time, and now read as errors where they cannot
+/// be recomputed (crates/sim/KNOWN_FAILURES.md #4):
 /// partial-stripe writes in 76374 and 184532, full-stripe writes in 97074 and 108636. Then,
 /// with crash-then-degrade kept in for such arrays: 60 (a latent error on a modified member
 /// during the replay), at 60 operations 1182 (a member left out at a degraded start came back

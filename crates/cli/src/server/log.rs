@@ -140,6 +140,7 @@ impl ServerLog {
             | E::PplUnreadable { .. }
             | E::PplNoValidHeader { .. }
             | E::PplEntryRefused { .. }
+            | E::PplRowsLost { .. }
             | E::PplReplayReadFailed { .. }
             | E::PplReplayWriteFailed { .. }
             | E::PplResetFailed { .. }

@@ -159,15 +159,11 @@ impl Array {
         user_len: usize,
         suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
-        let mut pieces = plan::split(&self.geo, array_sector, sectors, self.max_band_sectors);
+        let pieces = plan::split(&self.geo, array_sector, sectors, self.max_band_sectors);
         let log = match dir {
             Dir::Write => self.log.as_deref(),
             Dir::Read => None,
         };
-        let one_member_bands = log.is_some_and(|l| l.one_data_member_per_band());
-        if one_member_bands {
-            pieces = plan::one_data_member_per_band(&self.geo, pieces);
-        }
         let healthy = {
             let st = lock(&self.state);
             st.roster
@@ -184,12 +180,7 @@ impl Array {
             while j < pieces.len() {
                 let b = piece_scratch_estimate(&self.geo, &pieces[j], healthy);
                 let log_fits = cut.admit(&pieces[j]);
-                if j > i
-                    && (bytes + b > self.batch_budget_bytes
-                        || (one_member_bands
-                            && pieces[i..j].iter().any(|p| plan::same_rows(p, &pieces[j])))
-                        || !log_fits)
-                {
+                if j > i && (bytes + b > self.batch_budget_bytes || !log_fits) {
                     break;
                 }
                 bytes += b;

@@ -12,15 +12,21 @@
 //! 3. logs are taken in ascending slot order, after the stripe locks, and nothing takes a stripe
 //!    lock while holding a log, so writers never deadlock.
 //!
-//! Every write of a stripe with an in-sync parity member is logged, full-stripe writes too
-//! (md logs them with no partial parity; here they arrive split into one band per data
-//! member, see `plan::one_data_member_per_band`): otherwise an older entry could be replayed
-//! over a stripe that a later, unlogged write changed. A stripe whose parity member is being
-//! rebuilt is logged where that member is already recovered (md's R5_Insync). At assembly of a
-//! dirty array the newest log of every member in sync or being rebuilt is replayed
-//! (`ppl_recover`) and then, as md does at every start, each area is zeroed and given an empty
-//! header; a clean array gets its empty headers just before its first write instead, so that
-//! assembling it writes nothing.
+//! Every write of a stripe with an in-sync parity member is logged as md logs it, one entry per
+//! band over all the data members it modifies, full-stripe writes too (with no partial
+//! parity): otherwise an older entry could be replayed over a stripe that a later, unlogged
+//! write changed. A stripe whose parity member is being rebuilt is logged where that member is
+//! already recovered (md's R5_Insync). An array flush retires the logs that cover only writes
+//! it made durable (an empty log write), so a replay never concerns durable data.
+//!
+//! At assembly of a dirty array the newest log of every member in sync or being rebuilt is
+//! replayed (`ppl_recover`); a modified member that is missing or unreadable there counts as
+//! missing for its entry, and rows where it was written together with another data member are
+//! recorded as bad blocks on the parity member ([`EntryRecovery::lost_rows`]): its in-flight
+//! sectors there read as errors, never as a mix of versions (md returns whatever parity and
+//! the other member make of them). Then, as md does at every start, each area is zeroed and
+//! given an empty header; a clean array gets its empty headers just before its first write
+//! instead, so that assembling it writes nothing.
 
 use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, Slot, State};
@@ -28,7 +34,7 @@ use crate::events::ArrayEvent;
 use crate::geometry::Geo;
 use crate::plan::{MemberState, Piece, PieceKind, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
-use crate::ppl::{newest_header, plan_entry, LogBuilder};
+use crate::ppl::{newest_header, plan_entry, EntryRecovery, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
 use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
 use raidkit_metadata::{DataLayout, Superblock};
@@ -42,6 +48,8 @@ pub(super) struct Ppl {
     /// Per raid slot, the log on that slot's member: the slots written under its newest log
     /// write, which must be flushed before it is overwritten.
     logs: Vec<Mutex<Vec<usize>>>,
+    /// Per raid slot, log writes made to its member so far (changed under its log's lock).
+    log_seq: Vec<AtomicU64>,
     /// Bytes of the smallest member's log area (entries of one log write must fit).
     area_bytes: u64,
     /// The logs still hold what the last run left; they are emptied before the first write
@@ -77,6 +85,7 @@ impl Ppl {
             signature: ppl_signature(&first.set_uuid.0),
             generation: AtomicU64::new(1),
             logs: (0..raid_disks).map(|_| Mutex::new(Vec::new())).collect(),
+            log_seq: (0..raid_disks).map(|_| AtomicU64::new(0)).collect(),
             area_bytes,
             reset_pending: AtomicBool::new(false),
         })
@@ -127,10 +136,6 @@ impl WriteLog for Ppl {
     /// Largest band (in sectors) whose partial parity fits one log write.
     fn max_band_sectors(&self, _geo: &Geo) -> u64 {
         ((self.area_bytes - PPL_HEADER_SIZE as u64) / SECTOR as u64) / 8 * 8
-    }
-
-    fn one_data_member_per_band(&self) -> bool {
-        true
     }
 
     /// A write band is logged on the slot holding its stripe's parity, with its partial
@@ -289,10 +294,68 @@ impl WriteLog for Ppl {
         for (_, _, _, bytes) in bufs {
             crate::buffers::keep_buffer(bytes);
         }
+        for &s in &slots {
+            self.log_seq[s].fetch_add(1, Ordering::Relaxed);
+        }
         let hold: LogHold<'a> = Box::new(PplHold { logs, written });
         // A member whose log failed is no longer written.
         (*states, *phase_members) = array.snapshot();
         Ok(Some(hold))
+    }
+
+    /// Per slot, the log writes made so far, each read under its log's lock: a phase that
+    /// holds a log has completed its member writes once the lock is free.
+    fn flush_mark(&self) -> Vec<u64> {
+        self.logs
+            .iter()
+            .zip(&self.log_seq)
+            .map(|(l, seq)| {
+                let _g = lock(l);
+                seq.load(Ordering::Relaxed)
+            })
+            .collect()
+    }
+
+    /// Retires the entries the flush made durable: a log not written since `mark` covers
+    /// only writes that completed before the members' flushes, so it is replaced by an empty
+    /// one (md keeps them until its next log write). A log that holds entries after a
+    /// flush would be replayed after a crash over data that was durable; with a member of
+    /// its rows missing, rows written over several members would then be given up as lost
+    /// ([`EntryRecovery::lost_rows`]) although they are whole.
+    fn flush(&self, array: &Array, mark: &[u64]) -> Result<()> {
+        for (slot, &seen) in mark.iter().enumerate() {
+            let mut g = lock(&self.logs[slot]);
+            if g.is_empty() || self.log_seq[slot].load(Ordering::Relaxed) != seen {
+                continue;
+            }
+            let (member, area) = {
+                let st = lock(&array.state);
+                let m = st.roster.slot_member[Slot(slot)].and_then(|i| st.members[i].clone());
+                (m, slot_area(&st, Slot(slot)))
+            };
+            let (Some(m), Some((at, len))) = (member, area) else {
+                continue;
+            };
+            let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+            let bytes = LogBuilder::new()
+                .finish(self.signature, generation, len)
+                .map_err(|f| {
+                    EngineError::Invalid(format!(
+                        "an empty partial parity log of {} bytes does not fit the {}-byte log area",
+                        f.bytes, f.area_bytes
+                    ))
+                })?;
+            let r = m.disk.write_at(&bytes, at).and_then(|_| m.disk.flush());
+            crate::buffers::keep_buffer(bytes);
+            if let Err(e) = r {
+                drop(g);
+                array.member_failed(Slot(slot), &format!("retiring its partial parity log: {e}"));
+                continue;
+            }
+            g.clear();
+            self.log_seq[slot].fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// The member holding the log leaves the array (md fails a member whose log write
@@ -418,8 +481,12 @@ impl Ppl {
                             continue;
                         }
                     };
+                    // A modified member that is missing, or unreadable here, counts as
+                    // missing for the entry: its rows are left as the crash left them
+                    // where it was the only member written, and given up where it was
+                    // written with others (so a stripe is never left waiting for a resync
+                    // that a second crash would forget).
                     let mut data: Vec<Option<Vec<u8>>> = Vec::with_capacity(plan.data.len());
-                    let mut unreadable = false;
                     for &(dm, rows) in &plan.data {
                         let buf = members[dm]
                             .as_ref()
@@ -438,18 +505,16 @@ impl Ppl {
                                             member: dmm.disk.name().into(),
                                             error: e.to_string(),
                                         });
-                                        unreadable = true;
                                         None
                                     }
                                 }
                             });
                         data.push(buf);
                     }
-                    if unreadable {
-                        // The resync reads the stripe again and rewrites the unreadable sectors
-                        // from parity, which the replay left as the crash did (old or new).
-                        mismatched += 1;
-                        continue;
+                    let present: Vec<bool> = data.iter().map(|b| b.is_some()).collect();
+                    let lost = plan.lost_rows(&present);
+                    if lost > 0 {
+                        self.rows_lost(array, slot, &plan, &present, lost, events)?;
                     }
                     let refs: Vec<Option<&[u8]>> = data.iter().map(|b| b.as_deref()).collect();
                     if let Some((first, parity)) = plan.recompute(&refs, Some(pp)) {
@@ -496,6 +561,57 @@ impl Ppl {
         // member is logged here, so an empty log without mismatches means none was in flight.
         let _ = recovered;
         Ok(dirty && !array.read_only && mismatched == 0 && resync_offset == 0)
+    }
+
+    /// Records rows of an entry that cannot be recomputed ([`EntryRecovery::lost_rows`]) as
+    /// bad blocks on the parity member (`slot`), so that the missing member's sectors there
+    /// read as errors; md honours the same bad blocks. A member with no room for them is
+    /// failed instead, which loses the stripes it held parity for as unreadable, never as
+    /// wrong data.
+    fn rows_lost(
+        &self,
+        array: &Array,
+        slot: usize,
+        plan: &EntryRecovery,
+        present: &[bool],
+        rows: u64,
+        events: &mut Vec<ArrayEvent>,
+    ) -> Result<()> {
+        let (member, index) = {
+            let st = lock(&array.state);
+            let Some(i) = st.roster.slot_member[Slot(slot)] else {
+                return Ok(());
+            };
+            let name = st.members[i]
+                .as_ref()
+                .map(|m| m.disk.name().to_string())
+                .unwrap_or_default();
+            (name, i)
+        };
+        let geo = &array.geo;
+        let info = geo.stripe(plan.stripe);
+        let chunk = geo.chunk_sectors;
+        let off = plan.member_sector - info.member_sector_start;
+        for (k, &(dm, n)) in plan.data.iter().enumerate() {
+            if present[k] {
+                continue;
+            }
+            let Some(dd) = info.data_members.iter().position(|&m| m == dm) else {
+                continue;
+            };
+            let sectors = n.min(rows);
+            if sectors == 0 {
+                continue;
+            }
+            events.push(ArrayEvent::PplRowsLost {
+                member: member.clone(),
+                missing_slot: dm,
+                array_sector: (plan.stripe * geo.data_disks() as u64 + dd as u64) * chunk + off,
+                sectors,
+            });
+        }
+        array.record_bad_block(index, plan.member_sector, rows)?;
+        Ok(())
     }
 
     /// Writes an empty log on every writable slot's member; a member that cannot take it is

@@ -9,9 +9,8 @@
 //!
 //! 1. the write-intent bitmap's [`IntentHooks::start_write`]: the request's bits are set and
 //!    durable before any of its writes (md's `md_bitmap_startwrite`);
-//! 2. planning: bands no wider than [`WriteLog::max_band_sectors`], one data member per band
-//!    where [`WriteLog::one_data_member_per_band`], and batches cut by [`PhaseCut`] so that
-//!    each phase's logging fits one log write per log device;
+//! 2. planning: bands no wider than [`WriteLog::max_band_sectors`], and batches cut by
+//!    [`PhaseCut`] so that each phase's logging fits one log write per log device;
 //! 3. for every write phase of a batch, [`WriteLog::log_phase`] before the phase's member
 //!    writes are issued (md's `log_stripe`), and [`PhaseHold::written`] once they completed
 //!    or failed (md's `log_stripe_write_finished`);
@@ -79,12 +78,6 @@ pub(super) trait WriteLog: Send + Sync {
     /// The widest band (in sectors) one phase may log.
     fn max_band_sectors(&self, geo: &Geo) -> u64;
 
-    /// Whether a write's bands each hold one data member's part of a stripe, and bands
-    /// sharing stripe rows go to different phases (the partial parity log's entries).
-    fn one_data_member_per_band(&self) -> bool {
-        false
-    }
-
     /// Where logging the write `piece` goes and what it costs there: (log device, bytes), or
     /// `None` when the piece is not logged.
     fn piece_cost(&self, geo: &Geo, piece: &Piece) -> Option<(usize, u64)>;
@@ -97,11 +90,18 @@ pub(super) trait WriteLog: Send + Sync {
     /// phase's member writes complete, or `None` when nothing needed logging.
     fn log_phase<'a>(&'a self, array: &Array, phase: Phase<'_>) -> Result<Option<LogHold<'a>>>;
 
+    /// With every flush of the array, before the members' flushes: what [`WriteLog::flush`]
+    /// needs to know of the log as it was then.
+    fn flush_mark(&self) -> Vec<u64> {
+        Vec::new()
+    }
+
     /// With every flush of the array, after the members' flushes (md's
-    /// `log_handle_flush_request`). Both logs here write through (a phase's member writes
-    /// are issued once it is logged, and nothing waits in the log), so neither has anything
-    /// left to do; md's journal in write-back mode would.
-    fn flush(&self, _array: &Array) -> Result<()> {
+    /// `log_handle_flush_request`); `mark` is what [`WriteLog::flush_mark`] returned before
+    /// them. Both logs here write through (a phase's member writes are issued once it is
+    /// logged, and nothing waits in the log); the partial parity log retires entries whose
+    /// writes the flush made durable, and md's journal in write-back mode would write back.
+    fn flush(&self, _array: &Array, _mark: &[u64]) -> Result<()> {
         Ok(())
     }
 

@@ -1,55 +1,5 @@
 use super::*;
 
-#[test]
-fn partial_bands_become_one_band_per_data_member() {
-    // RAID 5 over 5 members (4 data), 16-sector chunks: a write from the middle of data
-    // index 1 of stripe 0 to the middle of data index 1 of stripe 2.
-    let g = Geo::new(5, 2, 5, 16, 16 * 100).unwrap();
-    let (start, len) = (16 + 4, 2 * 64 - 8);
-    let pieces = one_data_member_per_band(&g, split(&g, start, len, 4096));
-    let mut covered = vec![0u32; len as usize];
-    for p in &pieces {
-        let PieceKind::Band {
-            stripe,
-            lo,
-            sectors,
-            dd_first,
-            dd_last,
-            user_offset_bytes,
-        } = p.kind
-        else {
-            panic!("{p:?}")
-        };
-        assert_eq!(dd_first, dd_last, "one data member per band: {p:?}");
-        for dd in dd_first..=dd_last {
-            let user = user_offset_bytes / SECTOR + (dd - dd_first) * 16;
-            let array = stripe * 64 + dd as u64 * 16 + lo;
-            assert_eq!(array - start, user as u64, "{p:?}");
-            for k in 0..sectors as usize {
-                covered[user + k] += 1;
-            }
-        }
-    }
-    assert!(covered.iter().all(|&c| c == 1), "every sector exactly once");
-    // Stripe 1, written whole, is split as well, into four bands that share rows and so
-    // must run one after another. Batched as the driver does (a batch ends before a
-    // piece sharing rows with one in it), the rounds make that four batches, the least
-    // possible, and not one per band.
-    let stripe1 = pieces
-        .iter()
-        .filter(|p| matches!(p.kind, PieceKind::Band { stripe: 1, .. }))
-        .count();
-    assert_eq!(stripe1, 4);
-    let mut batches: Vec<Vec<&Piece>> = vec![Vec::new()];
-    for p in &pieces {
-        if batches.last().unwrap().iter().any(|q| same_rows(q, p)) {
-            batches.push(Vec::new());
-        }
-        batches.last_mut().unwrap().push(p);
-    }
-    assert_eq!(batches.len(), 4, "{batches:?}");
-}
-
 fn plan_of(
     geo: &Geo,
     first_sector: u64,

@@ -373,7 +373,9 @@ impl Array {
     }
 
     /// Reads every other readable member over `[ms, ms + n)` and computes what `slot` holds
-    /// there into `bufs[slot]`.
+    /// there into `bufs[slot]`. A member whose bad-block log lists part of the range is not
+    /// read: what it holds there is not data (the partial parity log records parity it could
+    /// not recompute that way, and it may still read without error).
     pub(crate) fn reconstruct_parity_range(
         &self,
         slot: usize,
@@ -388,6 +390,9 @@ impl Array {
             self.check_failed()?;
             let mut readable: Vec<bool> = states.iter().map(|s| s.usable()).collect();
             readable[slot] = false;
+            for (bad, _) in self.bad_slots_in(ms, n) {
+                readable[bad] = false;
+            }
             let reads = slot_reads(&members, &readable, ms, bufs, len);
             Ok((readable, reads))
         })?;
