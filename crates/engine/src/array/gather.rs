@@ -10,8 +10,9 @@
 //! fill the rest of it; then one whole-stripe write serves them all.
 //!
 //! Rules:
-//! - Only a request that continues a stream (it starts where a recent write ended, or its
-//!   stripe is already gathering) leads a gathering, and only while another write is in
+//! - Only a request that continues a stream (it starts shortly after a recent write's end or
+//!   ends shortly before a recent write's start, or its stripe is already gathering) leads
+//!   a gathering, and only while another write is in
 //!   flight: a lone writer (queue depth 1) never waits, since nothing could arrive to fill
 //!   the stripe before it returns.
 //! - The leader writes what it has as soon as the stripe is whole, or no other write has been
@@ -31,8 +32,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Recent write ends remembered for stream detection.
-const RECENT_ENDS: usize = 32;
+/// Recent writes remembered for stream detection.
+const RECENT_WRITES: usize = 32;
 /// Bounds of the grace after the last member I/O before a leader writes what it has.
 const GRACE_MIN: Duration = Duration::from_micros(50);
 const GRACE_MAX: Duration = Duration::from_millis(2);
@@ -53,8 +54,8 @@ struct GatherState {
     writers: usize,
     /// Of those, the ones waiting here (leading or joined) rather than doing member I/O.
     waiting: usize,
-    /// Array sectors where recent writes ended, newest last.
-    recent_ends: VecDeque<u64>,
+    /// Recent writes (first sector, end), newest last.
+    recent: VecDeque<(u64, u64)>,
     /// Stripes being gathered, by stripe number.
     open: HashMap<u64, Open>,
     /// Gatherings written, by id: whether the write succeeded, and joiners yet to look.
@@ -67,6 +68,7 @@ struct GatherState {
     /// Stripes written whole from gathered requests, and requests that joined one.
     gathered_stripes: u64,
     joined: u64,
+    opened: u64,
 }
 
 struct Open {
@@ -84,6 +86,8 @@ pub struct GatherCounters {
     pub whole_stripes: u64,
     /// Request parts that joined a stripe another request was gathering.
     pub joined: u64,
+    /// Gatherings opened (each one request's partial stripe waiting for others).
+    pub opened: u64,
 }
 
 fn add_range(covered: &mut Vec<(u64, u64)>, from: u64, to: u64) {
@@ -130,7 +134,7 @@ impl Gather {
             st: Mutex::new(GatherState {
                 writers: 0,
                 waiting: 0,
-                recent_ends: VecDeque::with_capacity(RECENT_ENDS),
+                recent: VecDeque::with_capacity(RECENT_WRITES),
                 open: HashMap::new(),
                 done: HashMap::new(),
                 next_id: 0,
@@ -138,6 +142,7 @@ impl Gather {
                 stripe_ns: 1e6,
                 gathered_stripes: 0,
                 joined: 0,
+                opened: 0,
             }),
             cv: Condvar::new(),
             stripe_sectors,
@@ -149,6 +154,7 @@ impl Gather {
         GatherCounters {
             whole_stripes: st.gathered_stripes,
             joined: st.joined,
+            opened: st.opened,
         }
     }
 
@@ -192,17 +198,20 @@ impl Gather {
             let mut st = lock(&self.st);
             st.writers += 1;
             st.last_event = Instant::now();
-            let near = 2 * ss;
-            let sequential = st
-                .recent_ends
-                .iter()
-                .any(|&e| e.abs_diff(array_sector) <= near)
-                || st.open.contains_key(&first)
+            // A stream's requests arrive out of order when several are in flight: one that
+            // starts within a few of its own lengths after a recent write's end, or ends
+            // that close before a recent write's start, continues a stream. A random write
+            // is that close to one of the recent ones only by chance.
+            let reach = 4 * sectors;
+            let sequential = st.recent.iter().any(|&(s, e)| {
+                (e..=e + reach).contains(&array_sector)
+                    || (s.saturating_sub(reach)..=s).contains(&end)
+            }) || st.open.contains_key(&first)
                 || st.open.contains_key(&last);
-            if st.recent_ends.len() == RECENT_ENDS {
-                st.recent_ends.pop_front();
+            if st.recent.len() == RECENT_WRITES {
+                st.recent.pop_front();
             }
-            st.recent_ends.push_back(end);
+            st.recent.push_back((array_sector, end));
             (sequential, st.writers > 1)
         };
         let r = self.write_parts(
@@ -308,6 +317,7 @@ impl Gather {
         buf[at..at + n].copy_from_slice(data);
         let id = st.next_id;
         st.next_id += 1;
+        st.opened += 1;
         st.open.insert(
             p.stripe,
             Open {
