@@ -111,7 +111,7 @@ pub fn disks_cmd(args: DisksArgs) -> Result<(), CliError> {
         );
     } else {
         println!(
-            "one drive: sequential read {:.1} MB/s, write {:.1} MB/s, whole-span write {:.1} MB/s, 4 KiB random read at QD 16 {:.0} IOPS",
+            "one drive: sequential read {:.1} MB/s, write {:.1} MB/s, whole-span write (flushed) {:.1} MB/s, 4 KiB random read at QD 16 {:.0} IOPS",
             base.seq_read_mb_s, base.seq_write_mb_s, base.span_write_mb_s, base.rand_read_iops_qd16
         );
         let short = figures.iter().filter(|f| !f.met).count();
