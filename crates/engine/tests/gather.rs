@@ -4,7 +4,8 @@
 //! members read far less than the same stream written one request at a time, where every
 //! partial stripe is a read-modify-write.
 
-use raidkit_disk::{Disk, MemDisk};
+use raidkit_disk::emu::catalog::Catalog;
+use raidkit_disk::{Disk, EmuDisk, MemDisk};
 use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig, TaskKind};
 use raidkit_metadata::SuperblockVersion;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,9 +15,21 @@ const CHUNK_SECTORS: u32 = 128; // 64 KiB
 const STREAM_BYTES: u64 = 24 << 20;
 const REQUEST: u64 = 96 << 10;
 
-fn create(level: i32, n: usize) -> Array {
+/// Members are emulated hard disks (in memory, delayed in real time by the drive model), as
+/// the gathering is for: a read-modify-write costs them a rotation, and the pauses between a
+/// request's completion and the next one's arrival are small beside a stripe's write time.
+fn create(level: i32, n: usize, emulated: bool) -> Array {
+    let catalog = Catalog::load(None).unwrap();
+    let drive = catalog.drive("hds72101").unwrap().clone();
     let disks: Vec<Box<dyn Disk>> = (0..n)
-        .map(|i| Box::new(MemDisk::new(&format!("m{i}"), MEMBER_BYTES)) as Box<dyn Disk>)
+        .map(|i| {
+            let name = format!("emu{i}");
+            let inner = Box::new(MemDisk::new(&name, MEMBER_BYTES));
+            if !emulated {
+                return inner as Box<dyn Disk>;
+            }
+            Box::new(EmuDisk::wrap(inner, &drive, &name, None, &catalog).unwrap()) as Box<dyn Disk>
+        })
         .collect();
     Array::create(
         disks,
@@ -98,7 +111,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn gathers(level: i32, n: usize) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let a = create(level, n);
+    let a = create(level, n, true);
     let alone = stream(&a, 1, 1);
     verify(&a, 1);
     let before = a.gather_counters();
@@ -118,7 +131,7 @@ fn gathers(level: i32, n: usize) {
     );
     assert!(whole > 0, "no stripe was gathered whole");
     assert!(
-        together * 3 <= alone,
+        together * 10 <= alone,
         "at queue depth 4 the members read {together} bytes, against {alone} one at a time"
     );
 }
@@ -130,7 +143,7 @@ fn a_raid5_stream_at_queue_depth_4_is_written_in_whole_stripes() {
 
 #[test]
 fn a_raid6_stream_at_queue_depth_4_is_written_in_whole_stripes() {
-    gathers(6, 6);
+    gathers(6, 5);
 }
 
 #[test]
@@ -140,7 +153,8 @@ fn random_writes_from_several_threads_are_not_held_back() {
     // by chance within four request lengths of one of the 32 writes remembered: on this
     // 24 MiB range about one in twenty; on an array of gigabytes almost none.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let a = create(5, 4);
+    // Memory members: what is measured is which writes wait, not what the disks do.
+    let a = create(5, 4, false);
     let blocks = STREAM_BYTES / 4096;
     let writes_per_thread = 400u64;
     std::thread::scope(|s| {

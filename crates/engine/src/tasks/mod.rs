@@ -403,6 +403,8 @@ const HISTORY: usize = 16;
 const FOREGROUND_WINDOW: Duration = Duration::from_millis(250);
 /// How often a rebuild records its cursor in the superblocks, by default.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
+/// A task spends at most about 1/CHECKPOINT_SHARE of its time recording its cursor.
+const CHECKPOINT_SHARE: u32 = 50;
 
 impl Array {
     /// Sets the task rates.

@@ -5,7 +5,7 @@
 use super::burst::BurstSteps;
 use super::{
     Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskOutcome, TaskProgress,
-    TaskRates, TaskReport, CHECKPOINT_EVERY, FOREGROUND_WINDOW, HISTORY,
+    TaskRates, TaskReport, CHECKPOINT_EVERY, CHECKPOINT_SHARE, FOREGROUND_WINDOW, HISTORY,
 };
 use crate::array::{lock, Array, Member};
 use crate::error::{EngineError, Result};
@@ -22,6 +22,8 @@ pub(super) struct Walk<'o> {
     pub(super) started: Instant,
     /// When the task last recorded its cursor ([`Cadence::Timed`]).
     checkpointed: Instant,
+    /// How long recording it took last time.
+    checkpoint_took: Duration,
     observe: &'o mut (dyn FnMut(&TaskProgress) + Send),
 }
 
@@ -101,6 +103,7 @@ impl Array {
             progress,
             started: now,
             checkpointed: now,
+            checkpoint_took: Duration::ZERO,
             observe,
         };
         let outcome = match self.run_kind(kind, &mut walk, stop) {
@@ -212,20 +215,29 @@ impl Array {
             Cadence::AtStop => {}
             Cadence::EveryStep => task.checkpoint(at)?,
             Cadence::Timed => {
-                if at < walk.progress.end_sectors && self.checkpoint_due(walk.checkpointed) {
+                if at < walk.progress.end_sectors
+                    && self.checkpoint_due(walk.checkpointed, walk.checkpoint_took)
+                {
+                    let t = Instant::now();
                     task.checkpoint(at)?;
                     walk.checkpointed = Instant::now();
+                    walk.checkpoint_took = t.elapsed();
                 }
             }
         }
         Ok(())
     }
 
-    /// Whether a task that last recorded its cursor at `last` should record it again.
-    fn checkpoint_due(&self, last: Instant) -> bool {
+    /// Whether a task that last recorded its cursor at `last`, which took `took`, should
+    /// record it again. By default at most every [`CHECKPOINT_EVERY`], and no more often than
+    /// keeps recording under 1/[`CHECKPOINT_SHARE`] of the task's time: on spinning members
+    /// a record flushes the drive's write cache (a fifth of a second with 32 MiB in it), and
+    /// the task's reads wait meanwhile, which cost a rebuild a tenth of its rate every 2 s.
+    /// md records its cursor far less often (every sixteenth of the array or 5 minutes).
+    fn checkpoint_due(&self, last: Instant, took: Duration) -> bool {
         let every = lock(&self.bg.state)
             .checkpoint_every
-            .unwrap_or(CHECKPOINT_EVERY);
+            .unwrap_or_else(|| CHECKPOINT_EVERY.max(took * CHECKPOINT_SHARE));
         last.elapsed() >= every
     }
 
