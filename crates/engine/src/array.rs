@@ -329,6 +329,11 @@ impl Array {
         self.read_only
     }
 
+    /// Whether any member spins (what its device reports, or its emulated model).
+    pub fn has_spinning_members(&self) -> bool {
+        self.snapshot().1.iter().flatten().any(|m| m.rotational)
+    }
+
     /// What gathering partial-stripe writes into whole stripes has done (zero on levels
     /// without parity).
     pub fn gather_counters(&self) -> GatherCounters {

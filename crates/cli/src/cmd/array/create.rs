@@ -464,6 +464,7 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
         paths.push(j.clone());
     }
     let array = create_array_checked(&paths, &plan, checks, EngineConfig::default())?;
+    let spinning = array.has_spinning_members();
     array.stop().map_err(engine_error)?;
     let status = array.status();
     if args.json {
@@ -482,6 +483,11 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
         eprintln!(
             "raidkit: note: consistency policy {policy}: a crash followed by the loss of a member can corrupt stripes that were being written (the write hole); --write-journal DEV closes it{}",
             if status.level == 5 { ", as does --consistency-policy ppl" } else { "" }
+        );
+    }
+    if policy == "ppl" && spinning && !args.json {
+        eprintln!(
+            "raidkit: note: members spin: the partial parity log writes to each stripe's parity member's log area, near the start of the disk, before the stripe, so a sequential write pays a seek there and back per stripe (RAID 5 on 6 emulated HDS72101: about 0.1x of the drives' rate, `raidkit bench disks`); --write-journal DEV on a fast device keeps the write hole closed without it, --consistency-policy bitmap is faster and leaves the hole open"
         );
     }
     Ok(())
