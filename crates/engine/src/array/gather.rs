@@ -256,18 +256,20 @@ impl Gather {
         } else {
             tail.stripe + 1
         };
+        let mut first_err = Ok(());
         if mid_from < mid_to {
             let start = mid_from * ss;
             let off = ((start - (head.stripe * ss + head.from)) as usize) * SECTOR;
             let n = (mid_to - mid_from) * ss;
-            self.timed(n, || array.run_pieces_on(start, n, &user[off..], suspects))?;
+            first_err = self.timed(n, || array.run_pieces_on(start, n, &user[off..], suspects));
         }
-        let tail_role = tail_partial.then(|| self.join_or_lead(&tail, user, may_lead));
+        // After a failure the tail opens or joins nothing, but a head that leads or joined a
+        // gathering still sees it through: others wait on it.
+        let tail_role =
+            (tail_partial && first_err.is_ok()).then(|| self.join_or_lead(&tail, user, may_lead));
         // Leads first (each waits a bounded time), then joined parts: no request waits on a
         // joined part while it holds a gathering others wait on.
-        let mut first_err = Ok(());
-        let tail_direct = tail_partial && matches!(tail_role, Some(Role::Direct));
-        if tail_direct {
+        if let Some(Role::Direct) = tail_role {
             first_err = self.direct(array, &tail, user, suspects);
         }
         for (p, role) in [(tail, tail_role), (head, head_role)] {
