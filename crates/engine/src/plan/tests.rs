@@ -105,6 +105,37 @@ fn degraded_plans_never_touch_lost_members() {
 }
 
 #[test]
+fn reads_of_members_that_are_there_go_direct_however_many_are_lost() {
+    // RAID 5 over 4 members, 16-sector chunks: stripe 0 holds data indices 0..3 on members
+    // 0, 1, 2 (left-symmetric) and parity on member 3. Members 0 and 3 are lost (more than
+    // RAID 5 can lose): a read of data index 1 reads member 1 alone, a read that needs
+    // member 0 is refused, and so is any write.
+    let g = Geo::new(5, 2, 4, 16, 16 * 100).unwrap();
+    let info = g.stripe(0);
+    let mut states = vec![MemberState::InSync; 4];
+    states[info.data_members[0]] = MemberState::Missing;
+    states[info.p_member] = MemberState::Faulty;
+    let there = info.data_members[1];
+    let p = &split(&g, 16, 16, 4096)[0];
+    let mut op = PieceOp::new(&g, p, Dir::Read, &states).unwrap();
+    let mut user = vec![0u8; 16 * SECTOR];
+    let mut members = Vec::new();
+    while let Step::Io { ios, .. } = op.next(UserBuf::Read(&mut user)) {
+        members.extend(ios.iter().map(|io| io.member));
+    }
+    assert_eq!(members, vec![there], "one direct read of the member that is there");
+    let needs_lost = &split(&g, 0, 16, 4096)[0];
+    assert!(matches!(
+        PieceOp::new(&g, needs_lost, Dir::Read, &states),
+        Err(PlanError::Unrecoverable { .. })
+    ));
+    assert!(matches!(
+        PieceOp::new(&g, p, Dir::Write, &states),
+        Err(PlanError::Unrecoverable { .. })
+    ));
+}
+
+#[test]
 fn a_member_being_rebuilt_is_written_never_read() {
     // RAID 5 and RAID 6: whatever the plan, no read touches the rebuilding member, every
     // write of the band that lands on it is issued, and the parity written is that of the
