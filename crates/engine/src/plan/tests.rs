@@ -123,7 +123,11 @@ fn reads_of_members_that_are_there_go_direct_however_many_are_lost() {
     while let Step::Io { ios, .. } = op.next(UserBuf::Read(&mut user)) {
         members.extend(ios.iter().map(|io| io.member));
     }
-    assert_eq!(members, vec![there], "one direct read of the member that is there");
+    assert_eq!(
+        members,
+        vec![there],
+        "one direct read of the member that is there"
+    );
     let needs_lost = &split(&g, 0, 16, 4096)[0];
     assert!(matches!(
         PieceOp::new(&g, needs_lost, Dir::Read, &states),
