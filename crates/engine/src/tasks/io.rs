@@ -267,11 +267,11 @@ impl Array {
     /// kept 0.46-0.51 of their healthy rate with 1 MiB steps, 0.55-0.68 with 4 MiB and
     /// 0.65-0.66 with 8 MiB (the stripe cache setting bounds it: 64 MiB over 6 + 2 buffers).
     pub(super) fn step_sectors(&self) -> u64 {
-        let spinning = {
-            let (_, members) = self.snapshot();
-            members.iter().flatten().any(|m| m.rotational)
+        let most = if self.has_spinning_members() {
+            8 << 20
+        } else {
+            1 << 20
         };
-        let most = if spinning { 8 << 20 } else { 1 << 20 };
         let per_member =
             (self.config.stripe_cache_bytes / (self.geo.raid_disks + 2)).clamp(64 << 10, most);
         let mut s = (per_member / SECTOR) as u64;
