@@ -52,10 +52,20 @@ enum Command {
     Iostat(cmd::bench::IostatArgs),
     /// Export arrays as Network Block Device disks (unix socket or TCP on loopback).
     Serve(cmd::serve::ServeArgs),
+    /// Predict an array's speed and risk before buying its drives, and check the model
+    /// against the studies' measurements (`raidkit model validate`).
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
     Sim(cmd::sim::SimArgs),
     #[command(flatten)]
     Array(cmd::array::ArrayCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelCommand {
+    /// Predictions against every cell of the studies' measurements, with the error.
+    Validate(cmd::model::ValidateArgs),
 }
 
 /// Puts the exit codes under `cmd`'s help and under every subcommand's, at every depth.
@@ -106,6 +116,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Iostat(args) => cmd::bench::iostat(args),
         Command::Sim(args) => cmd::sim::run(args),
+        Command::Model(ModelCommand::Validate(args)) => cmd::model::validate(args),
         Command::Array(args) => cmd::array::run(args),
     };
     match result {

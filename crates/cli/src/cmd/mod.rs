@@ -3,5 +3,6 @@
 pub mod array;
 pub mod bench;
 pub mod layout;
+pub mod model;
 pub mod serve;
 pub mod sim;
