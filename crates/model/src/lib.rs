@@ -14,3 +14,4 @@ pub use analytic::{predict, Figure};
 pub use level::{Level, Placement};
 pub use system::{Load, RaidIn, System};
 pub mod validate;
+pub mod reliability;

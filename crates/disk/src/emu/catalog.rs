@@ -74,6 +74,12 @@ pub struct DriveSpec {
     pub interface: String,
     /// Where each figure comes from.
     pub source: String,
+    /// Annualized failure rate (%), for the reliability model (`raidkit model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub afr_pct: Option<f64>,
+    /// Bits read per unrecoverable read error (1e14 for desktop drives of the period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ure_bits: Option<f64>,
     #[serde(flatten)]
     pub mechanics: Mechanics,
 }
@@ -194,6 +200,14 @@ impl DriveSpec {
             }
         };
         pos("capacity_gb", self.capacity_gb)?;
+        if let Some(a) = self.afr_pct {
+            if !(a.is_finite() && a > 0.0 && a < 100.0) {
+                return Err(format!("afr_pct must be between 0 and 100, not {a}"));
+            }
+        }
+        if let Some(u) = self.ure_bits {
+            pos("ure_bits", u)?;
+        }
         link_mbps(&self.interface)?;
         match &self.mechanics {
             Mechanics::Hdd(h) => {
