@@ -54,12 +54,23 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Predict an array's speed and risk before buying its drives, and check the model
     /// against the studies' measurements (`raidkit model validate`).
-    #[command(subcommand)]
-    Model(ModelCommand),
+    Model(ModelTop),
+    /// Rank configurations of the catalog's drives by speed, capacity or risk under
+    /// constraints, with the reason for the first.
+    Plan(cmd::model::PlanArgs),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
     Sim(cmd::sim::SimArgs),
     #[command(flatten)]
     Array(cmd::array::ArrayCommand),
+}
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct ModelTop {
+    #[command(subcommand)]
+    command: Option<ModelCommand>,
+    #[command(flatten)]
+    args: cmd::model::ModelArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,7 +127,12 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Iostat(args) => cmd::bench::iostat(args),
         Command::Sim(args) => cmd::sim::run(args),
-        Command::Model(ModelCommand::Validate(args)) => cmd::model::validate(args),
+        Command::Model(ModelTop {
+            command: Some(ModelCommand::Validate(args)),
+            ..
+        }) => cmd::model::validate(args),
+        Command::Model(ModelTop { args, .. }) => cmd::model::run(args),
+        Command::Plan(args) => cmd::model::plan(args),
         Command::Array(args) => cmd::array::run(args),
     };
     match result {

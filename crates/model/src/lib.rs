@@ -13,5 +13,7 @@ pub mod system;
 pub use analytic::{predict, Figure};
 pub use level::{Level, Placement};
 pub use system::{Load, RaidIn, System};
-pub mod validate;
+pub mod emulated;
 pub mod reliability;
+pub mod report;
+pub mod validate;

@@ -71,12 +71,18 @@ pub fn rebuild_hours(sys: &System) -> (f64, String) {
         None => 1,
     };
     let mut rate = read.min(write);
-    let mut limit = format!("the drives' sequential rate ({:.0} MB/s over the whole surface)", rate / 1e6);
+    let mut limit = format!(
+        "the drives' sequential rate ({:.0} MB/s over the whole surface)",
+        rate / 1e6
+    );
     if let Some(c) = &sys.controller {
         let through = (c.read_mbps * 1e6 / readers as f64).min(c.write_mbps * 1e6);
         if through < rate {
             rate = through;
-            limit = format!("controller {} ({} members read through it)", c.name, readers);
+            limit = format!(
+                "controller {} ({} members read through it)",
+                c.name, readers
+            );
         }
     }
     (cap / rate / 3600.0, limit)
@@ -179,7 +185,11 @@ mod tests {
         let mttf = YEAR_HOURS / (-(1.0 - 0.015f64).ln());
         let mttr = r5.rebuild_hours + 24.0;
         let want = mttf * mttf / (6.0 * 5.0 * mttr) / YEAR_HOURS;
-        assert!((r5.mttdl_years / want - 1.0).abs() < 1e-6, "{} {want}", r5.mttdl_years);
+        assert!(
+            (r5.mttdl_years / want - 1.0).abs() < 1e-6,
+            "{} {want}",
+            r5.mttdl_years
+        );
         // A fleet of 100 loses more often than one array.
         let f = reliability(&System::new(d, 6, Level::Raid5), 24.0, 100);
         assert!(f.fleet_annual_loss > 50.0 * r5.annual_loss);

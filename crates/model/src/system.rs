@@ -178,3 +178,22 @@ impl Load {
         s
     }
 }
+
+/// Loads by name: the twelve IOmeter access specifications, and `video-editing` (1 MiB
+/// requests, 70 % reads, 10 % random: a few streams of footage read and rendered, with
+/// jumps between clips; assumed, no study measured it).
+pub fn named_load(name: &str, qd: usize) -> Result<Load, String> {
+    if name == "video-editing" {
+        return Ok(Load {
+            name: name.into(),
+            request_bytes: 1 << 20,
+            read_pct: 70,
+            random_pct: 10,
+            queue_depth: qd.max(1),
+            streams: 1,
+            region: Region::WHOLE,
+        });
+    }
+    let w = Workload::iometer(name, qd).map_err(|e| format!("{e}, video-editing"))?;
+    Ok(Load::from_workload(&w))
+}

@@ -1,0 +1,153 @@
+//! The emulated method: raidkit's own engine over emulated drives of the catalog, in real
+//! time and time-boxed, measured by the lab's load generator (`raidkit bench run`'s), so
+//! that a prediction uses raidkit's own I/O planning. The drives keep their bytes in memory;
+//! each drive's whole surface (zones, seeks) is laid over `member_bytes`.
+//!
+//! Arrays are created without a write-hole log (md's `resync` policy), the way the
+//! analytic method counts their I/O; RAID 50 and 60 and degraded arrays are not emulated.
+
+use crate::analytic::Figure;
+use crate::system::{Load, System};
+use raidkit_bench::lab::run::{run, RunOptions};
+use raidkit_bench::lab::target::ArrayTarget;
+use raidkit_bench::lab::workload::{Limit, Workload};
+use raidkit_disk::emu::catalog::Catalog;
+use raidkit_disk::{Disk, EmuDisk, MemDisk};
+use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig};
+use raidkit_metadata::SuperblockVersion;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How an emulated run is carried out.
+#[derive(Clone, Debug)]
+pub struct EmulatedOptions {
+    /// Each member's size in memory.
+    pub member_bytes: u64,
+    /// Measured time of each run (after a warm-up of a quarter of it, at most 1 s).
+    pub time: Duration,
+}
+
+impl Default for EmulatedOptions {
+    fn default() -> Self {
+        EmulatedOptions {
+            member_bytes: 512 << 20,
+            time: Duration::from_secs(3),
+        }
+    }
+}
+
+/// An array of `sys` on emulated drives, created clean.
+pub fn build(
+    sys: &System,
+    catalog: &Catalog,
+    opts: &EmulatedOptions,
+) -> Result<Arc<Array>, String> {
+    sys.check()?;
+    let (level, layout) = sys.level.md().ok_or_else(|| {
+        format!(
+            "{} is not emulated: raidkit builds no RAID 50 or 60 arrays yet",
+            sys.level.label()
+        )
+    })?;
+    if sys.missing > 0 {
+        return Err("degraded arrays are not emulated".into());
+    }
+    let behind = match &sys.controller {
+        Some(c) => Some(c.name.clone()),
+        None if sys.host_link != "none" => Some(sys.host_link.clone()),
+        None => None,
+    };
+    let mut drive = sys.drive.clone();
+    if let (Some(wc), raidkit_disk::emu::catalog::Mechanics::Hdd(h)) =
+        (sys.write_cache, &mut drive.mechanics)
+    {
+        h.write_cache = wc;
+    }
+    let n = sys.drives;
+    let mut disks: Vec<Box<dyn Disk>> = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("emu:{}#{i}", drive.name);
+        let mem = MemDisk::new(&name, opts.member_bytes);
+        // Every page touched now, not during the first timed writes.
+        mem.write_zeroes(0, opts.member_bytes)
+            .map_err(|e| e.to_string())?;
+        let d = EmuDisk::wrap(Box::new(mem), &drive, &name, behind.as_deref(), catalog)
+            .map_err(|e| e.to_string())?;
+        disks.push(Box::new(d));
+    }
+    let a = Array::create(
+        disks,
+        CreateOptions {
+            level,
+            layout,
+            chunk_sectors: (sys.chunk_bytes / 512) as u32,
+            raid_devices: n,
+            metadata: SuperblockVersion::V1_2,
+            size_sectors: None,
+            name: "model".into(),
+            set_uuid: [0x4d; 16],
+            device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+            ctime_seconds: 1_700_000_000,
+            members_zeroed: true,
+            consistency: ConsistencyPolicy::Resync,
+            config: EngineConfig::default(),
+        },
+    )
+    .map_err(|e| format!("create {}: {e}", sys.describe()))?;
+    Ok(Arc::new(a))
+}
+
+/// The lab's workload for `load`, time-boxed.
+pub fn workload(load: &Load, time: Duration) -> Result<Workload, String> {
+    if load.streams > 1 {
+        return Err("several independent streams are not emulated".into());
+    }
+    let mut w = Workload::custom(
+        load.request_bytes,
+        load.read_pct,
+        load.random_pct,
+        load.queue_depth,
+    );
+    w.name = load.name.clone();
+    w.region = load.region;
+    w.limit = Limit::Time(time);
+    w.warmup = (time / 4).min(Duration::from_secs(1));
+    Ok(w)
+}
+
+/// Measures `load` on an emulated array of `sys` (built once by [`build`]).
+pub fn measure(a: &Arc<Array>, load: &Load, opts: &EmulatedOptions) -> Result<Figure, String> {
+    let w = workload(load, opts.time)?;
+    let mut t = ArrayTarget::new(a.clone(), "model".into());
+    let r = run(&mut t, &w, &RunOptions::default()).map_err(|e| e.to_string())?;
+    Ok(Figure {
+        what: load.name.clone(),
+        load: load.describe(),
+        mb_s: r.mb_s,
+        iops: r.iops,
+        latency_ms: r.latency_us.mean / 1e3,
+        limit: format!(
+            "measured: p99 {:.1} ms, busiest member {:.0}% busy",
+            r.latency_us.p99 / 1e3,
+            r.members.iter().map(|m| m.util_pct).fold(0.0, f64::max)
+        ),
+        members_mb_s: r
+            .members
+            .iter()
+            .map(|m| m.read_mb_s + m.write_mb_s)
+            .collect(),
+    })
+}
+
+/// Builds the array and measures `load` on it.
+pub fn emulate(
+    sys: &System,
+    load: &Load,
+    catalog: &Catalog,
+    opts: &EmulatedOptions,
+) -> Result<Figure, String> {
+    let a = build(sys, catalog, opts)?;
+    let f = measure(&a, load, opts);
+    drop(a);
+    f
+}
