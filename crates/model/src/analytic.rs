@@ -368,7 +368,7 @@ fn ceilings(sys: &System) -> Vec<Ceiling> {
 /// Predicts `load` on `sys`.
 pub fn predict(sys: &System, load: &Load) -> Result<Figure, String> {
     sys.check()?;
-    if load.request_bytes == 0 || load.request_bytes % 512 != 0 {
+    if load.request_bytes == 0 || !load.request_bytes.is_multiple_of(512) {
         return Err(format!(
             "request size {}: a multiple of 512 bytes",
             load.request_bytes

@@ -131,7 +131,7 @@ impl Level {
             ));
         }
         if let Level::Raid50 { spans } | Level::Raid60 { spans } = self {
-            if n % *spans as usize != 0 {
+            if !n.is_multiple_of(*spans as usize) {
                 return Err(format!(
                     "{}: {n} members do not split into {spans} equal spans",
                     self.label()
@@ -202,7 +202,7 @@ impl Level {
             Level::Raid1E => 2.min(n - 1),
             Level::Raid10 { placement, copies } => {
                 let c = *copies as usize;
-                if *placement == Placement::Near && n % c == 0 {
+                if *placement == Placement::Near && n.is_multiple_of(c) {
                     c - 1
                 } else {
                     (2 * (c - 1)).min(n - 1)

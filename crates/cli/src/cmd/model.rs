@@ -265,7 +265,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 3.0)]
     pub time: f64,
     /// Each emulated member's size in memory (the drive's surface is laid over it).
-    #[arg(long, default_value = "512M")]
+    #[arg(long, default_value = "1G")]
     pub member_size: String,
     /// The share of the drives' time the workload takes during a rebuild.
     #[arg(long, default_value_t = 0.5)]
@@ -559,7 +559,7 @@ pub struct ValidateArgs {
     #[arg(long, default_value_t = 3.0)]
     pub time: f64,
     /// Each emulated member's size in memory.
-    #[arg(long, default_value = "512M")]
+    #[arg(long, default_value = "1G")]
     pub member_size: String,
     /// Print a JSON document instead of the table.
     #[arg(long)]
@@ -812,6 +812,9 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
                 ));
             }
         }
+        if sys.level.md().is_none() {
+            misses.push("raidkit cannot create RAID 50 or 60 yet".into());
+        }
         cands.push(Candidate {
             meets: misses.is_empty(),
             misses,
@@ -871,8 +874,8 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
             setup.systems[0].drive.name, args.by
         );
         println!(
-            "{:>4} {:<20} {:>3} {:>9} {:>9} {:>9} {:>8} {:>10}  {}",
-            "rank", "level", "n", "capacity", "MB/s", "IOPS", "rebuild", "loss/year", "verdict"
+            "{:>4} {:<20} {:>3} {:>9} {:>9} {:>9} {:>8} {:>10}  verdict",
+            "rank", "level", "n", "capacity", "MB/s", "IOPS", "rebuild", "loss/year"
         );
         for (i, c) in cands.iter().enumerate().take(25) {
             let p = &c.prediction;

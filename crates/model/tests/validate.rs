@@ -1,0 +1,60 @@
+//! The model against the studies' measurements, and the two methods against each other.
+
+use raidkit_disk::emu::catalog::Catalog;
+use raidkit_model::emulated::{emulate, EmulatedOptions};
+use raidkit_model::validate::{cases, explanation, median_abs, Predicted, SEED_MEASUREMENTS};
+use raidkit_model::{predict, Level, Load, System};
+use std::time::Duration;
+
+/// The bar for the analytic method: median absolute error at most 10 %, and every
+/// cell within 30 % or explained. Parameters come from the catalog, so a change to the
+/// model or the catalog that breaks the fit fails here.
+#[test]
+fn the_analytic_method_meets_the_studies() {
+    let cat = Catalog::built_in();
+    let cells = cases(SEED_MEASUREMENTS, &cat).unwrap();
+    let mut errors = Vec::new();
+    for c in &cells {
+        let f = predict(&c.system, &c.load).unwrap();
+        let p = Predicted::of(c, &f);
+        assert!(
+            p.error.abs() <= 0.3 || explanation(c).is_some(),
+            "{}: predicted {:.1} against {:.1} ({:+.0}%), unexplained",
+            c.label,
+            p.mb_s,
+            c.measured.value(),
+            p.error * 100.0
+        );
+        errors.push(p.error);
+    }
+    let med = median_abs(errors);
+    assert!(med <= 0.10, "median absolute error {:.1}%", med * 100.0);
+}
+
+/// The same array on emulated drives, run by the engine, and in closed form: sequential
+/// reads and random 4 KiB reads at QD 16 agree within 20 %.
+#[test]
+fn the_emulated_and_analytic_methods_agree() {
+    let cat = Catalog::built_in();
+    let drive = cat.drive("hds72101").unwrap().clone();
+    let sys = System::new(drive, 4, Level::Raid0);
+    let opts = EmulatedOptions {
+        member_bytes: 512 << 20,
+        time: Duration::from_millis(1500),
+    };
+    let seq = raidkit_model::report::seq_load(true, true);
+    let mut rand = Load::sequential(4096, true, 16, raidkit_bench::lab::workload::Region::WHOLE);
+    rand.random_pct = 100;
+    for load in [seq, rand] {
+        let a = predict(&sys, &load).unwrap();
+        let e = emulate(&sys, &load, &cat, &opts).unwrap();
+        let ratio = e.mb_s / a.mb_s;
+        assert!(
+            (0.8..=1.25).contains(&ratio),
+            "{}: emulated {:.1} MB/s, analytic {:.1}",
+            load.name,
+            e.mb_s,
+            a.mb_s
+        );
+    }
+}
