@@ -90,6 +90,8 @@ pub(crate) struct Member {
     pub(crate) io: Arc<IoCounters>,
     /// The device spins ([`Disk::is_rotational`]): mirror reads mind where its head is.
     pub(crate) rotational: bool,
+    /// The member sector where the last read sent to it ends (`u64::MAX`: none yet).
+    pub(crate) read_head: std::sync::atomic::AtomicU64,
 }
 
 impl Member {
@@ -107,6 +109,7 @@ impl Member {
             EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
         })?;
         Ok(Member {
+            read_head: std::sync::atomic::AtomicU64::new(u64::MAX),
             rotational: disk.is_rotational(),
             disk,
             worker,

@@ -306,6 +306,22 @@ pub struct PieceOp {
     kind: PlanKind,
 }
 
+impl PieceOp {
+    /// The member a mirror read goes to and the member sector it ends at (None for other
+    /// plans): where that copy's head will be.
+    pub fn copy_read_end(&self) -> Option<(usize, u64)> {
+        match &self.plan {
+            Plan::CopiesRead {
+                member,
+                member_sector,
+                sectors,
+                ..
+            } => Some((*member, member_sector + sectors)),
+            _ => None,
+        }
+    }
+}
+
 impl Drop for PieceOp {
     fn drop(&mut self) {
         for b in self.scratch.drain(..) {

@@ -271,10 +271,17 @@ impl Array {
         // Members and replacements are taken together: a write planned against a slot's
         // member also reaches the replacement that may take the slot over meanwhile.
         let (mut states, mut members, mut replacements) = self.snapshot_for(dir);
-        let mirrors = mirror_inputs(&self.geo, dir, &members);
+        let mut mirrors = mirror_inputs(&self.geo, dir, &members);
         let mut ops: Vec<PieceOp> = Vec::with_capacity(pieces.len());
         for p in pieces {
-            ops.push(self.plan(p, dir, &states, &[], mirrors.as_ref())?);
+            let op = self.plan(p, dir, &states, &[], mirrors.as_ref())?;
+            // The request's next piece continues where this one leaves a copy's head.
+            if let (Some(m), Some((slot, end))) = (mirrors.as_mut(), op.copy_read_end()) {
+                if let Some(h) = m.heads.get_mut(slot) {
+                    *h = end;
+                }
+            }
+            ops.push(op);
         }
         let mut done = vec![false; ops.len()];
         // Per op: slots it must not read again (they returned a read error to it).
@@ -311,6 +318,17 @@ impl Array {
             }
             if ios.is_empty() {
                 return Ok(());
+            }
+            if mirrors.is_some() {
+                // Where each copy's head will be: the next read of a stream continues there.
+                for (_, io) in &ios {
+                    if let (Dir::Read, Some(Some(m))) = (io.dir, members.get(io.member)) {
+                        m.read_head.store(
+                            io.member_sector + io.sectors,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                }
             }
             // Space first: on sparse image files every block this phase writes is allocated
             // before anything is written, so a full filesystem fails the request here, with
@@ -612,6 +630,14 @@ fn mirror_inputs(
         in_flight: members
             .iter()
             .map(|m| m.as_ref().map_or(0, |m| m.io.in_flight()))
+            .collect(),
+        heads: members
+            .iter()
+            .map(|m| {
+                m.as_ref().map_or(u64::MAX, |m| {
+                    m.read_head.load(std::sync::atomic::Ordering::Relaxed)
+                })
+            })
             .collect(),
     })
 }

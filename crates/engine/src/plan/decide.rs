@@ -32,6 +32,8 @@ pub struct PlanInputs<'a> {
 pub struct MirrorInputs {
     pub rotational: Vec<bool>,
     pub in_flight: Vec<u32>,
+    /// The member sector where the last read sent to each slot ended (`u64::MAX`: none).
+    pub heads: Vec<u64>,
 }
 
 /// A sequential stream over mirrors of spinning disks moves to the next copy after this
@@ -50,7 +52,10 @@ pub const STREAMING_SECTORS: u64 = 128;
 /// - Copies at different addresses (RAID 10 far and offset layouts): the lowest address,
 ///   md's rule: the near copies lie in the outer, faster half and together read like RAID 0,
 ///   where alternating near and far copies cost a seek per chunk.
-/// - Copies at one address (RAID 1, RAID 10 near): with three copies or more, a streaming
+/// - Copies at one address (RAID 1, RAID 10 near): a streaming read that continues where
+///   the last read of an idle copy ended stays on that copy (md's rule: one request at a
+///   time cannot keep two disks busy, and a disk that skips the others' extents waits for
+///   them to pass under its head). Otherwise, with three copies or more, a streaming
 ///   read goes to copy `(member sector / STREAM_EXTENT_SECTORS) mod copies`, whole extents
 ///   of each disk (with two, the disk would read through the extent it skips: the
 ///   interleave stays); a small read to the copy with the
@@ -70,7 +75,15 @@ pub fn choose_copy(
     if live.iter().any(|c| c.1 != lowest) {
         return live.iter().position(|c| c.1 == lowest);
     }
+    let busy = |s: usize| m.in_flight.get(s).copied().unwrap_or(0);
     if sectors >= STREAMING_SECTORS {
+        let head = |s: usize| m.heads.get(s).copied().unwrap_or(u64::MAX);
+        if let Some(i) = live
+            .iter()
+            .position(|c| head(c.0) == lowest && busy(c.0) == 0)
+        {
+            return Some(i);
+        }
         // Two copies: the extent each disk skips is no longer than what it reads ahead
         // anyway, so it reads through it; the interleave costs the same and spreads better.
         if live.len() < 3 {
@@ -78,7 +91,6 @@ pub fn choose_copy(
         }
         return Some((lowest / STREAM_EXTENT_SECTORS) as usize % live.len());
     }
-    let busy = |s: usize| m.in_flight.get(s).copied().unwrap_or(0);
     live.iter()
         .enumerate()
         .min_by_key(|(_, c)| busy(c.0))

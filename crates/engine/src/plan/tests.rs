@@ -337,6 +337,7 @@ fn mirror_reads_on_spinning_disks_go_where_the_head_is_cheapest() {
     let spinning = MirrorInputs {
         rotational: vec![true; 3],
         in_flight: vec![2, 0, 1],
+        heads: vec![u64::MAX; 3],
     };
     let all = |_: usize| true;
     // Far layout: copies at different addresses; the lowest wins, unless it is lost.
@@ -369,9 +370,29 @@ fn mirror_reads_on_spinning_disks_go_where_the_head_is_cheapest() {
     let mixed = MirrorInputs {
         rotational: vec![true, false, true],
         in_flight: vec![0; 3],
+        heads: vec![u64::MAX; 3],
     };
     assert_eq!(choose_copy(&near(0), 8, all, &mixed), None);
     assert_eq!(choose_copy(&far, 8, |s| s == 0, &spinning), None);
     // Two copies at one address: streaming reads keep the interleave.
     assert_eq!(choose_copy(&near(0)[..2], 1024, all, &spinning), None);
+    // A lone stream (nothing in flight) stays on the copy whose last read ended where it
+    // goes on, whatever the extent, with two copies or three (md's rule) ...
+    let lone = MirrorInputs {
+        rotational: vec![true; 3],
+        in_flight: vec![0; 3],
+        heads: vec![7, 5 * STREAM_EXTENT_SECTORS, 9],
+    };
+    let at = 5 * STREAM_EXTENT_SECTORS;
+    assert_eq!(choose_copy(&near(at), 1024, all, &lone), Some(1));
+    assert_eq!(choose_copy(&near(at)[..2], 1024, all, &lone), Some(1));
+    // ... not when that copy is busy (a deeper stream spreads over the extents), nor for
+    // small reads, nor when the copy is lost.
+    let deep = MirrorInputs {
+        in_flight: vec![0, 1, 0],
+        ..lone.clone()
+    };
+    assert_eq!(choose_copy(&near(at), 1024, all, &deep), Some(2));
+    assert_eq!(choose_copy(&near(at), 8, all, &lone), Some(0));
+    assert_eq!(choose_copy(&near(at), 1024, |s| s != 1, &lone), None);
 }
