@@ -39,7 +39,7 @@ mod size;
 pub use aligned::AlignedBuf;
 pub use claim::{Claim, Holder};
 pub use counted::{mono_ns, Counted, IoCounters, IoDir, IoRates, IoSnapshot};
-pub use emu::EmuDisk;
+pub use emu::{EmuDisk, EmuProbe};
 pub use error::{DiskError, DiskErrorKind};
 pub use file::{allocate_in_full, sparse_growth, DirectIo, FileDisk, OpenOptions, SparseGrowth};
 pub use mem::MemDisk;

@@ -39,6 +39,8 @@ pub struct Figure {
 struct Station {
     name: String,
     busy: f64,
+    /// The member this station is.
+    member: Option<usize>,
 }
 
 /// Member operations that run side by side: expected operations per member, by kind.
@@ -400,10 +402,28 @@ fn figure(
     latency: f64,
     bound_by_queue: bool,
 ) -> Figure {
-    let (name, busy) = stations
-        .iter()
-        .map(|s| (s.name.as_str(), s.busy))
-        .fold(("", 0.0), |a, s| if s.1 > a.1 { s } else { a });
+    let top = stations.iter().fold(None::<&Station>, |a, s| match a {
+        Some(a) if a.busy >= s.busy => Some(a),
+        _ => Some(s),
+    });
+    let busy = top.map_or(0.0, |s| s.busy);
+    let mut name = top.map_or(String::new(), |s| s.name.clone());
+    if let Some(i) = top.and_then(|s| s.member) {
+        // One member busier than the rest is named; members alike are named together.
+        let others = stations
+            .iter()
+            .filter(|s| s.member.is_some_and(|j| j != i))
+            .map(|s| s.busy)
+            .fold(0.0, f64::max);
+        if others == 0.0 {
+            name = format!("member {i} of {name}, alone");
+        } else if others < busy * 0.9 {
+            name = format!(
+                "member {i} of {name} (the others at most {:.0}% as busy)",
+                others / busy * 100.0
+            );
+        }
+    }
     let util = (busy * x * 100.0).min(100.0);
     let limit = if bound_by_queue && util < 95.0 {
         format!(
@@ -481,24 +501,29 @@ fn sequential(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, r: f64,
     }
     let mut stations: Vec<Station> = busy
         .iter()
-        .map(|&t| Station {
+        .enumerate()
+        .map(|(i, &t)| Station {
             name: members_name(sys),
             busy: t,
+            member: Some(i),
         })
         .collect();
     for (name, rd, wr) in ctrl {
         stations.push(Station {
             name: format!("{name} reads"),
             busy: rd,
+            member: None,
         });
         stations.push(Station {
             name: format!("{name} writes"),
             busy: wr,
+            member: None,
         });
     }
     stations.push(Station {
         name: "the host's parity CPU (one core)".into(),
         busy: cpu,
+        member: None,
     });
     let top = stations.iter().map(|s| s.busy).fold(0.0, f64::max);
     let mut x = if top > 0.0 { 1.0 / top } else { 0.0 };
@@ -543,7 +568,14 @@ fn serial_time(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write:
         .iter()
         .map(|c| b / if write { c.write } else { c.read } + c.per_request)
         .fold(0.0, f64::max);
-    let piece = if write { 0.0 } else { b / touched / drive.link };
+    // A write crosses the drives' links before it is acknowledged unless a controller's
+    // write-back cache takes it first.
+    let cached_in_controller = write && sys.raid_in == RaidIn::Controller;
+    let piece = if cached_in_controller {
+        0.0
+    } else {
+        b / touched / drive.link
+    };
     command + piece + host
 }
 
@@ -599,10 +631,12 @@ fn random(
                 ctrl.push(Station {
                     name: format!("{} reads", c.name),
                     busy: 0.0,
+                    member: None,
                 });
                 ctrl.push(Station {
                     name: format!("{} writes", c.name),
                     busy: 0.0,
+                    member: None,
                 });
             }
             ctrl[2 * k].busy += share * (cross_r / c.read + reqs_r * c.per_request);
@@ -682,6 +716,7 @@ fn random(
             Station {
                 name: members_name(sys),
                 busy,
+                member: Some(i),
             }
         })
         .collect();
@@ -689,6 +724,7 @@ fn random(
     stations.push(Station {
         name: "the host's parity CPU (one core)".into(),
         busy: cpu,
+        member: None,
     });
     let bound = 1.0
         / stations

@@ -12,7 +12,7 @@ use raidkit_bench::lab::run::{run, RunOptions};
 use raidkit_bench::lab::target::ArrayTarget;
 use raidkit_bench::lab::workload::{Limit, Workload};
 use raidkit_disk::emu::catalog::Catalog;
-use raidkit_disk::{Disk, EmuDisk, MemDisk};
+use raidkit_disk::{Disk, EmuDisk, EmuProbe, MemDisk};
 use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig};
 use raidkit_metadata::SuperblockVersion;
 use std::sync::Arc;
@@ -36,12 +36,14 @@ impl Default for EmulatedOptions {
     }
 }
 
+/// An array on emulated drives, and a watch on each drive.
+pub struct Emulated {
+    pub array: Arc<Array>,
+    pub probes: Vec<EmuProbe>,
+}
+
 /// An array of `sys` on emulated drives, created clean.
-pub fn build(
-    sys: &System,
-    catalog: &Catalog,
-    opts: &EmulatedOptions,
-) -> Result<Arc<Array>, String> {
+pub fn build(sys: &System, catalog: &Catalog, opts: &EmulatedOptions) -> Result<Emulated, String> {
     sys.check()?;
     let (level, layout) = sys.level.md().ok_or_else(|| {
         format!(
@@ -65,6 +67,7 @@ pub fn build(
     }
     let n = sys.drives;
     let mut disks: Vec<Box<dyn Disk>> = Vec::with_capacity(n);
+    let mut probes = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("emu:{}#{i}", drive.name);
         let mem = MemDisk::new(&name, opts.member_bytes);
@@ -73,6 +76,7 @@ pub fn build(
             .map_err(|e| e.to_string())?;
         let d = EmuDisk::wrap(Box::new(mem), &drive, &name, behind.as_deref(), catalog)
             .map_err(|e| e.to_string())?;
+        probes.push(d.probe());
         disks.push(Box::new(d));
     }
     let a = Array::create(
@@ -94,7 +98,10 @@ pub fn build(
         },
     )
     .map_err(|e| format!("create {}: {e}", sys.describe()))?;
-    Ok(Arc::new(a))
+    Ok(Emulated {
+        array: Arc::new(a),
+        probes,
+    })
 }
 
 /// The lab's workload for `load`, time-boxed.
@@ -128,10 +135,33 @@ pub fn one_pass(w: &mut Workload, array_bytes: u64) {
 /// Regions below this are run once.
 const ONE_PASS_MAX: u64 = 8 << 30;
 
-/// Measures `load` on an emulated array of `sys` (built once by [`build`]).
-pub fn measure(a: &Arc<Array>, load: &Load, opts: &EmulatedOptions) -> Result<Figure, String> {
+/// The longest a load with writes runs unmeasured to fill the drives' write caches.
+const FILL_MAX: Duration = Duration::from_secs(60);
+
+/// Measures `load` on an emulated array of `sys` (built once by [`build`]). A load with
+/// writes first runs unmeasured until every drive's write cache is nine-tenths full (or a
+/// minute passed): measured from empty caches, a short run would time the caches, not the
+/// drives, where the studies ran for minutes.
+pub fn measure(e: &Emulated, load: &Load, opts: &EmulatedOptions) -> Result<Figure, String> {
+    let a = &e.array;
     let mut w = workload(load, opts.time)?;
     one_pass(&mut w, a.size_bytes());
+    let full = || {
+        e.probes.iter().all(|p| {
+            p.write_cache_fill()
+                .is_none_or(|(held, size)| held * 10 >= size * 9)
+        })
+    };
+    if load.read_pct < 100 && matches!(w.limit, Limit::Time(_)) {
+        let started = std::time::Instant::now();
+        let mut fill = w.clone();
+        fill.limit = Limit::Time(Duration::from_millis(500));
+        fill.warmup = Duration::ZERO;
+        while !full() && started.elapsed() < FILL_MAX {
+            let mut t = ArrayTarget::new(a.clone(), "model".into());
+            run(&mut t, &fill, &RunOptions::default()).map_err(|e| e.to_string())?;
+        }
+    }
     let mut t = ArrayTarget::new(a.clone(), "model".into());
     let r = run(&mut t, &w, &RunOptions::default()).map_err(|e| e.to_string())?;
     Ok(Figure {
@@ -160,8 +190,6 @@ pub fn emulate(
     catalog: &Catalog,
     opts: &EmulatedOptions,
 ) -> Result<Figure, String> {
-    let a = build(sys, catalog, opts)?;
-    let f = measure(&a, load, opts);
-    drop(a);
-    f
+    let e = build(sys, catalog, opts)?;
+    measure(&e, load, opts)
 }

@@ -522,7 +522,53 @@ fn by_level(ps: &[Prediction], y: impl Fn(&Prediction) -> f64) -> Vec<Series> {
     out
 }
 
+/// Safety over speed, one point per configuration: -log10 of the annual chance of losing the
+/// array (each step is ten times safer) against the first workload's MB/s, and capacity.
+fn chart_tradeoff(
+    stem: &std::path::Path,
+    title: &str,
+    ps: &[Prediction],
+) -> Result<Vec<PathBuf>, CliError> {
+    let point = |p: &Prediction, x: f64| Series {
+        name: format!("{} x{}", p.level, p.drives),
+        points: vec![(x, (-p.reliability.annual_loss.max(1e-15).log10()).min(15.0))],
+    };
+    let speed: Vec<Series> = ps
+        .iter()
+        .map(|p| point(p, p.workloads.first().map_or(0.0, |f| f.mb_s)))
+        .collect();
+    let capacity: Vec<Series> = ps
+        .iter()
+        .map(|p| point(p, p.capacity_bytes as f64 / 1e12))
+        .collect();
+    let wl = ps
+        .first()
+        .and_then(|p| p.workloads.first())
+        .map_or(String::new(), |f| f.what.clone());
+    let y = "safety: -log10(annual chance of loss)".to_string();
+    let a1 = Axes {
+        title: format!("safety against {wl} MB/s"),
+        x: "MB/s".into(),
+        y: y.clone(),
+        log_x: false,
+    };
+    let a2 = Axes {
+        title: "safety against capacity".into(),
+        x: "TB".into(),
+        y,
+        log_x: false,
+    };
+    chart::pair(stem, title, (&a1, &speed), (&a2, &capacity)).map_err(CliError::failure)
+}
+
 fn chart_predictions(stem: &std::path::Path, ps: &[Prediction]) -> Result<Vec<PathBuf>, CliError> {
+    let mut counts: Vec<usize> = ps.iter().map(|p| p.drives).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.len() < 2 {
+        let title = ps.first().map(|p| p.system.clone()).unwrap_or_default();
+        return chart_tradeoff(stem, &title, ps);
+    }
     let w = by_level(ps, |p| p.seq_write_outer.mb_s);
     let r = by_level(ps, |p| p.seq_read_outer.mb_s);
     let axes = |t: &str| Axes {
@@ -906,24 +952,8 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
     }
     if let Some(stem) = &args.chart {
         let ps: Vec<Prediction> = cands.iter().map(|c| c.prediction.clone()).collect();
-        let mut ps = ps;
-        ps.sort_by(|a, b| a.level.cmp(&b.level).then(a.drives.cmp(&b.drives)));
-        let speed = by_level(&ps, |p| p.workloads[0].mb_s);
-        let risk = by_level(&ps, |p| p.reliability.annual_loss * 100.0);
-        let a1 = Axes {
-            title: format!("{} MB/s", setup.loads[0].name),
-            x: "drives".into(),
-            y: "MB/s".into(),
-            log_x: false,
-        };
-        let a2 = Axes {
-            title: "annual chance of losing the array".into(),
-            x: "drives".into(),
-            y: "%".into(),
-            log_x: false,
-        };
-        let files =
-            chart::pair(stem, "plan", (&a1, &speed), (&a2, &risk)).map_err(CliError::failure)?;
+        let title = format!("plan: {} drives, {}", setup.systems[0].drive.name, load);
+        let files = chart_tradeoff(stem, &title, &ps)?;
         if !args.json {
             for f in files {
                 println!("chart: {}", f.display());

@@ -303,6 +303,19 @@ impl Drive {
         }
     }
 
+    /// A hard disk with its write cache on: bytes held for writing (buffered or waiting for
+    /// room) and the cache's size. None otherwise.
+    pub fn write_cache_fill(&self) -> Option<(u64, u64)> {
+        match &self.kind {
+            Kind::Hdd(h) if h.geo.spec.write_cache => {
+                let waiting: u64 = h.waiting.iter().map(|r| r.len).sum();
+                let cache = (h.geo.spec.cache_mib * (1 << 20) as f64) as u64;
+                Some((h.dirty_bytes + waiting, cache))
+            }
+            _ => None,
+        }
+    }
+
     /// A request arrives. Its arrival must not be earlier than any time already handed out
     /// by [`Drive::next_event`] and fired.
     pub fn submit(&mut self, r: Request) {

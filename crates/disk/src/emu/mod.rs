@@ -233,6 +233,17 @@ struct Shared {
     done: Condvar,
 }
 
+/// Watches an emulated drive's state from outside (see [`EmuDisk::probe`]).
+#[derive(Clone)]
+pub struct EmuProbe(Arc<Shared>);
+
+impl EmuProbe {
+    /// Bytes its write cache holds and the cache's size (None: no write cache).
+    pub fn write_cache_fill(&self) -> Option<(u64, u64)> {
+        lock(&self.0.sched).drive.write_cache_fill()
+    }
+}
+
 /// An emulated drive (see the module comment).
 pub struct EmuDisk {
     inner: Box<dyn Disk>,
@@ -375,6 +386,12 @@ impl EmuDisk {
             ceiling,
             thread: Some(thread),
         }
+    }
+
+    /// A handle that watches this drive's write cache after the drive was handed on (to an
+    /// array, say).
+    pub fn probe(&self) -> EmuProbe {
+        EmuProbe(self.shared.clone())
     }
 
     /// The catalog entry this drive emulates.
