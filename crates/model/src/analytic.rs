@@ -331,6 +331,18 @@ struct Ceiling {
     members: bool,
 }
 
+/// A host link by name: the same rate both ways.
+fn host_link(name: &str, members: bool) -> Ceiling {
+    let rate = link_mbps(name).unwrap_or(f64::INFINITY) * 1e6;
+    Ceiling {
+        name: format!("host link {name}"),
+        read: rate,
+        write: rate,
+        per_request: 0.0,
+        members,
+    }
+}
+
 /// The ceilings between drives and host. A controller's ceilings bound the bytes it moves
 /// to and from the drives (measured on RAID 0, where they equal the array's); its host link
 /// carries the array's bytes when it computes the RAID, the members' when the host does.
@@ -345,24 +357,10 @@ fn ceilings(sys: &System) -> Vec<Ceiling> {
             per_request: c.per_request_us * 1e-6,
             members: true,
         });
-        let host = link_mbps(&c.host_link).unwrap_or(f64::INFINITY) * 1e6;
-        v.push(Ceiling {
-            name: format!("host link {}", c.host_link),
-            read: host,
-            write: host,
-            per_request: 0.0,
-            members: host_raid,
-        });
+        v.push(host_link(&c.host_link, host_raid));
     }
     if sys.host_link != "none" {
-        let l = link_mbps(&sys.host_link).unwrap_or(f64::INFINITY) * 1e6;
-        v.push(Ceiling {
-            name: format!("host link {}", sys.host_link),
-            read: l,
-            write: l,
-            per_request: 0.0,
-            members: host_raid,
-        });
+        v.push(host_link(&sys.host_link, host_raid));
     }
     v
 }
@@ -460,8 +458,16 @@ fn sequential(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, r: f64,
         }
         let st = streaming(sys, drive, sh, load, write);
         let (mr, mw) = member_traffic(sys, write);
+        let edges = if write {
+            partial_stripe_cost(sys, drive, load)
+        } else {
+            0.0
+        };
         for i in 0..n {
             busy[i] += share * (b * st.per_byte[i] + st.per_request[i]);
+            if sh.live(i) {
+                busy[i] += share * edges;
+            }
             // A drive without a write cache misses a revolution between requests that come
             // one at a time.
             if write && !drive.write_cache && drive.is_hdd() && load.queue_depth <= load.streams {
@@ -552,12 +558,46 @@ fn sequential(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, r: f64,
     f
 }
 
+/// Busy time per member and request (s) of the partial stripes at a sequential write's
+/// edges, when the host computes parity and nothing gathers them into whole stripes (one
+/// request at a time, no controller cache): each partial stripe reads what it does not
+/// write, next to where the member just wrote, so the platter comes round once first.
+fn partial_stripe_cost(sys: &System, drive: &DriveModel, load: &Load) -> f64 {
+    let Some((p, g)) = sys.level.parity_group(sys.drives) else {
+        return 0.0;
+    };
+    if sys.raid_in != RaidIn::Host || load.queue_depth > load.streams {
+        return 0.0;
+    }
+    let width = sys.chunk_bytes as f64 * (g - p) as f64;
+    let b = load.request_bytes as f64;
+    if (b % width).abs() < 1.0 {
+        return 0.0;
+    }
+    let partials = ((b / width).ceil() + 1.0).min(2.0);
+    // A partial stripe lands in one group of g of the n members.
+    let involved = g as f64 / sys.drives as f64;
+    let piece = (sys.chunk_bytes as f64).min(b);
+    partials * involved * (drive.revolution() + piece / drive.seq_rate(0.0, 0.1, false))
+}
+
 /// The time of one sequential request alone (s): the drive's command time, its piece over
 /// the drive's link (reads), and the request over the host path.
 fn serial_time(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write: bool) -> f64 {
     let b = load.request_bytes as f64;
     let st = streaming(sys, drive, sh, load, write);
-    let readers = st.per_byte.iter().filter(|t| **t > 0.0).count().max(1) as f64;
+    let mut readers = st.per_byte.iter().filter(|t| **t > 0.0).count().max(1) as f64;
+    if !write {
+        if let Level::Raid1E
+        | Level::Raid10 {
+            placement: Placement::Near,
+            ..
+        } = sys.level
+        {
+            // A lone stream reads one copy of each chunk, staying on it (md's rule).
+            readers = (readers / sys.level.copies(sh.n) as f64).max(1.0);
+        }
+    }
     let touched = readers.min((b / sys.chunk_bytes as f64).ceil().max(1.0));
     let command = match &sys.drive.mechanics {
         raidkit_disk::emu::catalog::Mechanics::Hdd(h) => h.command_overhead_us * 1e-6,
@@ -576,7 +616,15 @@ fn serial_time(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write:
     } else {
         b / touched / drive.link
     };
-    command + piece + host
+    // The host sends each chunk to its member as a command of its own (raidkit does not
+    // merge a request's chunks on one member); a drive's cache takes them one by one, each
+    // with its command time. Queued reads hide it behind the first.
+    let commands = if write && sys.raid_in == RaidIn::Host && drive.write_cache {
+        (b / sys.chunk_bytes as f64 / touched).ceil().max(1.0)
+    } else {
+        1.0
+    };
+    command * commands + piece + host
 }
 
 fn random(

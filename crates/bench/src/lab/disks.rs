@@ -78,6 +78,22 @@ fn e(x: impl std::fmt::Display) -> LabError {
     LabError::Target(x.to_string())
 }
 
+/// An emulated `drive` of `bytes` in memory named `name` (behind a controller or link of
+/// `catalog`), its pages touched now: the kernel's first-touch zeroing of six members'
+/// memory would otherwise be timed with the first writes (it took the CPUs).
+pub fn emulated_drive(
+    drive: &DriveSpec,
+    catalog: &Catalog,
+    name: &str,
+    bytes: u64,
+    behind: Option<&str>,
+) -> Result<EmuDisk, LabError> {
+    let mem = MemDisk::new(name, bytes);
+    // Zeroes written (not a hole left): every page is touched.
+    mem.write_zeroes(0, bytes).map_err(e)?;
+    EmuDisk::wrap(Box::new(mem), drive, name, behind, catalog).map_err(e)
+}
+
 impl DisksConfig {
     fn say(&self, what: &str) {
         if let Some(p) = &self.progress {
@@ -85,13 +101,8 @@ impl DisksConfig {
         }
     }
 
-    /// A drive in memory, its pages touched now: the kernel's first-touch zeroing of six
-    /// members' memory would otherwise be timed with the first writes (it took the CPUs).
     fn drive(&self, name: &str) -> Result<EmuDisk, LabError> {
-        let mem = MemDisk::new(name, self.member_bytes);
-        // Zeroes written (not a hole left): every page is touched.
-        mem.write_zeroes(0, self.member_bytes).map_err(e)?;
-        EmuDisk::wrap(Box::new(mem), &self.drive, name, None, &self.catalog).map_err(e)
+        emulated_drive(&self.drive, &self.catalog, name, self.member_bytes, None)
     }
 
     fn array(

@@ -334,19 +334,26 @@ fn print_prediction(p: &Prediction) {
             print_figure(f);
         }
     }
+    if p.method == "emulated" {
+        println!("  (rebuild and reliability: see the analytic method)");
+        return;
+    }
     let r = &p.reliability;
     println!(
-        "  rebuild of one member: {:.1} h idle ({}){}",
-        r.rebuild_hours,
-        r.rebuild_limit,
-        match p.rebuild_under_load_hours {
-            Some(h) => format!(
-                ", {h:.1} h while the workload takes {:.0}% of the drives",
-                p.load_share * 100.0
-            ),
-            None => String::new(),
-        }
+        "  rebuild of one member: {:.1} h idle ({})",
+        r.rebuild_hours, r.rebuild_limit
     );
+    if let Some(u) = &p.rebuild_under_load {
+        println!(
+            "  rebuild beside the first workload at {:.0}% of its degraded rate ({:.1} MB/s, {:.0} IOPS): {:.1} h, the rebuild getting {:.0}% of the busiest drive; a request may wait {:.1} ms behind a rebuild step",
+            u.load_share * 100.0,
+            u.foreground_mb_s,
+            u.foreground_iops,
+            u.hours,
+            u.rebuild_share * 100.0,
+            u.step_wait_ms
+        );
+    }
     println!(
         "  reliability (AFR {:.2}%, 1 error in {:.0e} bits, repair {:.0} h + rebuild): MTTDL {:.3e} years; annual loss {:.2e}{}; a rebuild meets an unreadable sector with {:.1}%{}",
         r.afr_pct,
@@ -397,6 +404,7 @@ fn emulate_prediction(
         workloads: loads.iter().map(m).collect::<Result<_, _>>()?,
         degraded_seq_read: None,
         degraded_workloads: Vec::new(),
+        rebuild_under_load: None,
         ..p.clone()
     })
 }
@@ -607,6 +615,9 @@ pub struct ValidateArgs {
     /// Each emulated member's size in memory.
     #[arg(long, default_value = "1G")]
     pub member_size: String,
+    /// Only the cells whose label contains this text (`004`, `RAID5 x6`).
+    #[arg(long)]
+    pub only: Option<String>,
     /// Print a JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -642,7 +653,15 @@ pub fn validate(args: ValidateArgs) -> Result<(), CliError> {
         }
     };
     let opts = emulated_options(args.time, &args.member_size)?;
-    let cases = validate::cases(&text, &cat).map_err(CliError::usage)?;
+    let mut cases = validate::cases(&text, &cat).map_err(CliError::usage)?;
+    if let Some(o) = &args.only {
+        cases.retain(|c| c.label.contains(o.as_str()));
+        if cases.is_empty() {
+            return Err(CliError::usage(format!(
+                "--only {o:?}: no cell's label contains it"
+            )));
+        }
+    }
     let mut rows = Vec::new();
     for c in cases {
         let f = raidkit_model::predict(&c.system, &c.load).map_err(CliError::failure)?;
