@@ -124,6 +124,16 @@ fn lines_on<DB: DrawingBackend>(
     axes: &Axes,
     series: &[Series],
 ) -> Result<(), String> {
+    draw_on(area, axes, series, 0)
+}
+
+/// Draws `series` as points, those from index `joined_from` on joined by lines.
+fn draw_on<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    axes: &Axes,
+    series: &[Series],
+    joined_from: usize,
+) -> Result<(), String> {
     let pts = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
     for &(x, y) in pts {
@@ -171,8 +181,14 @@ fn lines_on<DB: DrawingBackend>(
                 .map_err(e)?;
             for (i, s) in series.iter().enumerate() {
                 let c = color(i);
+                let join = i >= joined_from;
+                // Unjoined points: the line is drawn with no width, for the legend only.
+                let width = if join { 2 } else { 0 };
                 chart
-                    .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+                    .draw_series(LineSeries::new(
+                        s.points.iter().copied().filter(|_| join),
+                        c.stroke_width(width),
+                    ))
                     .map_err(e)?
                     .label(s.name.as_str())
                     .legend(move |(x, y)| {
@@ -209,6 +225,24 @@ pub fn lines(stem: &Path, axes: &Axes, series: &[Series]) -> Result<Vec<PathBuf>
         (960, 600),
         |r| lines_on(&r, axes, series),
         |r| lines_on(&r, axes, series),
+    )
+}
+
+/// A scatter chart: each of `points` as points, not joined (predicted against measured,
+/// say), and `lines` (references such as y = x) joined.
+pub fn scatter(
+    stem: &Path,
+    axes: &Axes,
+    points: &[Series],
+    lines: &[Series],
+) -> Result<Vec<PathBuf>, String> {
+    let all: Vec<Series> = points.iter().chain(lines).cloned().collect();
+    let n = points.len();
+    both(
+        stem,
+        (900, 760),
+        |r| draw_on(&r, axes, &all, n),
+        |r| draw_on(&r, axes, &all, n),
     )
 }
 

@@ -615,6 +615,10 @@ pub struct ValidateArgs {
     /// Each emulated member's size in memory.
     #[arg(long, default_value = "1G")]
     pub member_size: String,
+    /// Draw predicted against measured MB/s, each method a colour, with the line where
+    /// they are equal, to STEM.svg and STEM.png.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
     /// Only the cells whose label contains this text (`004`, `RAID5 x6`).
     #[arg(long)]
     pub only: Option<String>,
@@ -712,6 +716,45 @@ pub fn validate(args: ValidateArgs) -> Result<(), CliError> {
         .filter(|r| r.analytic.error.abs() > 0.3 && r.explained.is_none())
         .count();
     let out_e = outside(&|r| r.emulated.as_ref().map(|e| e.error));
+    let mut charts = Vec::new();
+    if let Some(stem) = &args.chart {
+        // Logarithmic both ways would suit the range (1 to 1000 MB/s); the chart is linear,
+        // so the ratio is drawn: predicted over measured, against measured.
+        let ratio = |name: &str, f: &dyn Fn(&Row) -> Option<f64>| Series {
+            name: name.into(),
+            points: rows
+                .iter()
+                .filter_map(|r| {
+                    f(r).map(|v| (r.case.measured.value(), v / r.case.measured.value()))
+                })
+                .collect(),
+        };
+        let top = rows
+            .iter()
+            .map(|r| r.case.measured.value())
+            .fold(1.0, f64::max);
+        let mut points = vec![ratio("analytic", &|r| Some(r.analytic.mb_s))];
+        if emulate {
+            points.push(ratio("emulated", &|r| r.emulated.as_ref().map(|e| e.mb_s)));
+        }
+        let lines = [
+            Series {
+                name: "equal".into(),
+                points: vec![(0.0, 1.0), (top, 1.0)],
+            },
+            Series {
+                name: "30% off".into(),
+                points: vec![(0.0, 0.7), (top, 0.7), (top, 1.3), (0.0, 1.3)],
+            },
+        ];
+        let axes = Axes {
+            title: "predicted over measured, each cell of the studies".into(),
+            x: "measured MB/s".into(),
+            y: "predicted / measured".into(),
+            log_x: false,
+        };
+        charts = chart::scatter(stem, &axes, &points, &lines).map_err(CliError::failure)?;
+    }
     if args.json {
         let doc = serde_json::json!({
             "schema": "raidkit-model-validate/1",
@@ -776,6 +819,9 @@ pub fn validate(args: ValidateArgs) -> Result<(), CliError> {
     }
     for r in rows.iter().filter(|r| r.explained.is_some()) {
         println!("- {}: {}", r.case.label, r.explained.unwrap_or_default());
+    }
+    for c in charts {
+        println!("chart: {}", c.display());
     }
     Ok(())
 }
