@@ -383,11 +383,23 @@ pub fn predict(sys: &System, load: &Load) -> Result<Figure, String> {
     let r = f64::from(load.read_pct.min(100)) / 100.0;
     let p = f64::from(load.random_pct.min(100)) / 100.0;
     let b = load.request_bytes as f64;
-    if p == 0.0 {
+    if p == 0.0 && !writes_in_pieces(sys, load, r) {
         Ok(sequential(sys, &drive, &sh, load, r, b))
     } else {
         Ok(random(sys, &drive, &sh, load, r, p, b))
     }
+}
+
+/// Sequential writes that the host's parity code sees in pieces of stripes: all the
+/// requests in flight together cover less than a stripe, so none can be gathered whole and
+/// each reads before it writes, as a random write does (next to where the drive just was).
+fn writes_in_pieces(sys: &System, load: &Load, r: f64) -> bool {
+    let Some((p, g)) = sys.level.parity_group(sys.drives) else {
+        return false;
+    };
+    let width = sys.chunk_bytes as f64 * (g - p) as f64;
+    let in_flight = load.queue_depth.max(1) as f64 * load.request_bytes as f64;
+    sys.raid_in == RaidIn::Host && r < 1.0 && load.queue_depth > load.streams && in_flight < width
 }
 
 /// Builds the figure from stations' busy time per request and the throughput found.

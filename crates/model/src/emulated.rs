@@ -119,17 +119,20 @@ pub fn workload(load: &Load, time: Duration) -> Result<Workload, String> {
     Ok(w)
 }
 
-/// A sequential load runs once over its region, dd's way, when the region is small: run
-/// again and again, a region the drives' buffers hold would be read from them.
+/// A sequential load runs once over its region, dd's way, when the region is a small part
+/// of the array: run again and again, a region the drives' buffers hold would be read from
+/// them.
 pub fn one_pass(w: &mut Workload, array_bytes: u64) {
-    let span = ((w.region.end - w.region.start) * array_bytes as f64) as u64;
-    if w.random_pct == 0 && span < ONE_PASS_MAX {
+    let share = w.region.end - w.region.start;
+    let span = (share * array_bytes as f64) as u64;
+    if w.random_pct == 0 && share <= ONE_PASS_SHARE && span < ONE_PASS_MAX {
         w.limit = Limit::Bytes(span / w.request_bytes.max(1) * w.request_bytes.max(1));
         w.warmup = Duration::ZERO;
     }
 }
 
-/// Regions below this are run once.
+/// Regions up to this share of the array, and below this size, are run once.
+const ONE_PASS_SHARE: f64 = 0.25;
 const ONE_PASS_MAX: u64 = 8 << 30;
 
 /// The longest a load with writes runs unmeasured to fill the drives' write caches.
