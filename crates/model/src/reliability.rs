@@ -39,7 +39,8 @@ pub struct Reliability {
     pub fleet_annual_loss: f64,
 }
 
-/// P(X >= k) for X ~ Binomial(n, p).
+/// P(X >= k) for X ~ Binomial(n, p), summed over the upper tail itself (precise when the
+/// chance is tiny, where 1 - P(X < k) would round to 0).
 pub fn binomial_at_least(n: usize, p: f64, k: usize) -> f64 {
     if k == 0 {
         return 1.0;
@@ -47,15 +48,23 @@ pub fn binomial_at_least(n: usize, p: f64, k: usize) -> f64 {
     if k > n {
         return 0.0;
     }
-    let mut below = 0.0;
-    let mut c = 1.0f64; // C(n, i)
-    for i in 0..k {
-        if i > 0 {
+    let mut c = 1.0f64; // C(n, i), built up to i = k first
+    for i in 1..=k {
+        c = c * (n - i + 1) as f64 / i as f64;
+    }
+    let mut sum = 0.0;
+    for i in k..=n {
+        if i > k {
             c = c * (n - i + 1) as f64 / i as f64;
         }
-        below += c * p.powi(i as i32) * (1.0 - p).powi((n - i) as i32);
+        sum += c * p.powi(i as i32) * (1.0 - p).powi((n - i) as i32);
     }
-    (1.0 - below).clamp(0.0, 1.0)
+    sum.clamp(0.0, 1.0)
+}
+
+/// 1 - e^-x, precise for small x.
+fn one_minus_exp(x: f64) -> f64 {
+    -(-x).exp_m1()
 }
 
 /// The rebuild of one member, idle: every surviving member it reads streams its whole
@@ -118,7 +127,7 @@ pub fn reliability(sys: &System, replace_hours: f64, fleet: usize) -> Reliabilit
         None => 1,
     };
     let bits = readers as f64 * sys.drive.capacity_bytes() as f64 * 8.0;
-    let ure = 1.0 - (-bits / ure_bits).exp();
+    let ure = one_minus_exp(bits / ure_bits);
     let ure_loses_data = t == 1;
     // Backblaze: a failure opens a repair window; data is lost when `t` more of the exposed
     // members fail within it (each with the chance its AFR gives for the window's length).
@@ -126,12 +135,12 @@ pub fn reliability(sys: &System, replace_hours: f64, fleet: usize) -> Reliabilit
     let (annual_loss, annual_sector_loss) = if t == 0 {
         (1.0 - (1.0 - afr).powi(n as i32), 0.0)
     } else {
-        let p_window = 1.0 - (1.0 - afr).powf(mttr / YEAR_HOURS);
+        let p_window = one_minus_exp(lambda * mttr);
         let per_failure = binomial_at_least(f, p_window, t);
         let sector = if ure_loses_data { ure } else { 0.0 };
         (
-            1.0 - (-failures_per_year * per_failure).exp(),
-            1.0 - (-failures_per_year * sector).exp(),
+            one_minus_exp(failures_per_year * per_failure),
+            one_minus_exp(failures_per_year * sector),
         )
     };
     let fleet = fleet.max(1);
@@ -148,7 +157,7 @@ pub fn reliability(sys: &System, replace_hours: f64, fleet: usize) -> Reliabilit
         annual_loss,
         annual_sector_loss,
         fleet,
-        fleet_annual_loss: 1.0 - (1.0 - annual_loss).powi(fleet as i32),
+        fleet_annual_loss: one_minus_exp(-(fleet as f64) * (-annual_loss).ln_1p()),
     }
 }
 
@@ -164,6 +173,9 @@ mod tests {
         let two = 1.0 - 0.9f64.powi(5) - 5.0 * 0.1 * 0.9f64.powi(4);
         assert!((binomial_at_least(5, 0.1, 2) - two).abs() < 1e-12);
         assert_eq!(binomial_at_least(3, 0.5, 4), 0.0);
+        // Tiny chances keep their size: five of five at 1e-4 is 1e-20, not 0.
+        let tiny = binomial_at_least(5, 1e-4, 5);
+        assert!((tiny / 1e-20 - 1.0).abs() < 1e-9, "{tiny}");
     }
 
     /// The textbook orders: RAID 6 outlives RAID 5 by orders of magnitude, RAID 0 dies
