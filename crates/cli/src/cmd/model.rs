@@ -50,10 +50,13 @@ pub struct ConfigArgs {
     /// `custom` (--bs, --read-pct, --random-pct).
     #[arg(long)]
     pub workload: Option<String>,
+    /// Request size of a custom workload (default 4K).
     #[arg(long)]
     pub bs: Option<String>,
+    /// Share of reads in percent, custom workload (default 100).
     #[arg(long)]
     pub read_pct: Option<u32>,
+    /// Share of random requests in percent, custom workload (default 100).
     #[arg(long)]
     pub random_pct: Option<u32>,
     /// Outstanding requests (default 16).
@@ -852,6 +855,7 @@ pub struct PlanArgs {
     /// Write a chart (STEM.svg and STEM.png).
     #[arg(long)]
     pub chart: Option<PathBuf>,
+    /// Print a JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
 }
