@@ -107,6 +107,19 @@ fn model_refuses_what_it_cannot_model() {
         ),
         (vec!["model", "--workload", "nosuch"], "IOmeter"),
         (vec!["model", "--method", "guess"], "analytic"),
+        (vec!["model", "--cache-policy", "wb-ra"], "controller"),
+        (
+            vec![
+                "model",
+                "--controller",
+                "3ware-5400",
+                "--drives",
+                "4",
+                "--cache-policy",
+                "wb-ra",
+            ],
+            "cache",
+        ),
     ] {
         let (code, err) = fails(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -374,7 +374,12 @@ pub fn predict(sys: &System, load: &Load) -> Result<Figure, String> {
             load.request_bytes
         ));
     }
-    let drive = DriveModel::new(&sys.drive, sys.write_cache);
+    let mut drive = DriveModel::new(&sys.drive, sys.write_cache);
+    if sys.policy.write_back {
+        // The controller's cache, shared by its drives.
+        let share = sys.policy.cache_mib * f64::from(1u32 << 20) / sys.drives as f64;
+        drive = drive.behind_write_back(share);
+    }
     let sh = Shape {
         n: sys.drives,
         missing: sys.missing > 0,
@@ -546,7 +551,7 @@ fn sequential(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, r: f64,
     let top = stations.iter().map(|s| s.busy).fold(0.0, f64::max);
     let mut x = if top > 0.0 { 1.0 / top } else { 0.0 };
     let mut serial_limit = None;
-    if load.queue_depth <= load.streams {
+    if load.queue_depth <= load.streams && !(sys.policy.read_ahead && r > 0.0) {
         // One request at a time per stream: a read's stages run in series (the drives send
         // their pieces over their links, then the request crosses to the host), while a
         // write is acknowledged once a write-back cache holds it.
@@ -622,7 +627,8 @@ fn serial_time(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write:
         .fold(0.0, f64::max);
     // A write crosses the drives' links before it is acknowledged unless a controller's
     // write-back cache takes it first.
-    let cached_in_controller = write && sys.raid_in == RaidIn::Controller;
+    let cached_in_controller =
+        write && (sys.raid_in == RaidIn::Controller || sys.policy.write_back);
     let piece = if cached_in_controller {
         0.0
     } else {

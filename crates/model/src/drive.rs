@@ -75,6 +75,16 @@ impl DriveModel {
         }
     }
 
+    /// Writes taken by a controller's write-back cache of `cache_bytes` for this drive and
+    /// written to it later in the order the controller chooses (as a drive's own cache).
+    pub fn behind_write_back(mut self, cache_bytes: f64) -> DriveModel {
+        self.write_cache = true;
+        if let Some(h) = &mut self.hdd {
+            h.cache_bytes = h.cache_bytes.max(cache_bytes);
+        }
+        self
+    }
+
     pub fn is_hdd(&self) -> bool {
         self.hdd.is_some()
     }

@@ -37,6 +37,59 @@ pub struct System {
     pub pq_gbps: f64,
     /// Members lost (0 healthy; 1 degraded).
     pub missing: usize,
+    /// The controller's cache policy (a RAID controller's WB/WT and NORA/RA/ARA).
+    pub policy: CachePolicy,
+}
+
+/// A RAID controller's cache settings, in the PERC 6's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CachePolicy {
+    /// Write-back: the controller's battery-backed cache acknowledges writes and writes
+    /// them to the drives later, in the order it chooses (WB); else write-through (WT).
+    pub write_back: bool,
+    /// The controller's cache in MiB (for write-back).
+    pub cache_mib: f64,
+    /// Read-ahead (RA, or ARA on a sequential stream): the controller reads the next
+    /// stripes before the host asks, so requests that come one at a time still stream.
+    pub read_ahead: bool,
+}
+
+impl CachePolicy {
+    /// Write-through, no read-ahead: what a host's own RAID has.
+    pub const NONE: CachePolicy = CachePolicy {
+        write_back: false,
+        cache_mib: 0.0,
+        read_ahead: false,
+    };
+
+    /// `wt-nora`, `wt-ra`, `wt-ara`, `wb-nora`, `wb-ra`, `wb-ara` (ARA counts as RA for
+    /// the sequential streams it detects), with the controller's cache size.
+    pub fn parse(s: &str, cache_mib: f64) -> Result<CachePolicy, String> {
+        let t = s.to_ascii_lowercase();
+        let (w, r) = t.split_once('-').ok_or_else(|| {
+            format!("cache policy {s:?}: wt-nora, wt-ra, wt-ara, wb-nora, wb-ra or wb-ara")
+        })?;
+        let write_back = match w {
+            "wb" => true,
+            "wt" => false,
+            _ => return Err(format!("cache policy {s:?}: WB or WT first")),
+        };
+        let read_ahead = match r {
+            "nora" => false,
+            "ra" | "ara" => true,
+            _ => return Err(format!("cache policy {s:?}: NORA, RA or ARA second")),
+        };
+        if write_back && cache_mib <= 0.0 {
+            return Err(format!(
+                "cache policy {s:?}: write-back needs a controller with a cache"
+            ));
+        }
+        Ok(CachePolicy {
+            write_back,
+            cache_mib,
+            read_ahead,
+        })
+    }
 }
 
 /// The host's parity rates assumed when none is given: one core of a 2015-or-later x86 CPU
@@ -59,6 +112,7 @@ impl System {
             xor_gbps: DEFAULT_XOR_GBPS,
             pq_gbps: DEFAULT_PQ_GBPS,
             missing: 0,
+            policy: CachePolicy::NONE,
         }
     }
 
@@ -115,6 +169,13 @@ impl System {
         }
         if self.missing > 0 {
             s += ", one member missing";
+        }
+        if self.policy.write_back || self.policy.read_ahead {
+            s += &format!(
+                ", {}-{}",
+                if self.policy.write_back { "WB" } else { "WT" },
+                if self.policy.read_ahead { "RA" } else { "NORA" }
+            );
         }
         s
     }

@@ -8,6 +8,7 @@ use raidkit_disk::emu::catalog::{Catalog, DriveSpec};
 use raidkit_model::emulated::{self, EmulatedOptions};
 use raidkit_model::report::{analyze, seq_load, Prediction};
 use raidkit_model::system::named_load;
+use raidkit_model::system::CachePolicy;
 use raidkit_model::validate::{self, Case, Predicted};
 use raidkit_model::{Figure, Level, Load, RaidIn, System};
 use std::path::PathBuf;
@@ -16,7 +17,8 @@ use std::time::Duration;
 #[derive(clap::Args, Debug, Default)]
 pub struct ConfigArgs {
     /// A TOML file with any of these settings (the flags given win): drive, drives,
-    /// levels, chunk, controller, host_link, raid_in, write_cache, workload, bs, read_pct,
+    /// levels, chunk, controller, host_link, raid_in, write_cache, cache_policy, workload,
+    /// bs, read_pct,
     /// random_pct, qd, region, replace_hours, fleet, and an inline [drive_spec] table of the
     /// catalog's form.
     #[arg(long)]
@@ -43,6 +45,10 @@ pub struct ConfigArgs {
     /// Where the RAID runs: host (raidkit, md) or controller (hardware RAID).
     #[arg(long)]
     pub raid_in: Option<String>,
+    /// The controller's cache policy, in the PERC 6's terms: wt-nora (default), wt-ra,
+    /// wt-ara, wb-nora, wb-ra, wb-ara (write-back needs a controller with a cache).
+    #[arg(long)]
+    pub cache_policy: Option<String>,
     /// The drives' write cache: on or off (default: the catalog's).
     #[arg(long)]
     pub write_cache: Option<String>,
@@ -89,6 +95,7 @@ struct ConfigFile {
     host_link: Option<String>,
     raid_in: Option<String>,
     write_cache: Option<bool>,
+    cache_policy: Option<String>,
     workload: Option<String>,
     bs: Option<String>,
     read_pct: Option<u32>,
@@ -193,6 +200,17 @@ impl ConfigArgs {
             Some(o) => return Err(CliError::usage(format!("--write-cache {o}: on or off"))),
             None => file.write_cache,
         };
+        let policy = match self.cache_policy.clone().or(file.cache_policy) {
+            None => CachePolicy::NONE,
+            Some(p) => {
+                let c = controller.as_ref().ok_or_else(|| {
+                    CliError::usage(format!(
+                        "--cache-policy {p}: a controller's setting; name one with --controller"
+                    ))
+                })?;
+                CachePolicy::parse(&p, c.cache_mib.unwrap_or(0.0)).map_err(CliError::usage)?
+            }
+        };
         let mut systems = Vec::new();
         for lv in &levels {
             for &n in &drives {
@@ -202,6 +220,7 @@ impl ConfigArgs {
                 s.host_link = host_link.clone();
                 s.raid_in = raid_in;
                 s.write_cache = write_cache;
+                s.policy = policy;
                 if lv.check(n).is_ok() {
                     s.check().map_err(CliError::usage)?;
                     systems.push(s);

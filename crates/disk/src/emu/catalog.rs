@@ -98,6 +98,9 @@ pub struct ControllerSpec {
     /// Controller time per request.
     pub per_request_us: f64,
     pub bays: u32,
+    /// The controller's cache (MiB), for write-back policies in the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_mib: Option<f64>,
     pub source: String,
 }
 
