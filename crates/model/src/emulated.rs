@@ -4,7 +4,8 @@
 //! each drive's whole surface (zones, seeks) is laid over `member_bytes`.
 //!
 //! Arrays are created without a write-hole log (md's `resync` policy), the way the
-//! analytic method counts their I/O; RAID 50 and 60 and degraded arrays are not emulated.
+//! analytic method counts their I/O; a degraded one has member 0 failed. RAID 50 and 60 are
+//! not emulated.
 
 use crate::analytic::Figure;
 use crate::system::{Load, System};
@@ -52,9 +53,6 @@ pub fn build(sys: &System, catalog: &Catalog, opts: &EmulatedOptions) -> Result<
             sys.level.label()
         )
     })?;
-    if sys.missing > 0 {
-        return Err("degraded arrays are not emulated".into());
-    }
     let behind = match &sys.controller {
         Some(c) => Some(c.name.clone()),
         None if sys.host_link != "none" => Some(sys.host_link.clone()),
@@ -95,6 +93,11 @@ pub fn build(sys: &System, catalog: &Catalog, opts: &EmulatedOptions) -> Result<
         },
     )
     .map_err(|e| format!("create {}: {e}", sys.describe()))?;
+    // A degraded array: member 0 failed, as the analytic method has it.
+    for i in 0..sys.missing {
+        a.fail_member(i)
+            .map_err(|e| format!("fail member {i}: {e}"))?;
+    }
     Ok(Emulated {
         array: Arc::new(a),
         probes,

@@ -59,6 +59,42 @@ fn the_emulated_and_analytic_methods_agree() {
     }
 }
 
+/// A degraded RAID 5 (member 0 failed) on emulated drives and in closed form: sequential
+/// reads stay near the healthy rate (each member passes its whole share either way), random
+/// reads fall, and the two methods agree within 25 %.
+#[test]
+fn degraded_arrays_are_emulated_and_agree() {
+    let cat = Catalog::built_in();
+    let drive = cat.drive("hds72101").unwrap().clone();
+    let sys = System {
+        missing: 1,
+        ..System::new(drive, 4, Level::Raid5)
+    };
+    let opts = EmulatedOptions {
+        member_bytes: 512 << 20,
+        time: Duration::from_millis(1500),
+    };
+    let mut rand = Load::sequential(4096, true, 16, raidkit_bench::lab::workload::Region::WHOLE);
+    rand.random_pct = 100;
+    let healthy = System {
+        missing: 0,
+        ..sys.clone()
+    };
+    for load in [raidkit_model::report::seq_load(true, true), rand.clone()] {
+        let a = predict(&sys, &load).unwrap();
+        let e = emulate(&sys, &load, &cat, &opts).unwrap();
+        let ratio = e.mb_s / a.mb_s;
+        assert!(
+            (0.75..=1.33).contains(&ratio),
+            "{} degraded: emulated {:.1} MB/s, analytic {:.1}",
+            load.name,
+            e.mb_s,
+            a.mb_s
+        );
+    }
+    assert!(predict(&sys, &rand).unwrap().iops < predict(&healthy, &rand).unwrap().iops * 0.9);
+}
+
 /// The PERC 6's cache policies: write-back takes RAID 5's random writes off the drives'
 /// revolutions (the controller writes them out in the order it chooses), and read-ahead
 /// lets requests that come one at a time stream.

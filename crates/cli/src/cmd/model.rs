@@ -408,14 +408,39 @@ fn emulate_prediction(
     opts: &EmulatedOptions,
 ) -> Result<Prediction, CliError> {
     let a = emulated::build(sys, cat, opts).map_err(CliError::failure)?;
-    let m = |l: &Load| -> Result<Figure, CliError> {
+    let degraded = match &p.degraded_seq_read {
+        Some(_) => Some(
+            emulated::build(
+                &System {
+                    missing: 1,
+                    ..sys.clone()
+                },
+                cat,
+                opts,
+            )
+            .map_err(CliError::failure)?,
+        ),
+        None => None,
+    };
+    let m_on = |e: &emulated::Emulated, l: &Load| -> Result<Figure, CliError> {
         eprintln!(
             "emulating {}: {} ({:.0} s)",
             sys.describe(),
             l.name,
             opts.time.as_secs_f64() * 1.25
         );
-        emulated::measure(&a, l, opts).map_err(CliError::failure)
+        emulated::measure(e, l, opts).map_err(CliError::failure)
+    };
+    let m = |l: &Load| m_on(&a, l);
+    let (degraded_seq_read, degraded_workloads) = match &degraded {
+        Some(d) => (
+            Some(m_on(d, &seq_load(true, true))?),
+            loads
+                .iter()
+                .map(|l| m_on(d, l))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => (None, Vec::new()),
     };
     Ok(Prediction {
         method: "emulated",
@@ -424,8 +449,8 @@ fn emulate_prediction(
         seq_write_outer: m(&seq_load(false, true))?,
         seq_write_inner: m(&seq_load(false, false))?,
         workloads: loads.iter().map(m).collect::<Result<_, _>>()?,
-        degraded_seq_read: None,
-        degraded_workloads: Vec::new(),
+        degraded_seq_read,
+        degraded_workloads,
         rebuild_under_load: None,
         ..p.clone()
     })
