@@ -246,7 +246,7 @@ fn streaming(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write: b
                 let t = (1.0 / near + (c - 1.0) / far_rate) / n as f64;
                 even(&mut per_byte, t, 1.0);
                 let piece = load.request_bytes as f64 / n as f64;
-                let batch = drive_batch(drive, piece);
+                let batch = drive.write_batch(piece);
                 let seek = drive.half_stroke_positioning();
                 for (i, x) in per_request.iter_mut().enumerate() {
                     if sh.live(i) {
@@ -270,11 +270,6 @@ fn streaming(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write: b
         per_byte,
         per_request,
     }
-}
-
-/// Pieces of `piece` bytes a drive gathers before it moves to the other copy area.
-fn drive_batch(d: &DriveModel, piece: f64) -> f64 {
-    d.write_batch(piece).max(1.0)
 }
 
 /// Member bytes (read, written) per array byte of reads or writes, and member requests per

@@ -38,7 +38,6 @@ struct Hdd {
     rev: f64,
     queue_depth: usize,
     cache_bytes: f64,
-    flush: f64,
 }
 
 /// Seconds from nanoseconds.
@@ -59,7 +58,6 @@ impl DriveModel {
                     rev: 60.0 / h.rpm,
                     queue_depth: h.queue_depth.max(1) as usize,
                     cache_bytes: h.cache_mib * f64::from(1u32 << 20),
-                    flush: h.flush_ms * 1e-3,
                 }),
                 write_cache.unwrap_or(h.write_cache),
             ),
@@ -92,15 +90,6 @@ impl DriveModel {
     /// One revolution (s); 0 for an SSD.
     pub fn revolution(&self) -> f64 {
         self.hdd.as_ref().map_or(0.0, |h| h.rev)
-    }
-
-    /// A cache flush's own time (s).
-    pub fn flush_time(&self) -> f64 {
-        match (&self.hdd, &self.spec.mechanics) {
-            (Some(h), _) => h.flush,
-            (None, Mechanics::Ssd(s)) => s.flush_us * 1e-6,
-            _ => 0.0,
-        }
     }
 
     /// Moving between a member's near and far copy areas: a seek of half the stroke and
