@@ -4,7 +4,16 @@ use raidkit_disk::emu::catalog::Catalog;
 use raidkit_model::emulated::{emulate, EmulatedOptions};
 use raidkit_model::validate::{cases, explanation, median_abs, Predicted, SEED_MEASUREMENTS};
 use raidkit_model::{predict, Level, Load, System};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Emulated drives run in real time: arrays measured side by side would share the CPUs and
+/// slow each other, so the tests that measure one take turns.
+static REAL_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    REAL_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The bar for the analytic method: median absolute error at most 10 %, and every
 /// cell within 30 % or explained. Parameters come from the catalog, so a change to the
@@ -35,6 +44,7 @@ fn the_analytic_method_meets_the_studies() {
 /// reads and random 4 KiB reads at QD 16 agree within 20 %.
 #[test]
 fn the_emulated_and_analytic_methods_agree() {
+    let _turn = one_at_a_time();
     let cat = Catalog::built_in();
     let drive = cat.drive("hds72101").unwrap().clone();
     let sys = System::new(drive, 4, Level::Raid0);
@@ -64,6 +74,7 @@ fn the_emulated_and_analytic_methods_agree() {
 /// reads fall, and the two methods agree within 25 %.
 #[test]
 fn degraded_arrays_are_emulated_and_agree() {
+    let _turn = one_at_a_time();
     let cat = Catalog::built_in();
     let drive = cat.drive("hds72101").unwrap().clone();
     let sys = System {
