@@ -73,8 +73,8 @@ mod members;
 mod options;
 mod ppl;
 mod write_log;
-use crate::error::AbsentMember;
-use crate::events::{ArrayEvent, DirtyDegradedStart, EventLog};
+use crate::events::{ArrayEvent, EventLog};
+pub(crate) use crate::membership::assembly::{self, Assembly};
 pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Slot, Transition};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
@@ -223,13 +223,13 @@ impl Array {
         read_only: bool,
         config: EngineConfig,
         disks: Vec<Box<dyn Disk>>,
-        sbs: Vec<Superblock>,
-        slot_member: Vec<Option<usize>>,
-        slot_state: Vec<MemberState>,
+        sbs: ByMember<Superblock>,
+        slot_member: BySlot<Option<MemberId>>,
+        slot_state: BySlot<MemberState>,
         dirty: bool,
     ) -> Result<Array> {
         let mut members = Vec::with_capacity(disks.len());
-        for (i, (disk, sb)) in disks.into_iter().zip(&sbs).enumerate() {
+        for (i, (disk, sb)) in disks.into_iter().zip(sbs.iter()).enumerate() {
             members.push(Some(Arc::new(Member::start(
                 i,
                 Arc::from(disk),
@@ -245,7 +245,7 @@ impl Array {
         let per_block = batch_budget_bytes / (geo.raid_disks + 2);
         let mut max_band_sectors = (per_block / SECTOR) as u64 / 8 * 8;
         max_band_sectors = max_band_sectors.clamp(8, 4096);
-        let log = write_log::open(&geo, &sbs, &members)?;
+        let log = write_log::open(&geo, sbs.as_slice(), &members)?;
         if let Some(l) = &log {
             // A band must fit what one write phase may log.
             max_band_sectors = max_band_sectors.min(l.max_band_sectors(&geo)).max(8);
@@ -259,11 +259,9 @@ impl Array {
             state: Mutex::new(State {
                 members: ByMember::from_vec(members),
                 roster: Roster {
-                    sbs: ByMember::from_vec(sbs),
-                    slot_member: BySlot::from_vec(
-                        slot_member.into_iter().map(|m| m.map(MemberId)).collect(),
-                    ),
-                    slot_state: BySlot::from_vec(slot_state),
+                    sbs,
+                    slot_member,
+                    slot_state,
                     failed: None,
                     replacement: BySlot::filled(None, geo.raid_disks),
                     read_errors: BySlot::filled(0, geo.raid_disks),

@@ -21,6 +21,8 @@
 //! [`IdVec::push`] stay valid (removed members are `None`, not deleted). A transition never
 //! makes a slot's state `InSync` or `Rebuilding` for a member that is not attached.
 
+pub(crate) mod assembly;
+
 use crate::error::{EngineError, Result};
 use crate::events::ArrayEvent;
 use crate::geometry::Geo;

@@ -368,15 +368,16 @@ impl Array {
         for disk in &members {
             disk.flush()?;
         }
-        let slot_member = (0..opts.raid_devices).map(Some).collect();
-        let slot_state = vec![MemberState::InSync; opts.raid_devices];
+        let slot_member =
+            BySlot::from_vec((0..opts.raid_devices).map(|i| Some(MemberId(i))).collect());
+        let slot_state = BySlot::filled(MemberState::InSync, opts.raid_devices);
         let mut array = Self::build(
             geo,
             opts.metadata,
             false,
             opts.config,
             members,
-            sbs,
+            ByMember::from_vec(sbs),
             slot_member,
             slot_state,
             false,

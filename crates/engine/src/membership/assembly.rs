@@ -1,0 +1,848 @@
+//! md's assembly rules, decided on the members' superblocks alone (no I/O): which members
+//! belong to the array and which slot each fills, which are stale, replaced, faulty or spare,
+//! whether the array can start (degraded, dirty, without its journal) and what each member's
+//! superblock says from now on. `Array::assemble` reads the superblocks, asks [`decide`], and
+//! then attaches the members and carries the decision out.
+
+use super::{ByMember, BySlot, MemberId, Slot};
+use crate::array::{AssembleOptions, AssembleReport};
+use crate::error::{AbsentMember, EngineError, Result};
+use crate::events::{ArrayEvent, DirtyDegradedStart};
+use crate::geometry::{Geo, Scheme};
+use crate::meta::FoundSuperblock;
+use crate::plan::MemberState;
+use raidkit_layout::Level as RaidLevel;
+use raidkit_metadata::{DevRole, FeatureMap, Superblock, SuperblockVersion, Uuid};
+
+/// What assembly decided, for the driver to carry out.
+#[derive(Debug)]
+pub(crate) struct Assembly {
+    pub(crate) geo: Geo,
+    pub(crate) version: SuperblockVersion,
+    /// The member with the newest superblock, which speaks for the array.
+    pub(crate) newest: MemberId,
+    /// That superblock.
+    pub(crate) nsb: Superblock,
+    /// Each member's superblock as it will next be written: the newest one's shared state,
+    /// with the member's own identity and placement.
+    pub(crate) sbs: ByMember<Superblock>,
+    pub(crate) slot_member: BySlot<Option<MemberId>>,
+    pub(crate) slot_state: BySlot<MemberState>,
+    /// Members left out (stale, faulty, replaced): never attached, never written.
+    pub(crate) use_member: ByMember<bool>,
+    /// Replacements whose copy resumes beside their slot's member.
+    pub(crate) keep_replacing: Vec<(MemberId, Slot)>,
+    /// Device numbers of members a replacement displaced (recorded faulty).
+    pub(crate) displaced: Vec<u32>,
+    /// `--force` took stale members back: their superblocks get the array's events at once.
+    pub(crate) forced_back: bool,
+    /// A slot has no member in sync.
+    pub(crate) degraded: bool,
+    /// md's resync_offset: the lowest among the members that are current.
+    pub(crate) resync_offset: u64,
+    pub(crate) read_only: bool,
+    pub(crate) report: AssembleReport,
+}
+
+/// Decides an assembly from the superblocks `found` on members named `names` (in the order
+/// given); `member_read_only`: one of the members cannot be written.
+pub(crate) fn decide(
+    names: &[&str],
+    found: &[FoundSuperblock],
+    member_read_only: bool,
+    opts: &AssembleOptions,
+) -> Result<Assembly> {
+    let mut report = AssembleReport::default();
+    // 2. Same member twice.
+    for i in 0..found.len() {
+        for j in 0..i {
+            if names[i] == names[j] || found[i].sb.device_uuid == found[j].sb.device_uuid {
+                return Err(EngineError::Duplicate {
+                    member: names[i].to_string(),
+                    other: names[j].to_string(),
+                    device_uuid: found[i].sb.device_uuid.to_mdadm_string(),
+                });
+            }
+        }
+    }
+    // 3. One array: the given UUID or the first member's.
+    let (ref_uuid, ref_name) = match opts.uuid {
+        Some(u) => (Uuid(u), "the UUID asked for".to_string()),
+        None => (found[0].sb.set_uuid, names[0].to_string()),
+    };
+    for (m, f) in names.iter().zip(found) {
+        if f.sb.set_uuid != ref_uuid {
+            return Err(EngineError::Foreign {
+                member: m.to_string(),
+                member_uuid: f.sb.set_uuid.to_mdadm_string(),
+                array_uuid: ref_uuid.to_mdadm_string(),
+                reference: ref_name,
+            });
+        }
+    }
+    // 4. The members must agree on the array's shape. The shape most members share is
+    //    the reference (ties go to the newest), so the odd member out is the one named.
+    let newest = (0..found.len())
+        .max_by_key(|&i| found[i].sb.events)
+        .unwrap_or(0);
+    let shape = |f: &crate::meta::FoundSuperblock| {
+        (
+            f.sb.level.to_md(),
+            f.sb.layout,
+            f.sb.chunk_sectors,
+            f.sb.raid_disks,
+            f.version.name(),
+        )
+    };
+    let count = |k: &(i32, u32, u32, u32, &str)| found.iter().filter(|f| shape(f) == *k).count();
+    let mut reference = newest;
+    for i in 0..found.len() {
+        if count(&shape(&found[i])) > count(&shape(&found[reference])) {
+            reference = i;
+        }
+    }
+    let rsb = found[reference].sb.clone();
+    let rname = names[reference].to_string();
+    for (m, f) in names.iter().zip(found) {
+        let s = &f.sb;
+        let checks: [(&'static str, String, String); 5] = [
+            (
+                "level",
+                s.level.to_md().to_string(),
+                rsb.level.to_md().to_string(),
+            ),
+            ("layout", s.layout.to_string(), rsb.layout.to_string()),
+            (
+                "chunk size (sectors)",
+                s.chunk_sectors.to_string(),
+                rsb.chunk_sectors.to_string(),
+            ),
+            (
+                "raid devices",
+                s.raid_disks.to_string(),
+                rsb.raid_disks.to_string(),
+            ),
+            (
+                "metadata version",
+                f.version.name().to_string(),
+                found[reference].version.name().to_string(),
+            ),
+        ];
+        for (field, a, b) in checks {
+            if a != b {
+                return Err(EngineError::Mismatched {
+                    member: m.to_string(),
+                    field,
+                    member_value: a,
+                    array_value: b,
+                    reference: rname.clone(),
+                });
+            }
+        }
+    }
+    // The newest superblock speaks for the array's state.
+    let nsb = found[newest].sb.clone();
+    let version = found[newest].version;
+    let level = nsb.level.to_md();
+    if let Some(asked) = opts.level {
+        if asked != level {
+            return Err(EngineError::WrongLevel {
+                asked,
+                found: level,
+            });
+        }
+    }
+    if nsb.reshape().is_some() {
+        return Err(EngineError::Invalid(
+            "a reshape is in progress on these members; raidkit does not continue reshapes".into(),
+        ));
+    }
+    let raid_disks = nsb.raid_disks as usize;
+    // 5. Sizes.
+    let is_journal = |f: &crate::meta::FoundSuperblock| f.sb.role() == DevRole::Journal;
+    let used = if nsb.size_sectors > 0 {
+        nsb.size_sectors
+    } else {
+        let min = found
+            .iter()
+            .filter(|f| !is_journal(f))
+            .map(|f| f.sb.data_size_sectors)
+            .min()
+            .unwrap_or(0);
+        if nsb.chunk_sectors > 0 {
+            min / nsb.chunk_sectors as u64 * nsb.chunk_sectors as u64
+        } else {
+            min
+        }
+    };
+    for (m, f) in names.iter().zip(found) {
+        if is_journal(f) {
+            if f.sb.data_offset_sectors + f.sb.data_size_sectors > f.device_sectors {
+                return Err(EngineError::SizeMismatch {
+                    member: m.to_string(),
+                    detail: format!(
+                        "the journal's data area ends at sector {} of a {}-sector device",
+                        f.sb.data_offset_sectors + f.sb.data_size_sectors,
+                        f.device_sectors
+                    ),
+                });
+            }
+            continue;
+        }
+        let need = f.sb.data_offset_sectors + used;
+        if f.sb.data_size_sectors < used || need > f.device_sectors {
+            return Err(EngineError::SizeMismatch {
+                member: m.to_string(),
+                detail: format!(
+                    "holds {} data sectors from sector {} on a {}-sector device, the array needs {} per member; the member is too small or truncated",
+                    f.sb.data_size_sectors, f.sb.data_offset_sectors, f.device_sectors, used
+                ),
+            });
+        }
+    }
+    let geo = Geo::new(
+        level,
+        nsb.layout,
+        raid_disks,
+        nsb.chunk_sectors as u64,
+        used,
+    )
+    .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    // 6. Roles from the newest superblock.
+    let mut slot_member: BySlot<Option<MemberId>> = BySlot::filled(None, raid_disks);
+    let mut slot_state = BySlot::filled(MemberState::Missing, raid_disks);
+    let mut stale: Vec<MemberId> = Vec::new();
+    let mut use_member = ByMember::filled(true, found.len());
+    // Newest members first, so that when two claim one slot (a removed member whose
+    // device number was reused for its replacement), the newer keeps it, as mdadm does.
+    let mut order: Vec<MemberId> = (0..found.len()).map(MemberId).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(found[i.0].sb.events));
+    // Members being copied onto (md's replacement) share their slot's role number.
+    let mut replacements: Vec<(MemberId, Slot)> = Vec::new();
+    // Device numbers already claimed, by member: md reuses the number of a removed member
+    // for the next one added, so an old member may carry its successor's number.
+    let mut dev_owner: std::collections::HashMap<u32, MemberId> = Default::default();
+    for i in order {
+        let (m, f) = (&names[i.0], &found[i.0]);
+        if let Some(&newer) = dev_owner.get(&f.sb.dev_number) {
+            if f.sb.events < found[newer.0].sb.events {
+                report.excluded.push((
+                    (*m).into(),
+                    format!(
+                        "device number {} now belongs to {} (events {} > {}); this member was replaced",
+                        f.sb.dev_number,
+                        names[newer.0],
+                        found[newer.0].sb.events,
+                        f.sb.events
+                    ),
+                ));
+                // Never written again: its number is its successor's.
+                use_member[i] = false;
+                continue;
+            }
+            return Err(EngineError::Invalid(format!(
+                "{} and {} both claim device number {} at the same events ({}); \
+                 leave out the one that no longer belongs to the array",
+                m, names[newer.0], f.sb.dev_number, f.sb.events
+            )));
+        }
+        dev_owner.insert(f.sb.dev_number, i);
+        let role = nsb.role_of(f.sb.dev_number);
+        match role {
+            DevRole::Active(slot)
+                if f.sb.feature_map.contains(FeatureMap::REPLACEMENT)
+                    && (slot as usize) < raid_disks =>
+            {
+                if f.sb.events < nsb.events {
+                    report.excluded.push((
+                        (*m).into(),
+                        format!(
+                            "replacement for slot {slot} is out of date (events {} < {}); left out",
+                            f.sb.events, nsb.events
+                        ),
+                    ));
+                    use_member[i] = false;
+                } else {
+                    replacements.push((i, Slot(slot as usize)));
+                }
+            }
+            DevRole::Active(slot) => {
+                let slot = slot as usize;
+                if slot >= raid_disks {
+                    report
+                        .excluded
+                        .push(((*m).into(), format!("role {slot} is beyond raid devices")));
+                    use_member[i] = false;
+                    continue;
+                }
+                if let Some(other) = slot_member[Slot(slot)] {
+                    if f.sb.events < found[other.0].sb.events {
+                        report.excluded.push((
+                            (*m).into(),
+                            format!(
+                                "slot {slot} is held by {} (events {} > {}); this member was replaced",
+                                names[other.0],
+                                found[other.0].sb.events,
+                                f.sb.events
+                            ),
+                        ));
+                        // Left out entirely, as mdadm does: it must never be written with
+                        // the array's superblock (its device number may be its successor's).
+                        use_member[i] = false;
+                        continue;
+                    }
+                    return Err(EngineError::DuplicateRole {
+                        member: m.to_string(),
+                        other: names[other.0].to_string(),
+                        slot,
+                    });
+                }
+                if f.sb.events < nsb.events && f.sb.role() != DevRole::Active(slot as u16) {
+                    report.excluded.push((
+                        (*m).into(),
+                        "its own superblock no longer gives it this slot".into(),
+                    ));
+                    use_member[i] = false;
+                    continue;
+                }
+                slot_member[Slot(slot)] = Some(i);
+                // mdadm's event margin: one event behind is an interrupted superblock
+                // update (they are written member by member), not missed data.
+                if f.sb.events + 1 < nsb.events {
+                    stale.push(i);
+                    slot_state[Slot(slot)] = MemberState::Faulty;
+                } else if let Some(at) = f.sb.recovery_offset() {
+                    report.events.push(ArrayEvent::RebuildResumes {
+                        member: (*m).into(),
+                        slot,
+                        done_sectors: at,
+                        member_sectors: used,
+                    });
+                    slot_state[Slot(slot)] = MemberState::Rebuilding;
+                } else {
+                    slot_state[Slot(slot)] = MemberState::InSync;
+                }
+            }
+            DevRole::Faulty => {
+                report
+                    .excluded
+                    .push(((*m).into(), "marked faulty in the newest superblock".into()));
+                use_member[i] = false;
+            }
+            DevRole::Spare => {
+                report.events.push(ArrayEvent::AssembledSpare {
+                    member: (*m).into(),
+                });
+            }
+            DevRole::Journal if nsb.feature_map.contains(FeatureMap::JOURNAL) => {
+                if f.sb.events + 1 < nsb.events && opts.force {
+                    report.excluded.push((
+                        (*m).into(),
+                        format!(
+                            "stale write journal (events {} < {}); left out",
+                            f.sb.events, nsb.events
+                        ),
+                    ));
+                    use_member[i] = false;
+                    continue;
+                }
+                if f.sb.events + 1 < nsb.events {
+                    return Err(EngineError::Stale {
+                        member: m.to_string(),
+                        events: f.sb.events,
+                        newest_events: nsb.events,
+                    });
+                }
+                report.events.push(ArrayEvent::AssembledJournal {
+                    member: (*m).into(),
+                });
+            }
+            other => {
+                report
+                    .excluded
+                    .push(((*m).into(), format!("role {other:?} is not supported")));
+                use_member[i] = false;
+            }
+        }
+    }
+    let failed_now =
+        |states: &[MemberState]| states.iter().map(|s| !s.usable()).collect::<Vec<bool>>();
+    // Stale members --force took back: their superblocks get the array's events.
+    let mut forced_back = false;
+    if !stale.is_empty() {
+        if !opts.force {
+            let i = stale[0].0;
+            return Err(EngineError::Stale {
+                member: names[i].to_string(),
+                events: found[i].sb.events,
+                newest_events: nsb.events,
+            });
+        }
+        if geo.survives(&failed_now(slot_state.as_slice())) {
+            for &i in &stale {
+                report.excluded.push((
+                    names[i.0].into(),
+                    format!(
+                        "stale (events {} < {}); left out: the array runs without it, and --force takes a stale member back only where the array cannot start otherwise (as mdadm --force); `raidkit add` brings it back up to date",
+                        found[i.0].sb.events, nsb.events
+                    ),
+                ));
+            }
+        } else {
+            // md --force: take stale members back, newest first, until the array can run.
+            let mut by_events = stale.clone();
+            by_events.sort_by_key(|&i| std::cmp::Reverse(found[i.0].sb.events));
+            for i in by_events {
+                if geo.survives(&failed_now(slot_state.as_slice())) {
+                    report.excluded.push((
+                        names[i.0].into(),
+                        "stale; left out (the array can start without it)".into(),
+                    ));
+                    continue;
+                }
+                if let Some(slot) = slot_member.position(|&m| m == Some(i)) {
+                    slot_state[slot] = MemberState::InSync;
+                    forced_back = true;
+                    report.events.push(ArrayEvent::StaleTakenBack {
+                        member: names[i.0].into(),
+                        member_events: found[i.0].sb.events,
+                        array_events: nsb.events,
+                    });
+                }
+            }
+        }
+    }
+    // A replacement whose slot has no member in sync carries on as the slot's rebuild;
+    // otherwise it stays the slot's replacement and the copy resumes.
+    let mut keep_replacing: Vec<(MemberId, Slot)> = Vec::new();
+    let mut displaced: Vec<u32> = Vec::new();
+    for (i, slot) in replacements {
+        if slot_state[slot] == MemberState::InSync {
+            report.events.push(ArrayEvent::ReplaceResumes {
+                member: names[i.0].into(),
+                slot: slot.0,
+                copied_sectors: found[i.0].sb.recovery_offset().unwrap_or(0),
+            });
+            keep_replacing.push((i, slot));
+        } else if slot_member[slot].is_none() || slot_state[slot] != MemberState::Rebuilding {
+            report.events.push(ArrayEvent::ReplacementRebuilds {
+                member: names[i.0].into(),
+                slot: slot.0,
+            });
+            if let Some(old) = slot_member[slot] {
+                displaced.push(found[old.0].sb.dev_number);
+            }
+            slot_member[slot] = Some(i);
+            slot_state[slot] = MemberState::Rebuilding;
+        } else {
+            report.excluded.push((
+                names[i.0].into(),
+                format!("replacement for slot {slot}, which another member is rebuilding"),
+            ));
+            use_member[i] = false;
+        }
+    }
+    // Members not in use (stale/faulty) keep their place in the members list but never
+    // get I/O: only slots in sync are planned with.
+    let failed = failed_now(slot_state.as_slice());
+    let degraded = failed.iter().any(|&f| f);
+    if !geo.survives(&failed) {
+        let missing: Vec<String> = (0..raid_disks)
+            .filter(|&s| failed[s])
+            .map(|s| s.to_string())
+            .collect();
+        return Err(EngineError::Unavailable {
+            detail: format!(
+                "RAID {level} over {raid_disks} devices cannot run without slots {}",
+                missing.join(", ")
+            ),
+        });
+    }
+    // mdadm's --run: members the superblocks list as active but that were not given are
+    // not assumed dead. Writing would record them faulty for good (they could then only
+    // come back through a full rebuild), so a writable assembly without them needs `run`.
+    if !(opts.read_only || opts.run || member_read_only) {
+        let nsb = &nsb;
+        let absent: Vec<AbsentMember> = (0..raid_disks)
+            .filter(|&slot| slot_member[Slot(slot)].is_none())
+            .flat_map(|slot| {
+                (0..nsb.max_dev())
+                    .filter(move |&d| nsb.role_of(d) == DevRole::Active(slot as u16))
+                    .map(move |d| AbsentMember {
+                        slot,
+                        dev_number: d,
+                    })
+            })
+            .filter(|a| !found.iter().any(|f| f.sb.dev_number == a.dev_number))
+            .collect();
+        if !absent.is_empty() {
+            return Err(EngineError::Incomplete {
+                level,
+                raid_disks,
+                set_uuid: nsb.set_uuid.0,
+                absent,
+            });
+        }
+    }
+    if geo.level() == RaidLevel::Raid0 && nsb.chunk_sectors > 0 {
+        let sizes: Vec<u64> = found
+            .iter()
+            .map(|f| f.sb.data_size_sectors / nsb.chunk_sectors as u64)
+            .collect();
+        if sizes.iter().min() != sizes.iter().max() {
+            report.events.push(ArrayEvent::Raid0FirstZoneOnly {
+                served_bytes: geo.array_sectors() * 512,
+            });
+        }
+    }
+    // Dirty if any member in use says so: an update interrupted half-way may have left
+    // the newest superblock clean and an older one dirty, or the other way round.
+    let current = |f: &crate::meta::FoundSuperblock| f.sb.events + 1 >= nsb.events;
+    let resync_offset = found
+        .iter()
+        .filter(|f| current(f))
+        .map(|f| f.sb.resync_offset_sectors)
+        .min()
+        .unwrap_or(nsb.resync_offset_sectors);
+    report.was_dirty = found
+        .iter()
+        .filter(|f| current(f))
+        .any(|f| !f.sb.is_clean());
+    if report.was_dirty {
+        report.events.push(ArrayEvent::NotStoppedCleanly);
+        if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) && nsb.ppl().is_some() {
+            // md starts a dirty degraded array with a partial parity log: the log makes
+            // the parity of every stripe written at the crash agree with its data.
+            report.events.push(ArrayEvent::DirtyDegradedStarted {
+                by: DirtyDegradedStart::PartialParityLog,
+            });
+        } else if degraded
+            && matches!(geo.scheme(), Scheme::Parity { .. })
+            && nsb.feature_map.contains(FeatureMap::JOURNAL)
+        {
+            // The write journal holds data and parity of every stripe written at the
+            // crash; its replay makes them whole before anything reads them.
+            report.events.push(ArrayEvent::DirtyDegradedStarted {
+                by: DirtyDegradedStart::WriteJournal,
+            });
+        } else if degraded && matches!(geo.scheme(), Scheme::Parity { .. }) {
+            if !opts.force {
+                return Err(EngineError::DirtyDegraded {
+                    detail: format!(
+                        "missing slots {:?}",
+                        (0..raid_disks).filter(|&s| failed[s]).collect::<Vec<_>>()
+                    ),
+                });
+            }
+            report.events.push(ArrayEvent::DirtyDegradedStarted {
+                by: DirtyDegradedStart::Force,
+            });
+        }
+    }
+    if degraded {
+        report.events.push(ArrayEvent::RunningDegraded {
+            missing_slots: (0..raid_disks).filter(|&s| failed[s]).collect(),
+        });
+    }
+    let read_only = opts.read_only || member_read_only;
+    // Superblocks in memory follow the newest one's shared state; each keeps its own
+    // identity and placement.
+    let sbs: Vec<Superblock> = found
+        .iter()
+        .map(|f| {
+            let mut sb = nsb.clone();
+            sb.device_uuid = f.sb.device_uuid;
+            sb.dev_number = f.sb.dev_number;
+            sb.data_offset_sectors = f.sb.data_offset_sectors;
+            sb.data_size_sectors = f.sb.data_size_sectors;
+            sb.super_offset_sectors = f.sb.super_offset_sectors;
+            sb.bblog_offset = f.sb.bblog_offset;
+            sb.bblog_size_sectors = f.sb.bblog_size_sectors;
+            sb.bblog_shift = f.sb.bblog_shift;
+            sb.bitmap_offset = f.sb.bitmap_offset;
+            sb.recovery_offset_sectors = f.sb.recovery_offset_sectors;
+            // Feature bits that describe the device, not the array, stay the member's own.
+            for own in [
+                FeatureMap::RECOVERY_OFFSET,
+                FeatureMap::REPLACEMENT,
+                FeatureMap::RECOVERY_BITMAP,
+                FeatureMap::BAD_BLOCKS,
+            ] {
+                sb.feature_map.set(own, f.sb.feature_map.contains(own));
+            }
+            sb.devflags = f.sb.devflags;
+            sb.cnt_corrected_read = f.sb.cnt_corrected_read;
+            sb
+        })
+        .collect();
+    // md's journal rule: without its journal (or with a stale one) the array does not
+    // start, except read-only with --force (mdadm: "Journal is missing or stale, starting
+    // array read only").
+    let mut sbs = sbs;
+    let mut read_only = read_only;
+    if nsb.feature_map.contains(FeatureMap::JOURNAL)
+        && !found
+            .iter()
+            .zip(&use_member)
+            .any(|(f, &used)| used && f.sb.role() == DevRole::Journal)
+    {
+        if !opts.force {
+            return Err(EngineError::Invalid(
+                "the array has a write journal but its journal device was not given (or is stale); md does not start it either. Give the journal device too, or --force to assemble read-only without it".into(),
+            ));
+        }
+        read_only = true;
+        for sb in &mut sbs {
+            sb.feature_map.remove(FeatureMap::JOURNAL);
+        }
+        report.events.push(ArrayEvent::JournalMissing);
+    }
+    Ok(Assembly {
+        geo,
+        version,
+        newest: MemberId(newest),
+        nsb,
+        sbs: ByMember::from_vec(sbs),
+        slot_member,
+        slot_state,
+        use_member,
+        keep_replacing,
+        displaced,
+        forced_back,
+        degraded,
+        resync_offset,
+        read_only,
+        report,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EngineError;
+    use raidkit_metadata::{mdadm_max_dev, Level, MdTime, NewMember, SetName};
+
+    const SIZE: u64 = 8192;
+
+    /// The superblocks of a RAID 5 (left-symmetric, 64 KiB chunks) over `n` members at
+    /// `events`, clean, as create writes them.
+    fn raid5(n: u32, events: u64) -> Vec<FoundSuperblock> {
+        let roles: Vec<(u32, DevRole)> = (0..n).map(|i| (i, DevRole::Active(i as u16))).collect();
+        (0..n)
+            .map(|i| {
+                let mut sb = Superblock::new_member(&NewMember {
+                    set_uuid: Uuid([7; 16]),
+                    device_uuid: Uuid([i as u8 + 1; 16]),
+                    set_name: SetName::new("t"),
+                    ctime: MdTime::new(1, 0),
+                    level: Level::from_md(5),
+                    layout: 2,
+                    chunk_sectors: 128,
+                    raid_disks: n,
+                    max_dev: mdadm_max_dev(n),
+                    dev_number: i,
+                    role: DevRole::Active(i as u16),
+                    roles: roles.clone(),
+                    size_sectors: SIZE,
+                    data_offset_sectors: 2048,
+                    data_size_sectors: SIZE,
+                    super_offset_sectors: 8,
+                    bitmap_offset: None,
+                    bblog: None,
+                    events,
+                    clean: true,
+                })
+                .unwrap();
+                sb.events = events;
+                FoundSuperblock {
+                    sb,
+                    version: SuperblockVersion::V1_2,
+                    device_sectors: 2048 + SIZE,
+                }
+            })
+            .collect()
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("m{i}")).collect()
+    }
+
+    fn decide_with(found: &[FoundSuperblock], opts: &AssembleOptions) -> Result<Assembly> {
+        let names = names(found.len());
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        decide(&refs, found, false, opts)
+    }
+
+    fn states(a: &Assembly) -> Vec<MemberState> {
+        a.slot_state.to_vec()
+    }
+
+    #[test]
+    fn a_healthy_set_fills_every_slot_in_order_given() {
+        let mut found = raid5(4, 10);
+        found.reverse();
+        let a = decide_with(&found, &AssembleOptions::default()).unwrap();
+        assert_eq!(states(&a), vec![MemberState::InSync; 4]);
+        // Given in reverse: slot 0 is the last member given.
+        assert_eq!(a.slot_member[Slot(0)], Some(MemberId(3)));
+        assert_eq!(a.slot_member[Slot(3)], Some(MemberId(0)));
+        assert!(!a.degraded && !a.report.was_dirty && !a.forced_back);
+        assert!(a.use_member.iter().all(|&u| u));
+        assert_eq!(a.geo.array_sectors(), 3 * SIZE);
+    }
+
+    #[test]
+    fn an_absent_member_needs_run_and_then_the_array_is_degraded() {
+        let found = raid5(4, 10)[..3].to_vec();
+        match decide_with(&found, &AssembleOptions::default()) {
+            Err(EngineError::Incomplete { absent, .. }) => {
+                assert_eq!(absent.len(), 1);
+                assert_eq!((absent[0].slot, absent[0].dev_number), (3, 3));
+            }
+            other => panic!("expected Incomplete, got {other:?}"),
+        }
+        let run = AssembleOptions {
+            run: true,
+            ..Default::default()
+        };
+        let a = decide_with(&found, &run).unwrap();
+        assert!(a.degraded);
+        assert_eq!(a.slot_state[Slot(3)], MemberState::Missing);
+        assert!(a.report.events.contains(&ArrayEvent::RunningDegraded {
+            missing_slots: vec![3]
+        }));
+        // Read-only needs no --run: nothing would be recorded.
+        let ro = AssembleOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        assert!(decide_with(&found, &ro).unwrap().read_only);
+    }
+
+    #[test]
+    fn a_stale_member_is_refused_then_left_out_with_force() {
+        let mut found = raid5(4, 10);
+        found[2].sb.events = 8;
+        match decide_with(&found, &AssembleOptions::default()) {
+            Err(EngineError::Stale {
+                member,
+                events,
+                newest_events,
+            }) => assert_eq!((member.as_str(), events, newest_events), ("m2", 8, 10)),
+            other => panic!("expected Stale, got {other:?}"),
+        }
+        let force = AssembleOptions {
+            force: true,
+            ..Default::default()
+        };
+        let a = decide_with(&found, &force).unwrap();
+        // The array runs without it: --force does not take it back.
+        assert_eq!(a.slot_state[Slot(2)], MemberState::Faulty);
+        assert!(a.degraded && !a.forced_back);
+        assert!(a
+            .report
+            .excluded
+            .iter()
+            .any(|(m, why)| m == "m2" && why.contains("stale")));
+        // One event behind is an interrupted superblock update, not a stale member.
+        let mut found = raid5(4, 10);
+        found[2].sb.events = 9;
+        let a = decide_with(&found, &AssembleOptions::default()).unwrap();
+        assert_eq!(a.slot_state[Slot(2)], MemberState::InSync);
+    }
+
+    #[test]
+    fn force_takes_the_newest_stale_member_back_only_where_the_array_needs_it() {
+        let mut found = raid5(4, 10);
+        found[1].sb.events = 7;
+        found[2].sb.events = 8;
+        let force = AssembleOptions {
+            force: true,
+            ..Default::default()
+        };
+        let a = decide_with(&found, &force).unwrap();
+        assert!(a.forced_back);
+        assert_eq!(a.slot_state[Slot(2)], MemberState::InSync, "the newer one");
+        assert_eq!(a.slot_state[Slot(1)], MemberState::Faulty);
+        assert!(a.report.events.iter().any(|e| matches!(
+            e,
+            ArrayEvent::StaleTakenBack { member, member_events: 8, array_events: 10 } if member == "m2"
+        )));
+    }
+
+    #[test]
+    fn two_members_in_one_slot_the_older_was_replaced_equal_ones_are_refused() {
+        let mut found = raid5(4, 10);
+        // An old member of slot 1, left behind by a replacement (its own device number).
+        let mut old = found[1].clone();
+        old.sb.device_uuid = Uuid([99; 16]);
+        old.sb.dev_number = 4;
+        old.sb.events = 6;
+        for f in found.iter_mut() {
+            f.sb.set_role(4, DevRole::Active(1)).unwrap();
+        }
+        old.sb.set_role(4, DevRole::Active(1)).unwrap();
+        found.push(old.clone());
+        let force = AssembleOptions {
+            force: true,
+            ..Default::default()
+        };
+        let a = decide_with(&found, &force).unwrap();
+        assert_eq!(a.slot_member[Slot(1)], Some(MemberId(1)));
+        assert!(!a.use_member[MemberId(4)]);
+        assert!(a
+            .report
+            .excluded
+            .iter()
+            .any(|(m, why)| m == "m4" && why.contains("replaced")));
+        // At the same events neither can be told apart: refused.
+        found[4].sb.events = 10;
+        match decide_with(&found, &force) {
+            Err(EngineError::DuplicateRole { slot: 1, .. }) => {}
+            other => panic!("expected DuplicateRole, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dirty_and_degraded_parity_needs_force() {
+        let mut found = raid5(4, 10);
+        for f in found.iter_mut() {
+            f.sb.mark_dirty(0);
+        }
+        let found = found[..3].to_vec();
+        let run = AssembleOptions {
+            run: true,
+            ..Default::default()
+        };
+        assert!(matches!(
+            decide_with(&found, &run),
+            Err(EngineError::DirtyDegraded { .. })
+        ));
+        let forced = AssembleOptions { force: true, ..run };
+        let a = decide_with(&found, &forced).unwrap();
+        assert!(a.report.was_dirty && a.degraded);
+        assert_eq!(a.resync_offset, 0);
+        assert!(a.report.events.contains(&ArrayEvent::DirtyDegradedStarted {
+            by: DirtyDegradedStart::Force
+        }));
+    }
+
+    #[test]
+    fn a_foreign_or_mismatched_member_is_named() {
+        let mut found = raid5(4, 10);
+        found[3].sb.set_uuid = Uuid([8; 16]);
+        match decide_with(&found, &AssembleOptions::default()) {
+            Err(EngineError::Foreign { member, .. }) => assert_eq!(member, "m3"),
+            other => panic!("expected Foreign, got {other:?}"),
+        }
+        let mut found = raid5(4, 10);
+        found[0].sb.chunk_sectors = 256;
+        match decide_with(&found, &AssembleOptions::default()) {
+            Err(EngineError::Mismatched { member, field, .. }) => {
+                // The shape most members share is the reference: the odd one is named.
+                assert_eq!((member.as_str(), field), ("m0", "chunk size (sectors)"));
+            }
+            other => panic!("expected Mismatched, got {other:?}"),
+        }
+    }
+}
