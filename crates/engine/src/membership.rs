@@ -94,6 +94,18 @@ impl Transition {
 }
 
 impl Roster {
+    /// The slots being rebuilt and the member rebuilding each; with `pass`, only those
+    /// members (a rebuild pass keeps to the members it started with: a spare that takes a
+    /// slot meanwhile is rebuilt by the next pass, from its own start).
+    pub(crate) fn rebuilding(&self, pass: Option<&[MemberId]>) -> Vec<(Slot, MemberId)> {
+        self.slot_state
+            .ids()
+            .filter(|&s| self.slot_state[s] == MemberState::Rebuilding)
+            .filter_map(|s| Some((s, self.slot_member[s]?)))
+            .filter(|(_, i)| pass.is_none_or(|p| p.contains(i)))
+            .collect()
+    }
+
     /// Slot `slot`'s member failed (an I/O error, a failed log or superblock write, or on
     /// request). The slot is faulty; if that is more than the level can lose, the array is
     /// failed. A replacement being copied from the member carries on as the slot's rebuild

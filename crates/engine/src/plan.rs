@@ -25,6 +25,7 @@ use raidkit_parity::ParityError;
 mod compute;
 mod decide;
 mod split;
+pub mod step;
 #[cfg(test)]
 mod tests;
 pub use decide::{

@@ -5,6 +5,7 @@
 
 use crate::array::{lock, Array, Member, Slot};
 use crate::error::{EngineError, Result};
+use crate::plan::step::{self, AfterReads};
 use crate::plan::{self, MemberState, SECTOR};
 use crate::pool::{Batch, Job, JobKind};
 use crate::recon;
@@ -126,16 +127,6 @@ pub(super) fn copy_block(bufs: &[Vec<u8>], ms: u64, b: u64, len: u64) -> (usize,
     )
 }
 
-/// Whether any of `ranges` (start, sectors) overlaps `[b, b + len)`.
-pub(super) fn any_overlaps(ranges: &[(u64, u64)], b: u64, len: u64) -> bool {
-    ranges.iter().any(|&(s, l)| overlaps(s, l, b, len))
-}
-
-/// Whether `[a, a + a_len)` and `[b, b + b_len)` overlap.
-pub(super) fn overlaps(a: u64, a_len: u64, b: u64, b_len: u64) -> bool {
-    a < b + b_len && b < a + a_len
-}
-
 /// Sizes `bufs` to `count` buffers of `len` bytes each.
 pub(super) fn fit_bufs(bufs: &mut Vec<Vec<u8>>, count: usize, len: usize) {
     bufs.resize_with(count, Vec::new);
@@ -239,8 +230,12 @@ impl Array {
         loop {
             let (planned, mut reads) = plan(bufs)?;
             let errors = self.range_io(&mut reads);
-            if self.fail_erred(errors, None) {
-                return Ok(planned);
+            let erred: Vec<usize> = errors.iter().map(|&(slot, _)| slot).collect();
+            match step::after_reads(&erred) {
+                AfterReads::Proceed => return Ok(planned),
+                AfterReads::FailAndReplan(_) => {
+                    self.fail_erred(errors, None);
+                }
             }
         }
     }
@@ -378,7 +373,7 @@ impl Array {
                     .get(i)?
                     .iter()
                     .copied()
-                    .filter(|&(b, len)| overlaps(b, len, ms, n))
+                    .filter(|&(b, len)| step::overlaps(b, len, ms, n))
                     .collect();
                 (!hits.is_empty()).then_some((slot, hits))
             })
@@ -401,11 +396,8 @@ impl Array {
         let readable = self.read_retrying(bufs, |bufs| {
             let (states, members) = self.snapshot();
             self.check_failed()?;
-            let mut readable: Vec<bool> = states.iter().map(|s| s.usable()).collect();
-            readable[slot] = false;
-            for (bad, _) in self.bad_slots_in(ms, n) {
-                readable[bad] = false;
-            }
+            let listed: Vec<usize> = self.bad_slots_in(ms, n).into_iter().map(|b| b.0).collect();
+            let readable = step::sources(&states, &[slot], &listed);
             let reads = slot_reads(&members, &readable, ms, bufs, len);
             Ok((readable, reads))
         })?;
@@ -453,12 +445,9 @@ impl Array {
                 continue;
             };
             let (copies, _) = self.geo.copies(a);
-            let source = copies.iter().find_map(|&(m, member_sector)| {
-                let member = members[m]
-                    .clone()
-                    .filter(|_| m != slot && states[m].usable())?;
-                Some((m, member, member_sector))
-            });
+            let can_read = |m: usize| members[m].is_some() && states[m].usable();
+            let source = step::copy_source(&copies, slot, can_read)
+                .and_then(|(m, member_sector)| Some((m, members[m].clone()?, member_sector)));
             let Some((m, member, member_sector)) = source else {
                 return Err(EngineError::ArrayFailed {
                     detail: format!(

@@ -8,7 +8,7 @@ use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRa
 use crate::array::{lock, Array, Member, MemberId, Slot};
 use crate::error::Result;
 use crate::geometry::Scheme;
-use crate::plan::SECTOR;
+use crate::plan::{step, SECTOR};
 use raidkit_layout::Level as RaidLevel;
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,7 +70,7 @@ impl Array {
     ) -> Result<StepCounts> {
         let len = n as usize * SECTOR;
         let (states, members) = self.snapshot();
-        let readable: Vec<bool> = states.iter().map(|s| s.usable()).collect();
+        let readable = step::sources(&states, &[], &[]);
         fit_bufs(bufs, self.geo.raid_disks, len);
         let mut reads = slot_reads(&members, &readable, cursor, bufs, len);
         let errors = self.range_io(&mut reads);

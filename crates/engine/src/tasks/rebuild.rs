@@ -3,15 +3,13 @@
 //! member being rebuilt. Running alone, a parity rebuild reads the next step on the member
 //! workers while it computes and writes the current one.
 
-use super::io::{
-    any_overlaps, blocks, copy_block, fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo,
-};
+use super::io::{blocks, copy_block, fit_bufs, member_job, slot_reads, MirrorPiece, RangeIo};
 use super::{Cadence, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member, MemberId, Slot, Transition};
 use crate::error::{EngineError, Result};
 use crate::events::ArrayEvent;
 use crate::geometry::Scheme;
-use crate::plan::{MemberState, SECTOR};
+use crate::plan::{step, MemberState, SECTOR};
 use crate::pool::Batch;
 use crate::recon::{self, ReconError};
 use std::sync::Arc;
@@ -72,12 +70,7 @@ impl<'a> Task<'a> for Rebuild<'a> {
     /// From the lowest `recovery_offset` of the members being rebuilt.
     fn range(array: &Array, _: TaskKind, _: Option<u64>) -> Result<TaskRange> {
         let st = lock(&array.state);
-        let rebuilding = st
-            .roster
-            .slot_state
-            .ids()
-            .filter(|&slot| st.roster.slot_state[slot] == MemberState::Rebuilding)
-            .filter_map(|slot| st.roster.slot_member[slot]);
+        let rebuilding = st.roster.rebuilding(None).into_iter().map(|(_, i)| i);
         Ok(array.recovery_range(&st, rebuilding))
     }
 
@@ -164,6 +157,11 @@ impl<'a> Task<'a> for Rebuild<'a> {
     }
 }
 
+/// The slots of `targets`.
+fn target_slots(targets: &[Target]) -> Vec<usize> {
+    targets.iter().map(|t| t.0 .0).collect()
+}
+
 /// A step's result from how many members being rebuilt are still alive.
 fn alive(live: usize) -> StepResult {
     if live == 0 {
@@ -180,16 +178,9 @@ impl Array {
         let st = lock(&self.state);
         let targets = st
             .roster
-            .slot_state
-            .ids()
-            .filter(|&s| st.roster.slot_state[s] == MemberState::Rebuilding)
-            .filter_map(|s| {
-                let i = st.roster.slot_member[s]?;
-                if pass.as_ref().is_some_and(|p| !p.contains(&i)) {
-                    return None;
-                }
-                Some((s, i, st.members[i].clone()?))
-            })
+            .rebuilding(pass.as_deref())
+            .into_iter()
+            .filter_map(|(s, i)| Some((s, i, st.members[i].clone()?)))
             .collect();
         let members = st.slot_members();
         (targets, st.roster.slot_state.to_vec(), members)
@@ -242,9 +233,10 @@ impl Array {
         let keys = self.keys_for_parity_range(ms, n);
         self.locks.acquire(&keys);
         let (states, members) = self.snapshot();
+        let sources = step::sources(&states, &[], &[]);
         let batch = Batch::new();
         for (slot, b) in bufs.iter_mut().enumerate() {
-            if let (true, Some(m)) = (states[slot].usable(), &members[slot]) {
+            if let (true, Some(m)) = (sources[slot], &members[slot]) {
                 batch.add(1);
                 let job = member_job(m, false, ms, b.as_mut_ptr(), len, &batch, slot);
                 m.worker.submit(job, m.disk.name());
@@ -285,7 +277,7 @@ impl Array {
                 return Ok(0);
             }
             self.check_failed()?;
-            let readable: Vec<bool> = states.iter().map(|s| s.usable()).collect();
+            let readable = step::sources(&states, &target_slots(&targets), &[]);
             self.recover_and_write(ms, n, &mut bufs, &readable, &targets)
         })();
         self.locks.release(&keys);
@@ -305,7 +297,7 @@ impl Array {
                     return Ok((None, Vec::new()));
                 }
                 self.check_failed()?;
-                let readable: Vec<bool> = states.iter().map(|s| s.usable()).collect();
+                let readable = step::sources(&states, &target_slots(&targets), &[]);
                 let reads = slot_reads(&members, &readable, ms, bufs, len);
                 Ok((Some((targets, readable)), reads))
             })?;
@@ -374,12 +366,7 @@ impl Array {
     ) -> Result<usize> {
         let mut lost_blocks: Vec<(u64, u64)> = Vec::new();
         for (b, len) in blocks(ms, n) {
-            let mut r = readable.to_vec();
-            for (slot, ranges) in bad {
-                if any_overlaps(ranges, b, len) {
-                    r[*slot] = false;
-                }
-            }
+            let r = step::block_sources(readable, bad, b, len);
             let (off, mut block) = copy_block(bufs, ms, b, len);
             match recon::parity_recover(&self.geo, b, len, &mut block, &r) {
                 Ok(()) => {

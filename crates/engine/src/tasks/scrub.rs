@@ -3,12 +3,12 @@
 //! got to in memory (md's `sync_min`); resync walks from md's `resync_offset`, skips what the
 //! write-intent bitmap says was not written, and clears the pending resync at its end.
 
-use super::io::{any_overlaps, blocks, copy_block, fit_bufs, slot_reads, RangeIo, Round};
+use super::io::{blocks, copy_block, fit_bufs, slot_reads, RangeIo, Round};
 use super::{Cadence, StepCounts, StepResult, StepScratch, Task, TaskKind, TaskRange};
 use crate::array::{lock, Array, Member, Slot};
 use crate::error::{EngineError, Result};
 use crate::geometry::Scheme;
-use crate::plan::SECTOR;
+use crate::plan::{step, SECTOR};
 use crate::recon;
 use raidkit_layout::Level as RaidLevel;
 use std::sync::atomic::Ordering;
@@ -139,7 +139,7 @@ impl Array {
     fn scrub_can_compare(&self, kind: TaskKind) -> Result<()> {
         let st = lock(&self.state);
         if matches!(self.geo.scheme(), Scheme::Parity { .. })
-            && !st.roster.slot_state.iter().all(|s| s.usable())
+            && !step::parity_comparable(st.roster.slot_state.as_slice())
         {
             let missing: Vec<usize> = st
                 .roster
@@ -220,7 +220,7 @@ impl Array {
     ) -> Result<Round<'b, Vec<Option<Arc<Member>>>>> {
         let (states, members) = self.snapshot();
         self.check_failed()?;
-        if !states.iter().all(|s| s.usable()) {
+        if !step::parity_comparable(&states) {
             return Err(EngineError::Invalid(
                 "a member failed: parity can no longer be compared with data".into(),
             ));
@@ -303,7 +303,7 @@ impl Array {
     ) -> Result<u64> {
         let mut mismatched = 0;
         for (b, len) in blocks(ms, n) {
-            if !bad.iter().any(|(_, ranges)| any_overlaps(ranges, b, len)) {
+            if !step::block_listed(bad, b, len) {
                 let (_, mut block) = copy_block(bufs, ms, b, len);
                 let out = recon::parity_check(&self.geo, b, len, &mut block, fix, scratch)
                     .map_err(|e| EngineError::Invalid(e.to_string()))?;
@@ -343,14 +343,12 @@ impl Array {
                 let live = self.read_retrying(bufs, |bufs| {
                     let (states, members) = self.snapshot();
                     self.check_failed()?;
-                    let live: Vec<(usize, usize, u64, Arc<Member>)> = copies
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(k, &(m, ms))| {
-                            let member = members[m].clone().filter(|_| states[m].usable())?;
-                            Some((k, m, ms, member))
-                        })
-                        .collect();
+                    let can_read = |m: usize| members[m].is_some() && states[m].usable();
+                    let live: Vec<(usize, usize, u64, Arc<Member>)> =
+                        step::compared_copies(&copies, can_read)
+                            .into_iter()
+                            .filter_map(|(k, m, ms)| Some((k, m, ms, members[m].clone()?)))
+                            .collect();
                     if live.len() < 2 {
                         return Ok((live, Vec::new()));
                     }

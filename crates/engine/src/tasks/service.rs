@@ -35,7 +35,7 @@ impl Array {
     /// Resync of a parity level needs every member readable; a mirror needs two copies.
     fn resync_can_run(&self, states: &[MemberState]) -> bool {
         match self.geo.scheme() {
-            Scheme::Parity { .. } => states.iter().all(|s| s.usable()),
+            Scheme::Parity { .. } => crate::plan::step::parity_comparable(states),
             Scheme::Copies { .. } => self.geo.level() != RaidLevel::Raid0,
         }
     }
