@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Instructions (valgrind --tool=callgrind, all threads) that builds of raidkit spend on the same
-# work: create RAID L over 4 tmpfs members, `raidkit write` 48 MiB, `raidkit read` it back.
+# work: create RAID L over 4 tmpfs members, `raidkit write` 48 MiB, `raidkit read` it back;
+# for RAID 5 and 6 also `raidkit check`, and a rebuild (`raidkit add` of a new member after
+# the last one was failed and removed).
 # Instruction counts do not depend on what else the machine is doing, so builds compare
 # where timing on a busy machine cannot.
 #   scripts/compare/instructions.sh before=/path/to/old/raidkit now=target/release/raidkit
@@ -15,9 +17,20 @@ for L in 0 5 6; do
     name=${pair%%=*}; R=${pair#*=}
     rm -f "${M[@]}"
     "$R" create --level $L --raid-devices 4 --image-size 32M "${M[@]}" >/dev/null 2>&1
-    for op in write read; do
-      if [ $op = write ]; then args=(write --input "$D/src.bin"); else args=(read --length $((48<<20)) -o /dev/null); fi
-      n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$R" "${args[@]}" "${M[@]}" 2>&1 >/dev/null \
+    ops=(write read); [ $L = 0 ] || ops+=(check rebuild)
+    for op in "${ops[@]}"; do
+      members=("${M[@]}")
+      case $op in
+        write) args=(write --input "$D/src.bin") ;;
+        read) args=(read --length $((48<<20)) -o /dev/null) ;;
+        check) args=(check --quiet) ;;
+        rebuild)
+          "$R" fail --member "${M[3]}" "${M[@]}" >/dev/null 2>&1
+          "$R" remove --member "${M[3]}" "${M[@]}" >/dev/null 2>&1
+          rm -f "$D/spare.img"; truncate -s 32M "$D/spare.img"
+          args=(add --quiet --member "$D/spare.img"); members=("${M[@]:0:3}") ;;
+      esac
+      n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$R" "${args[@]}" "${members[@]}" 2>&1 >/dev/null \
           | grep -o "Collected : [0-9]*" | grep -o "[0-9]*")
       echo "RAID $L $op $name $n"
     done
