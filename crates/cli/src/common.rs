@@ -44,7 +44,8 @@ pub fn engine_error(err: EngineError) -> CliError {
         | EngineError::WrongLevel { .. }
         | EngineError::SizeMismatch { .. }
         | EngineError::DirtyDegraded { .. }
-        | EngineError::Metadata(_) => ExitCode::Refused,
+        | EngineError::Metadata(_)
+        | EngineError::CannotGrow(_) => ExitCode::Refused,
         EngineError::Unavailable { .. }
         | EngineError::ArrayFailed { .. }
         | EngineError::Incomplete { .. } => ExitCode::Unavailable,

@@ -68,6 +68,7 @@ pub(crate) mod bitmap;
 mod create;
 mod datapath;
 mod gather;
+mod grow;
 mod journal;
 mod members;
 mod options;
@@ -79,6 +80,7 @@ pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Sl
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
 pub use gather::GatherCounters;
+pub use grow::{GrowSize, GrowSizeReport};
 pub use options::*;
 use write_log::IntentHooks;
 

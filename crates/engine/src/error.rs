@@ -71,6 +71,90 @@ pub enum EngineError {
         set_uuid: [u8; 16],
         absent: Vec<AbsentMember>,
     },
+    /// `grow` refused: why. Nothing was written.
+    CannotGrow(GrowRefusal),
+}
+
+/// Why an array cannot be grown as asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GrowRefusal {
+    /// RAID 0 uses all of every member; md has no size to change either.
+    StripeLevel,
+    /// RAID 10 far layouts keep the far copies at a fixed distance (md refuses too).
+    FarLayout,
+    /// The array has an internal write-intent bitmap (raidkit does not resize it yet).
+    Bitmap,
+    /// A slot has no member in sync: missing, faulty or being rebuilt.
+    NotWhole { slots: Vec<usize> },
+    /// Stopped uncleanly, or with a resync, rebuild or replacement still to do.
+    WorkPending { what: String },
+    /// The size asked for is below the current one.
+    Shrink {
+        current_sectors: u64,
+        asked_sectors: u64,
+    },
+    /// A member has no room for the size asked for.
+    NoRoom {
+        member: String,
+        available_sectors: u64,
+        asked_sectors: u64,
+    },
+    /// The members already use every sector they have (or the size asked for).
+    AlreadyThatSize { sectors: u64 },
+}
+
+impl fmt::Display for GrowRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GrowRefusal::StripeLevel => write!(
+                f,
+                "RAID 0 uses all of every member and has no size to grow (md neither); add members instead"
+            ),
+            GrowRefusal::FarLayout => write!(
+                f,
+                "RAID 10 with a far layout keeps each far copy half a member away; its size cannot change (md refuses too)"
+            ),
+            GrowRefusal::Bitmap => write!(
+                f,
+                "the array has an internal write-intent bitmap, which raidkit cannot resize yet"
+            ),
+            GrowRefusal::NotWhole { slots } => write!(
+                f,
+                "slots {slots:?} have no member in sync; finish the rebuild (`raidkit rebuild`) or add members first"
+            ),
+            GrowRefusal::WorkPending { what } => write!(
+                f,
+                "{what} is still to do; run `raidkit rebuild` first"
+            ),
+            GrowRefusal::Shrink { current_sectors, asked_sectors } => write!(
+                f,
+                "asked for {} per member, below the current {}; shrinking would cut off data and is not done",
+                sectors_text(*asked_sectors),
+                sectors_text(*current_sectors)
+            ),
+            GrowRefusal::NoRoom { member, available_sectors, asked_sectors } => write!(
+                f,
+                "{member}: has room for {} of data, {} asked for",
+                sectors_text(*available_sectors),
+                sectors_text(*asked_sectors)
+            ),
+            GrowRefusal::AlreadyThatSize { sectors } => write!(
+                f,
+                "the array already uses {} of every member, all the room they have (or asked for); nothing to grow",
+                sectors_text(*sectors)
+            ),
+        }
+    }
+}
+
+/// `sectors` as bytes with a binary unit.
+fn sectors_text(sectors: u64) -> String {
+    let bytes = sectors * 512;
+    if bytes >= 1 << 30 {
+        format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
 }
 
 /// A member the array's superblocks list as active that was not given.
@@ -138,6 +222,7 @@ impl fmt::Display for EngineError {
                     if absent.len() == 1 { "it" } else { "they" },
                 )
             }
+            EngineError::CannotGrow(why) => write!(f, "cannot grow: {why}; nothing was written"),
         }
     }
 }

@@ -29,10 +29,10 @@ mod tasks;
 
 pub use array::{
     Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,
-    EngineConfig, GatherCounters, MemberIo, MemberIoReading, MemberStatus, Status, TaskKind,
-    TaskOutcome, TaskProgress, TaskRates, TaskReport,
+    EngineConfig, GatherCounters, GrowSize, GrowSizeReport, MemberIo, MemberIoReading,
+    MemberStatus, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
-pub use error::{AbsentMember, EngineError, Result};
+pub use error::{AbsentMember, EngineError, GrowRefusal, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};
 pub use geometry::Geo;
 pub use meta::{read_superblock, write_superblock, FoundSuperblock};

@@ -32,6 +32,11 @@
 //!   `fail=`, raidkit also writes while the member is failed, so bits stay set; md must find
 //!   the bitmap (`mdadm -X`) as raidkit left it.
 //!
+//! - `grow=SIZE`: after writing and stopping, every member image grows by SIZE and raidkit
+//!   grows the array onto the new room (`raidkit grow --size max`: zeroed first, then the
+//!   size recorded); md must assemble the larger array, read the data and zeros beyond it,
+//!   and find parity and copies consistent. RAID 1, 4, 5, 6 and 10 (not far), alone.
+//!
 //! The write journal (RAID 4, 5 and 6; md and raidkit rows; not with the other options): one
 //! more image, of the first member's size, is the journal device (`--write-journal`):
 //! - `journal`: the array is created with the journal, written and stopped cleanly; the other
@@ -143,6 +148,8 @@ pub struct MatrixRow {
     pub journal: Option<JournalMode>,
     /// raidkit RAID 5 rows: created with md's partial parity log.
     pub ppl: Option<PplMode>,
+    /// raidkit rows: grow every member image by this many bytes and the array onto them.
+    pub grow_bytes: Option<u64>,
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -240,6 +247,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut bitmap_chunk_bytes = None;
         let mut journal = None;
         let mut ppl = None;
+        let mut grow_bytes = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
@@ -281,6 +289,10 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                         )))
                     }
                 },
+                Some(("grow", v)) => match parse_size(v) {
+                    Some(b) if b > 0 && b % 4096 == 0 => grow_bytes = Some(b),
+                    _ => return Err(err(format!("grow={v}: use a size in 4K units"))),
+                },
                 None if *opt == "bitmap" => bitmap_chunk_bytes = Some(0),
                 None if *opt == "journal" => journal = Some(JournalMode::Clean),
                 Some(("journal", "crash")) => journal = Some(JournalMode::Crash),
@@ -320,6 +332,20 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     .to_string(),
             ));
         }
+        if grow_bytes.is_some()
+            && (level == 0
+                || (level == 10 && layout.starts_with('f'))
+                || journal.is_some()
+                || ppl == Some(PplMode::Crash)
+                || rebuild_percent.is_some()
+                || bitmap_chunk_bytes.is_some()
+                || !fail_members.is_empty())
+        {
+            return Err(err(
+                "grow: RAID 1, 4, 5, 6 or 10 (not far), without fail=, rebuild=, a bitmap, a journal or ppl=crash (raidkit grows only whole, clean arrays without a bitmap)"
+                    .to_string(),
+            ));
+        }
         if rebuild_percent.is_some() && fail_members.is_empty() {
             // Rebuild the last member unless the row names the ones to fail.
             fail_members.push(member_bytes.len() - 1);
@@ -341,6 +367,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             bitmap_chunk_bytes,
             ppl,
             journal,
+            grow_bytes,
         });
     }
     Ok(rows)

@@ -97,6 +97,9 @@ pub struct PlannedArray {
     /// Assemble: what raidkit wrote, for the check (set when the members were prepared).
     #[serde(default)]
     pub expect: Option<RaidkitExpectation>,
+    /// raidkit rows: every member image grows by this many bytes and the array onto them.
+    #[serde(default)]
+    pub grow_bytes: Option<u64>,
     /// Assemble: why raidkit could not prepare the members.
     #[serde(default)]
     pub prepare_error: Option<String>,
@@ -399,6 +402,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 },
                 journal: row.journal,
                 ppl: row.ppl,
+                grow_bytes: row.grow_bytes,
                 expect: None,
                 prepare_error: None,
             }

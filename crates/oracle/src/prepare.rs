@@ -33,7 +33,7 @@ use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
     Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, DirtyDegradedStart,
-    EngineConfig, TaskKind, TaskOutcome,
+    EngineConfig, GrowSize, TaskKind, TaskOutcome,
 };
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
 use raidkit_metadata::{BitmapBits, BitmapSuper, ExamineReport, SuperblockVersion};
@@ -454,7 +454,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         consistency,
     )
     .map_err(|e| err("create")(e.to_string()))?;
-    let size = array.size_bytes();
+    let mut size = array.size_bytes();
     let mut writes = Vec::new();
     for w in a.writes.iter().filter(|w| !w.journal_only) {
         write_pattern(&array, w, &mut writes)?;
@@ -525,6 +525,26 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         array
             .stop()
             .map_err(|e| err("stop after fail")(e.to_string()))?;
+    }
+    let mut member_data_sectors = status.member_data_sectors;
+    if let Some(more) = a.grow_bytes {
+        // As `raidkit grow --size max` after the members' devices grew.
+        for m in &a.members[..n] {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&m.image)
+                .and_then(|f| f.set_len(m.size_bytes + more))
+                .map_err(|e| err("grow")(format!("{}: {e}", m.image.display())))?;
+        }
+        let report = Array::grow_size(
+            open_members(&a.members[..n], false)?,
+            GrowSize::Max,
+            &AssembleOptions::default(),
+            &|_, _| {},
+        )
+        .map_err(|e| err("grow")(e.to_string()))?;
+        size = report.new_array_bytes;
+        member_data_sectors = report.new_member_sectors;
     }
     let pattern: Vec<PatternWrite> = writes
         .iter()
@@ -604,7 +624,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         layout: status.layout,
         chunk_sectors: status.chunk_sectors,
         raid_disks: status.raid_disks,
-        member_data_sectors: status.member_data_sectors,
+        member_data_sectors,
         writes,
         examine,
         recovery,

@@ -146,6 +146,7 @@ fn fixture(tag: &str) -> Fixture {
         journal: None,
         ppl: None,
         expect: None,
+        grow_bytes: None,
         prepare_error: None,
     };
     Fixture {

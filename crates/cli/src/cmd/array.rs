@@ -15,6 +15,7 @@
 /// `create`, and creating arrays for the demo and the NBD benchmark.
 pub mod create;
 mod demo;
+mod grow;
 pub mod tasks;
 mod util;
 
@@ -89,6 +90,9 @@ pub enum ArrayCommand {
     /// Copy a member onto a new one while the array stays whole (mdadm --replace); the old
     /// member is marked faulty when the copy is complete.
     Replace(ReplaceArgs),
+    /// Grow the space the array uses on each member (mdadm --grow --size), after its members
+    /// were replaced by larger ones or their devices grew; the new room is zeroed first.
+    Grow(grow::GrowArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -293,6 +297,7 @@ pub fn run(cmd: ArrayCommand) -> Result<(), CliError> {
         ArrayCommand::Fail(args) => fail(args),
         ArrayCommand::Remove(args) => remove(args),
         ArrayCommand::Add(args) => add(args),
+        ArrayCommand::Grow(args) => grow::grow(args),
         ArrayCommand::Stop(args) => stop(args),
         ArrayCommand::Check(args) => tasks::run_scan_command(TaskKind::Check, args),
         ArrayCommand::Repair(args) => tasks::run_scan_command(TaskKind::Repair, args),

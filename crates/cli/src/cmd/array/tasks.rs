@@ -94,17 +94,33 @@ impl ProgressBar {
     }
 
     pub fn update(&mut self, p: &TaskProgress) {
+        self.draw(
+            p.kind.name(),
+            p.percent,
+            p.bytes_per_s,
+            p.eta_s,
+            p.throttled,
+        );
+    }
+
+    /// Draws work that is not an engine task (`name`: what is done), `percent` done at
+    /// `bytes_per_s`, with `eta_s` to go.
+    pub fn draw(
+        &mut self,
+        name: &'static str,
+        percent: f64,
+        bytes_per_s: f64,
+        eta_s: Option<f64>,
+        throttled: bool,
+    ) {
         if self.quiet {
             return;
         }
         if self.tty {
-            let bar = self.bar.get_or_insert_with(|| new_bar(p.kind.name()));
-            bar.set_position(per_mille(p.percent));
-            bar.set_message(bar_message(p.percent, p.bytes_per_s, p.eta_s, p.throttled));
-        } else if let Some(line) = self
-            .plain
-            .line(p.kind.name(), p.percent, p.bytes_per_s, p.eta_s)
-        {
+            let bar = self.bar.get_or_insert_with(|| new_bar(name));
+            bar.set_position(per_mille(percent));
+            bar.set_message(bar_message(percent, bytes_per_s, eta_s, throttled));
+        } else if let Some(line) = self.plain.line(name, percent, bytes_per_s, eta_s) {
             let _ = writeln!(std::io::stderr().lock(), "{line}");
         }
     }

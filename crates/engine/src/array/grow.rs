@@ -1,0 +1,245 @@
+//! Growing the space an array uses on each member (md's `mdadm --grow --size`): after every
+//! member was replaced by a larger one, or its device grew, the array takes the new room.
+//!
+//! md records the new size and resyncs the new region (its `recovery_cp` drops to the old
+//! size). raidkit instead zeroes the new region of every member in sync first and only then
+//! records the size: zeroed data chunks have zero P and Q and equal copies, so the region is
+//! consistent before the array can use it, with no resync to finish and nothing for a crash to
+//! interrupt. A crash while zeroing leaves the old size recorded (the command is run again);
+//! the superblocks are then written in two rounds, each member's own `data_size` first and the
+//! array's `size` (with the event count raised) second, so a crash between the two, or part
+//! way through the second, leaves every member able to hold the size that the newest
+//! superblock records.
+
+use super::*;
+use crate::error::GrowRefusal;
+use crate::meta::FoundSuperblock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How much of each member `grow --size` should use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrowSize {
+    /// All the room every member in sync has (md's `--size max`).
+    Max,
+    /// This many data sectors per member (rounded down to whole chunks).
+    Sectors(u64),
+}
+
+/// What a size grow did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GrowSizeReport {
+    pub old_member_sectors: u64,
+    pub new_member_sectors: u64,
+    pub old_array_bytes: u64,
+    pub new_array_bytes: u64,
+    /// Bytes of new room zeroed on the members, summed over the members.
+    pub zeroed_bytes: u64,
+}
+
+/// Bytes written per zeroing request.
+const ZERO_CHUNK: usize = 1 << 20;
+
+impl Array {
+    /// Grows the space the stopped array on `members` uses on each of them to `size`,
+    /// zeroing the new room first (see the module's notes). `progress` is called with
+    /// (bytes zeroed so far, bytes to zero). Refuses, writing nothing, where md would refuse
+    /// or where the array is not whole and clean: [`EngineError::CannotGrow`].
+    pub fn grow_size(
+        members: Vec<Box<dyn Disk>>,
+        size: GrowSize,
+        opts: &AssembleOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<GrowSizeReport> {
+        if members.is_empty() {
+            return Err(EngineError::Invalid("no members given".into()));
+        }
+        if opts.read_only || members.iter().any(|m| m.is_read_only()) {
+            return Err(EngineError::ReadOnly);
+        }
+        let found: Vec<FoundSuperblock> = members
+            .iter()
+            .map(|m| read_superblock(m.as_ref()))
+            .collect::<Result<_>>()?;
+        let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let decided = assembly::decide(&refs, &found, false, opts)?;
+        let plan = size_plan(&decided, &names, &found, size)?;
+        let old_array_bytes = decided.geo.array_sectors() * SECTOR as u64;
+        let new_geo = Geo::new(
+            decided.nsb.level.to_md(),
+            decided.nsb.layout,
+            decided.geo.raid_disks,
+            decided.geo.chunk_sectors,
+            plan.new_sectors,
+        )
+        .map_err(|e| EngineError::Invalid(e.to_string()))?;
+
+        // 1. Zero the new room of every member in sync, all members at once.
+        let region = (plan.new_sectors - plan.old_sectors) * SECTOR as u64;
+        let in_sync: Vec<usize> = decided.slot_member.iter().flatten().map(|i| i.0).collect();
+        let total = region * in_sync.len() as u64;
+        let done = AtomicU64::new(0);
+        let zeroed: Vec<Result<()>> = std::thread::scope(|scope| {
+            let jobs: Vec<_> = in_sync
+                .iter()
+                .map(|&i| {
+                    let (disk, sb, done) = (&members[i], &found[i].sb, &done);
+                    let from = (sb.data_offset_sectors + plan.old_sectors) * SECTOR as u64;
+                    scope.spawn(move || zero_range(disk.as_ref(), from, region, done))
+                })
+                .collect();
+            while jobs.iter().any(|j| !j.is_finished()) {
+                progress(done.load(Ordering::Relaxed), total);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            jobs.into_iter()
+                .map(|j| j.join().unwrap_or_else(|_| Err(panicked())))
+                .collect()
+        });
+        zeroed.into_iter().collect::<Result<Vec<()>>>()?;
+        progress(total, total);
+
+        // 2. Each member's own room (`data_size`), where its device grew.
+        let mut sbs: Vec<Superblock> = found.iter().map(|f| f.sb.clone()).collect();
+        for (i, sb) in sbs.iter_mut().enumerate() {
+            if let Some(room) = plan.data_size[i] {
+                if room != sb.data_size_sectors {
+                    sb.data_size_sectors = room;
+                    write_superblock(members[i].as_ref(), sb, found[i].version)?;
+                    members[i].flush()?;
+                }
+            }
+        }
+        // 3. The array's size, with the event count one past the newest.
+        let t = now();
+        for (i, sb) in sbs.iter_mut().enumerate() {
+            sb.size_sectors = plan.new_sectors;
+            sb.events = decided.nsb.events;
+            sb.bump_events(t);
+            write_superblock(members[i].as_ref(), sb, found[i].version)?;
+            members[i].flush()?;
+        }
+        Ok(GrowSizeReport {
+            old_member_sectors: plan.old_sectors,
+            new_member_sectors: plan.new_sectors,
+            old_array_bytes,
+            new_array_bytes: new_geo.array_sectors() * SECTOR as u64,
+            zeroed_bytes: total,
+        })
+    }
+}
+
+/// The sizes a grow goes between, and each member's `data_size` from now on (`None`: left
+/// as it is: a journal, or metadata 1.0, whose superblock sits at the device's old end).
+struct SizePlan {
+    old_sectors: u64,
+    new_sectors: u64,
+    data_size: Vec<Option<u64>>,
+}
+
+/// Decides a size grow on an assembly's decision alone (no I/O).
+fn size_plan(
+    a: &Assembly,
+    names: &[String],
+    found: &[FoundSuperblock],
+    size: GrowSize,
+) -> Result<SizePlan> {
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    let level = a.geo.level();
+    if level == RaidLevel::Raid0 {
+        return refuse(GrowRefusal::StripeLevel);
+    }
+    if level == RaidLevel::Raid10 {
+        let (far, offset) = ((a.nsb.layout >> 8) & 0xff, a.nsb.layout & (1 << 16) != 0);
+        if far > 1 && !offset {
+            return refuse(GrowRefusal::FarLayout);
+        }
+    }
+    if a.nsb.bitmap_offset().is_some() {
+        return refuse(GrowRefusal::Bitmap);
+    }
+    let not_whole: Vec<usize> = a
+        .slot_state
+        .enumerate()
+        .filter(|(_, s)| **s != MemberState::InSync)
+        .map(|(s, _)| s.0)
+        .collect();
+    if !not_whole.is_empty() {
+        return refuse(GrowRefusal::NotWhole { slots: not_whole });
+    }
+    let what = if a.report.was_dirty {
+        Some("the array was not stopped cleanly: its resync or log replay".to_string())
+    } else if !a.keep_replacing.is_empty() {
+        Some("a replacement's copy".to_string())
+    } else {
+        None
+    };
+    if let Some(what) = what {
+        return refuse(GrowRefusal::WorkPending { what });
+    }
+    let in_sync: Vec<usize> = a.slot_member.iter().flatten().map(|i| i.0).collect();
+    // Room per member: up to the device's end behind the data offset (1.1 and 1.2 keep
+    // everything else in front of the data); metadata 1.0 keeps its superblock, bitmap and
+    // bad-block log behind the data, at the device's end as it was when they were written.
+    let room = |f: &FoundSuperblock| match f.version {
+        SuperblockVersion::V1_0 => None,
+        _ => Some(f.device_sectors.saturating_sub(f.sb.data_offset_sectors)),
+    };
+    let data_size: Vec<Option<u64>> = found
+        .iter()
+        .map(|f| (f.sb.role() != DevRole::Journal).then(|| room(f)).flatten())
+        .collect();
+    let available = |i: usize| data_size[i].unwrap_or(found[i].sb.data_size_sectors);
+    let unit = if level == RaidLevel::Raid1 {
+        8
+    } else {
+        a.geo.chunk_sectors.max(8)
+    };
+    let old_sectors = a.geo.member_data_sectors;
+    let most = in_sync.iter().map(|&i| available(i)).min().unwrap_or(0) / unit * unit;
+    let asked = match size {
+        GrowSize::Max => most,
+        GrowSize::Sectors(s) => s / unit * unit,
+    };
+    if asked < old_sectors {
+        return refuse(GrowRefusal::Shrink {
+            current_sectors: old_sectors,
+            asked_sectors: asked,
+        });
+    }
+    if let Some(&i) = in_sync.iter().find(|&&i| available(i) < asked) {
+        return refuse(GrowRefusal::NoRoom {
+            member: names[i].clone(),
+            available_sectors: available(i),
+            asked_sectors: asked,
+        });
+    }
+    if asked == old_sectors {
+        return refuse(GrowRefusal::AlreadyThatSize {
+            sectors: old_sectors,
+        });
+    }
+    Ok(SizePlan {
+        old_sectors,
+        new_sectors: asked,
+        data_size,
+    })
+}
+
+/// Writes zeros over `len` bytes of `disk` from `from`, adding each write's bytes to `done`.
+fn zero_range(disk: &dyn Disk, from: u64, len: u64, done: &AtomicU64) -> Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(ZERO_CHUNK as u64);
+        disk.write_at(&zeros[..n as usize], from + at)?;
+        at += n;
+        done.fetch_add(n, Ordering::Relaxed);
+    }
+    disk.flush()?;
+    Ok(())
+}
+
+fn panicked() -> EngineError {
+    EngineError::Invalid("a zeroing thread panicked".into())
+}
