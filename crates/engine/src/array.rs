@@ -80,7 +80,7 @@ pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Sl
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
 pub use gather::GatherCounters;
-pub use grow::{GrowSize, GrowSizeReport};
+pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
 pub use options::*;
 use write_log::IntentHooks;
 

@@ -101,6 +101,15 @@ pub enum GrowRefusal {
     },
     /// The members already use every sector they have (or the size asked for).
     AlreadyThatSize { sectors: u64 },
+    /// Changing the number of members is done here for RAID 1 only so far.
+    CountNotMirror { level: i32 },
+    /// The array already has that many slots.
+    SameCount { raid_devices: usize },
+    /// Fewer slots than members in them: members must be failed and removed first (md
+    /// refuses the same).
+    MembersInUse { in_use: usize, asked: usize },
+    /// A RAID 1 keeps at least two slots here (a one-slot mirror mirrors nothing).
+    TooFew { asked: usize },
 }
 
 impl fmt::Display for GrowRefusal {
@@ -137,6 +146,22 @@ impl fmt::Display for GrowRefusal {
                 "{member}: has room for {} of data, {} asked for",
                 sectors_text(*available_sectors),
                 sectors_text(*asked_sectors)
+            ),
+            GrowRefusal::CountNotMirror { level } => write!(
+                f,
+                "changing the number of members of a RAID {level} moves its data (a reshape), which raidkit does not do yet; RAID 1 only"
+            ),
+            GrowRefusal::SameCount { raid_devices } => {
+                write!(f, "the array already has {raid_devices} slots; nothing to change")
+            }
+            GrowRefusal::MembersInUse { in_use, asked } => write!(
+                f,
+                "{in_use} members are in slots, more than the {asked} asked for; fail and remove {} of them first (`raidkit fail`, `raidkit remove`), as md requires",
+                in_use - asked
+            ),
+            GrowRefusal::TooFew { asked } => write!(
+                f,
+                "{asked} slot(s) asked for; a RAID 1 keeps at least 2"
             ),
             GrowRefusal::AlreadyThatSize { sectors } => write!(
                 f,

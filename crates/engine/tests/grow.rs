@@ -314,3 +314,94 @@ fn a_superblock_update_cut_short_still_assembles_at_one_size() {
     array.read_at(&mut back, 0).unwrap();
     assert!(back == data);
 }
+
+#[test]
+fn a_mirror_gains_slots_from_spares_and_loses_them_once_they_are_empty() {
+    let dir = TempDir::new("mirrors");
+    let paths = images(&dir.0, 4, 8 * MIB);
+    let array = create(
+        &paths[..2],
+        1,
+        None,
+        ConsistencyPolicy::Resync,
+        SuperblockVersion::V1_2,
+    );
+    let data = pattern(array.size_bytes(), 4);
+    array.write_at(&data, 0, false).unwrap();
+    array
+        .add_spare(open(&paths[2..3]).remove(0), [77; 16])
+        .unwrap();
+    array.stop().unwrap();
+    drop(array);
+
+    // 2 -> 4 slots with one spare: it takes slot 2, slot 3 stays empty.
+    let r = Array::grow_mirrors(open(&paths[..3]), 4, &AssembleOptions::default()).unwrap();
+    assert_eq!((r.old_raid_devices, r.new_raid_devices), (2, 4));
+    assert_eq!(r.new_slots.len(), 1);
+    assert_eq!(r.new_slots[0].1, 2);
+    assert_eq!(r.empty_slots, vec![3]);
+    let opts = AssembleOptions {
+        run: true,
+        ..Default::default()
+    };
+    let (array, _) = Array::assemble(open(&paths[..3]), opts.clone()).unwrap();
+    assert_eq!(array.geometry().raid_disks, 4);
+    assert!(array.pending_tasks().contains(&TaskKind::Rebuild));
+    array
+        .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+        .unwrap();
+    assert_eq!(check(&array), 0);
+    // The new member alone holds the data.
+    array.fail_member(0).unwrap();
+    array.fail_member(1).unwrap();
+    let mut back = vec![0u8; data.len()];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == data, "the rebuilt slot holds the data");
+    array.stop().unwrap();
+    drop(array);
+
+    // Members 0 and 1 are faulty now; 4 -> 2 slots moves member 2 from slot 2 to slot 0.
+    let before: Vec<Vec<u8>> = paths[..3]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert!(matches!(
+        Array::grow_mirrors(open(&paths[..3]), 1, &opts),
+        Err(EngineError::CannotGrow(GrowRefusal::TooFew { asked: 1 }))
+    ));
+    let after: Vec<Vec<u8>> = paths[..3]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert!(before == after, "a refusal writes nothing");
+    let r = Array::grow_mirrors(open(&paths[2..3]), 2, &opts).unwrap();
+    assert_eq!(r.moved.len(), 1);
+    assert_eq!((r.moved[0].1, r.moved[0].2), (2, 0));
+    let (array, _) = Array::assemble(open(&paths[2..3]), opts.clone()).unwrap();
+    assert_eq!(array.geometry().raid_disks, 2);
+    let mut back = vec![0u8; data.len()];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == data);
+    array.stop().unwrap();
+    drop(array);
+
+    // Not a mirror: a change of member count is a reshape, refused.
+    let sub = dir.0.join("r5");
+    std::fs::create_dir_all(&sub).unwrap();
+    let r5 = images(&sub, 3, 8 * MIB);
+    create(
+        &r5,
+        5,
+        None,
+        ConsistencyPolicy::Resync,
+        SuperblockVersion::V1_2,
+    )
+    .stop()
+    .unwrap();
+    assert!(matches!(
+        Array::grow_mirrors(open(&r5), 4, &AssembleOptions::default()),
+        Err(EngineError::CannotGrow(GrowRefusal::CountNotMirror {
+            level: 5
+        }))
+    ));
+}

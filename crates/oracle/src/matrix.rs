@@ -36,6 +36,9 @@
 //!   grows the array onto the new room (`raidkit grow --size max`: zeroed first, then the
 //!   size recorded); md must assemble the larger array, read the data and zeros beyond it,
 //!   and find parity and copies consistent. RAID 1, 4, 5, 6 and 10 (not far), alone.
+//! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
+//!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
+//!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
 //!
 //! The write journal (RAID 4, 5 and 6; md and raidkit rows; not with the other options): one
 //! more image, of the first member's size, is the journal device (`--write-journal`):
@@ -150,6 +153,9 @@ pub struct MatrixRow {
     pub ppl: Option<PplMode>,
     /// raidkit rows: grow every member image by this many bytes and the array onto them.
     pub grow_bytes: Option<u64>,
+    /// raidkit RAID 1 rows: the slot count raidkit grows the mirror to, with a spare per new
+    /// slot.
+    pub mirrors: Option<usize>,
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -248,6 +254,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut journal = None;
         let mut ppl = None;
         let mut grow_bytes = None;
+        let mut mirrors = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
@@ -286,6 +293,17 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     _ => {
                         return Err(err(format!(
                             "bitmap={v}: use a power of two of at least 4K"
+                        )))
+                    }
+                },
+                Some(("mirrors", v)) => match v.parse::<usize>() {
+                    Ok(m) if level == 1 && m > member_bytes.len() && options.len() == 1 => {
+                        mirrors = Some(m)
+                    }
+                    _ => {
+                        return Err(err(format!(
+                            "mirrors={v}: RAID 1 alone, more slots than its {} members",
+                            member_bytes.len()
                         )))
                     }
                 },
@@ -368,6 +386,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             ppl,
             journal,
             grow_bytes,
+            mirrors,
         });
     }
     Ok(rows)

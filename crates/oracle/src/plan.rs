@@ -100,6 +100,10 @@ pub struct PlannedArray {
     /// raidkit rows: every member image grows by this many bytes and the array onto them.
     #[serde(default)]
     pub grow_bytes: Option<u64>,
+    /// RAID 1 rows: the slot count raidkit grows the mirror to (the last `spares` members
+    /// are the spares that take the new slots).
+    #[serde(default)]
+    pub mirrors: Option<usize>,
     /// Assemble: why raidkit could not prepare the members.
     #[serde(default)]
     pub prepare_error: Option<String>,
@@ -180,6 +184,9 @@ fn image_sizes(row: &MatrixRow) -> Vec<u64> {
     let mut v = row.member_bytes.clone();
     if row.rebuild_percent.is_some() {
         v.extend(row.fail_members.iter().map(|&m| row.member_bytes[m]));
+    }
+    if let Some(m) = row.mirrors {
+        v.extend((row.member_bytes.len()..m).map(|_| row.member_bytes[0]));
     }
     if row.journal.is_some() {
         v.push(row.member_bytes[0]);
@@ -398,11 +405,12 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 spares: if row.rebuild_percent.is_some() {
                     row.fail_members.len()
                 } else {
-                    0
+                    row.mirrors.map_or(0, |m| m - row.member_bytes.len())
                 },
                 journal: row.journal,
                 ppl: row.ppl,
                 grow_bytes: row.grow_bytes,
+                mirrors: row.mirrors,
                 expect: None,
                 prepare_error: None,
             }

@@ -526,6 +526,10 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
             .stop()
             .map_err(|e| err("stop after fail")(e.to_string()))?;
     }
+    let mut status = status;
+    if let Some(slots) = a.mirrors {
+        status = grow_mirrors(a, slots)?;
+    }
     let mut member_data_sectors = status.member_data_sectors;
     if let Some(more) = a.grow_bytes {
         // As `raidkit grow --size max` after the members' devices grew.
@@ -700,6 +704,48 @@ fn crash_before_parity(
         .and_then(|_| f.sync_all())
         .map_err(|e| err("ppl crash")(format!("put back parity: {e}")))?;
     Ok((offset, len, slot))
+}
+
+/// As `raidkit add` of a spare per new slot, then `raidkit grow --raid-devices SLOTS` (which
+/// rebuilds them): the status after the last stop.
+fn grow_mirrors(a: &PlannedArray, slots: usize) -> Result<raidkit_engine::Status, PrepareError> {
+    let n = a.raid_devices();
+    let (array, _) = Array::assemble(
+        open_members(&a.members[..n], false)?,
+        AssembleOptions::default(),
+    )
+    .map_err(|e| err("assemble for mirrors")(e.to_string()))?;
+    for (k, m) in a.members[n..].iter().enumerate() {
+        let d =
+            FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
+        array
+            .add_spare(Box::new(d), uuid_from(&a.name, &format!("spare {k}")))
+            .map_err(|e| err("add spare")(format!("{}: {e}", m.serial)))?;
+    }
+    array.stop().map_err(|e| err("stop")(e.to_string()))?;
+    drop(array);
+    let report = Array::grow_mirrors(
+        open_members(&a.members, false)?,
+        slots,
+        &AssembleOptions::default(),
+    )
+    .map_err(|e| err("grow mirrors")(e.to_string()))?;
+    if report.new_slots.len() != slots - n {
+        return Err(err("grow mirrors")(format!(
+            "spares took {:?}",
+            report.new_slots
+        )));
+    }
+    let (array, _) = Array::assemble(open_members(&a.members, false)?, AssembleOptions::default())
+        .map_err(|e| err("assemble after grow")(e.to_string()))?;
+    let r = array
+        .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+        .map_err(|e| err("rebuild")(e.to_string()))?;
+    if r.outcome != TaskOutcome::Completed {
+        return Err(err("rebuild")(format!("{:?}", r.outcome)));
+    }
+    array.stop().map_err(|e| err("stop")(e.to_string()))?;
+    Ok(array.status())
 }
 
 /// Adds a spare per failed member and runs the rebuild until it passed `percent`.

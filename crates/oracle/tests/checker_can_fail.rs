@@ -147,6 +147,7 @@ fn fixture(tag: &str) -> Fixture {
         ppl: None,
         expect: None,
         grow_bytes: None,
+        mirrors: None,
         prepare_error: None,
     };
     Fixture {

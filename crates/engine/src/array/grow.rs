@@ -243,3 +243,176 @@ fn zero_range(disk: &dyn Disk, from: u64, len: u64, done: &AtomicU64) -> Result<
 fn panicked() -> EngineError {
     EngineError::Invalid("a zeroing thread panicked".into())
 }
+
+/// What a change of a mirror's member count did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GrowMirrorsReport {
+    pub old_raid_devices: usize,
+    pub new_raid_devices: usize,
+    /// Spares given that took a new slot, by name, with the slot: they are rebuilt at the
+    /// next assembly (`raidkit grow` runs it at once).
+    pub new_slots: Vec<(String, usize)>,
+    /// Members moved to a lower slot as the slots above the new count went (md's
+    /// raid1_reshape does the same): (name, old slot, new slot).
+    pub moved: Vec<(String, usize, usize)>,
+    /// New slots no spare was given for: the array runs degraded until one is added.
+    pub empty_slots: Vec<usize>,
+}
+
+impl Array {
+    /// Changes the number of slots of the stopped RAID 1 on `members` to `raid_devices`
+    /// (`mdadm --grow --raid-devices`). More slots: spares among `members` take the new
+    /// slots (to be rebuilt), and slots no spare fills stay missing. Fewer slots: only once
+    /// no more members than that fill slots (fail and remove the others first); members above
+    /// the new count move down into free slots. Writes only superblocks (every member's, the
+    /// event count raised once); refuses, writing nothing, with [`EngineError::CannotGrow`].
+    pub fn grow_mirrors(
+        members: Vec<Box<dyn Disk>>,
+        raid_devices: usize,
+        opts: &AssembleOptions,
+    ) -> Result<GrowMirrorsReport> {
+        if members.is_empty() {
+            return Err(EngineError::Invalid("no members given".into()));
+        }
+        if opts.read_only || members.iter().any(|m| m.is_read_only()) {
+            return Err(EngineError::ReadOnly);
+        }
+        let found: Vec<FoundSuperblock> = members
+            .iter()
+            .map(|m| read_superblock(m.as_ref()))
+            .collect::<Result<_>>()?;
+        let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let a = assembly::decide(&refs, &found, false, opts)?;
+        let (sbs, report) = mirror_plan(&a, &names, &found, raid_devices)?;
+        for (i, sb) in sbs.iter().enumerate() {
+            if a.use_member[MemberId(i)] {
+                write_superblock(members[i].as_ref(), sb, found[i].version)?;
+                members[i].flush()?;
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Decides a change of a mirror's slot count on an assembly's decision alone (no I/O):
+/// every member's superblock from now on, and what changed.
+fn mirror_plan(
+    a: &Assembly,
+    names: &[String],
+    found: &[FoundSuperblock],
+    new: usize,
+) -> Result<(Vec<Superblock>, GrowMirrorsReport)> {
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    let level = a.nsb.level.to_md();
+    if a.geo.level() != RaidLevel::Raid1 {
+        return refuse(GrowRefusal::CountNotMirror { level });
+    }
+    let old = a.geo.raid_disks;
+    if new == old {
+        return refuse(GrowRefusal::SameCount { raid_devices: old });
+    }
+    if new < 2 {
+        return refuse(GrowRefusal::TooFew { asked: new });
+    }
+    let rebuilding: Vec<usize> = a
+        .slot_state
+        .enumerate()
+        .filter(|(_, s)| matches!(s, MemberState::Rebuilding | MemberState::Faulty))
+        .map(|(s, _)| s.0)
+        .collect();
+    let pending = if a.report.was_dirty {
+        Some("the array was not stopped cleanly: its resync".to_string())
+    } else if !rebuilding.is_empty() {
+        Some(format!("the rebuild of slots {rebuilding:?}"))
+    } else if !a.keep_replacing.is_empty() {
+        Some("a replacement's copy".to_string())
+    } else {
+        None
+    };
+    if let Some(what) = pending {
+        return refuse(GrowRefusal::WorkPending { what });
+    }
+    // Slot of each member (by member index) from now on.
+    let mut slot_of: Vec<Option<usize>> = vec![None; found.len()];
+    let mut report = GrowMirrorsReport {
+        old_raid_devices: old,
+        new_raid_devices: new,
+        new_slots: Vec::new(),
+        moved: Vec::new(),
+        empty_slots: Vec::new(),
+    };
+    let mut rebuilt: Vec<usize> = Vec::new();
+    for (slot, m) in a.slot_member.enumerate() {
+        if let Some(i) = m {
+            slot_of[i.0] = Some(slot.0);
+        }
+    }
+    if new > old {
+        let spares: Vec<usize> = (0..found.len())
+            .filter(|&i| {
+                a.use_member[MemberId(i)]
+                    && slot_of[i].is_none()
+                    && found[i].sb.role() == DevRole::Spare
+            })
+            .collect();
+        let mut free = old..new;
+        for i in spares {
+            let Some(slot) = free.next() else { break };
+            slot_of[i] = Some(slot);
+            rebuilt.push(i);
+            report.new_slots.push((names[i].clone(), slot));
+        }
+        report.empty_slots = free.collect();
+    } else {
+        let in_use = slot_of.iter().flatten().count();
+        if in_use > new {
+            return refuse(GrowRefusal::MembersInUse { in_use, asked: new });
+        }
+        let taken: Vec<usize> = slot_of
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&s| s < new)
+            .collect();
+        let mut free = (0..new).filter(|s| !taken.contains(s));
+        for (i, slot) in slot_of.iter_mut().enumerate() {
+            if let Some(s) = *slot {
+                if s >= new {
+                    // `in_use <= new` leaves a free slot for every member above the count.
+                    let to = free.next().expect("a free slot below the new count");
+                    *slot = Some(to);
+                    report.moved.push((names[i].clone(), s, to));
+                }
+            }
+        }
+    }
+    let t = now();
+    let mut sbs: Vec<Superblock> = found.iter().map(|f| f.sb.clone()).collect();
+    for sb in sbs.iter_mut() {
+        sb.raid_disks = new as u32;
+        // Roles: a member given takes its slot from now on; a device not given that the
+        // table still lists in a slot that goes is recorded faulty.
+        for d in 0..sb.max_dev() {
+            if let DevRole::Active(s) = sb.role_of(d) {
+                let given = found.iter().any(|f| f.sb.dev_number == d);
+                if !given && s as usize >= new {
+                    let _ = sb.set_role(d, DevRole::Faulty);
+                }
+            }
+        }
+        for (i, f) in found.iter().enumerate() {
+            if let Some(s) = slot_of[i] {
+                sb.set_role(f.sb.dev_number, DevRole::Active(s as u16))
+                    .map_err(|e| EngineError::Metadata(e.to_string()))?;
+            }
+        }
+        sb.events = a.nsb.events;
+        sb.bump_events(t);
+    }
+    for i in rebuilt {
+        // Rebuilt from the start at the next assembly.
+        sbs[i].set_recovery_offset(0);
+    }
+    Ok((sbs, report))
+}
