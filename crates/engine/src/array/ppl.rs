@@ -32,7 +32,7 @@ use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, Result, Slot, State};
 use crate::events::ArrayEvent;
 use crate::geometry::Geo;
-use crate::plan::{MemberState, Piece, PieceKind, SECTOR};
+use crate::plan::{step, MemberState, Piece, PieceKind, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
 use crate::ppl::{newest_header, plan_entry, EntryRecovery, LogBuilder};
 use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
@@ -192,7 +192,7 @@ impl WriteLog for Ppl {
             };
             // md logs only stripes whose parity member is in sync there (`ppl_write_stripe`:
             // R5_Insync, which a member being rebuilt has below its recovery offset).
-            if !in_sync_below(
+            if !step::current_below(
                 states,
                 &recovered,
                 bw.p_member,
@@ -491,7 +491,12 @@ impl Ppl {
                         let buf = members[dm]
                             .as_ref()
                             .filter(|_| {
-                                in_sync_below(&states, &rebuilt_to, dm, plan.member_sector + rows)
+                                step::current_below(
+                                    &states,
+                                    &rebuilt_to,
+                                    dm,
+                                    plan.member_sector + rows,
+                                )
                             })
                             .and_then(|dmm| {
                                 let mut b = vec![0u8; rows as usize * SECTOR];
@@ -636,16 +641,6 @@ impl Ppl {
             }
         }
         events
-    }
-}
-
-/// Whether `slot` holds current data over member sectors below `end`: in sync, or being
-/// rebuilt and recovered that far (md's R5_Insync).
-fn in_sync_below(states: &[MemberState], recovered: &[u64], slot: usize, end: u64) -> bool {
-    match states.get(slot) {
-        Some(MemberState::InSync) => true,
-        Some(MemberState::Rebuilding) => recovered.get(slot).is_some_and(|&r| end <= r),
-        _ => false,
     }
 }
 

@@ -78,6 +78,16 @@ pub fn compared_copies(
         .collect()
 }
 
+/// Whether `slot` holds current data over member sectors below `end`: in sync, or being
+/// rebuilt and recovered that far (`recovered`, per slot; md's R5_Insync).
+pub fn current_below(states: &[MemberState], recovered: &[u64], slot: usize, end: u64) -> bool {
+    match states.get(slot) {
+        Some(MemberState::InSync) => true,
+        Some(MemberState::Rebuilding) => recovered.get(slot).is_some_and(|&r| end <= r),
+        _ => false,
+    }
+}
+
 /// Whether parity can be compared with data: only while every slot can be read.
 pub fn parity_comparable(states: &[MemberState]) -> bool {
     states.iter().all(|s| s.usable())
@@ -163,6 +173,17 @@ mod tests {
             vec![(1, 3, 8), (2, 0, 16)]
         );
         assert_eq!(compared_copies(&copies, |_| false), vec![]);
+    }
+
+    #[test]
+    fn a_slot_being_rebuilt_is_current_only_below_its_cursor() {
+        let states = [InSync, Rebuilding, Faulty];
+        let recovered = [0, 64, 0];
+        assert!(current_below(&states, &recovered, 0, 1 << 20));
+        assert!(current_below(&states, &recovered, 1, 64));
+        assert!(!current_below(&states, &recovered, 1, 65));
+        assert!(!current_below(&states, &recovered, 2, 1));
+        assert!(!current_below(&states, &recovered, 3, 1), "no such slot");
     }
 
     #[test]
