@@ -50,19 +50,7 @@ impl Array {
         opts: &AssembleOptions,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<GrowSizeReport> {
-        if members.is_empty() {
-            return Err(EngineError::Invalid("no members given".into()));
-        }
-        if opts.read_only || members.iter().any(|m| m.is_read_only()) {
-            return Err(EngineError::ReadOnly);
-        }
-        let found: Vec<FoundSuperblock> = members
-            .iter()
-            .map(|m| read_superblock(m.as_ref()))
-            .collect::<Result<_>>()?;
-        let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let decided = assembly::decide(&refs, &found, false, opts)?;
+        let (found, names, decided) = decide_stopped(&members, opts)?;
         let plan = size_plan(&decided, &names, &found, size)?;
         let old_array_bytes = decided.geo.array_sectors() * SECTOR as u64;
         let new_geo = Geo::new(
@@ -226,6 +214,28 @@ fn size_plan(
     })
 }
 
+/// The superblocks of the stopped array on `members`, their names, and what assembly
+/// decides on them; refuses read-only members (a grow writes).
+fn decide_stopped(
+    members: &[Box<dyn Disk>],
+    opts: &AssembleOptions,
+) -> Result<(Vec<FoundSuperblock>, Vec<String>, Assembly)> {
+    if members.is_empty() {
+        return Err(EngineError::Invalid("no members given".into()));
+    }
+    if opts.read_only || members.iter().any(|m| m.is_read_only()) {
+        return Err(EngineError::ReadOnly);
+    }
+    let found: Vec<FoundSuperblock> = members
+        .iter()
+        .map(|m| read_superblock(m.as_ref()))
+        .collect::<Result<_>>()?;
+    let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let decided = assembly::decide(&refs, &found, false, opts)?;
+    Ok((found, names, decided))
+}
+
 /// Writes zeros over `len` bytes of `disk` from `from`, adding each write's bytes to `done`.
 fn zero_range(disk: &dyn Disk, from: u64, len: u64, done: &AtomicU64) -> Result<()> {
     let zeros = vec![0u8; ZERO_CHUNK];
@@ -271,19 +281,7 @@ impl Array {
         raid_devices: usize,
         opts: &AssembleOptions,
     ) -> Result<GrowMirrorsReport> {
-        if members.is_empty() {
-            return Err(EngineError::Invalid("no members given".into()));
-        }
-        if opts.read_only || members.iter().any(|m| m.is_read_only()) {
-            return Err(EngineError::ReadOnly);
-        }
-        let found: Vec<FoundSuperblock> = members
-            .iter()
-            .map(|m| read_superblock(m.as_ref()))
-            .collect::<Result<_>>()?;
-        let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let a = assembly::decide(&refs, &found, false, opts)?;
+        let (found, names, a) = decide_stopped(&members, opts)?;
         let (sbs, report) = mirror_plan(&a, &names, &found, raid_devices)?;
         for (i, sb) in sbs.iter().enumerate() {
             if a.use_member[MemberId(i)] {

@@ -9,19 +9,17 @@
 use super::tasks::{self, ProgressBar, SpeedArgs};
 use raidkit_cli::common::{
     assemble_writable, engine_error, open_members, parse_size_bytes, print_json, report_notes,
-    RUN_HELP,
+    MembersArgs,
 };
 use raidkit_cli::CliError;
 use raidkit_engine::{Array, AssembleOptions, GrowSize, TaskKind, TaskOutcome};
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct GrowArgs {
-    /// All members of the (stopped) array.
-    #[arg(required = true)]
-    pub members: Vec<PathBuf>,
+    #[command(flatten)]
+    pub array: MembersArgs,
     /// Data to use on each member: `max` (all the room every member has, as mdadm's
     /// `--size max`) or a size (K, M, G, T suffix; a bare number is KiB, as mdadm's), rounded
     /// down to whole chunks. It may only grow.
@@ -39,14 +37,6 @@ pub struct GrowArgs {
     /// remove` the others first); members above the new count move down.
     #[arg(long = "raid-devices", short = 'n', value_name = "N")]
     pub raid_devices: Option<usize>,
-    /// Accept stale members, as mdadm --force.
-    #[arg(long, short = 'f')]
-    pub force: bool,
-    #[arg(long, help = RUN_HELP)]
-    pub run: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    pub json: bool,
     #[command(flatten)]
     pub speed: SpeedArgs,
 }
@@ -60,14 +50,14 @@ pub fn grow(args: GrowArgs) -> Result<(), CliError> {
 }
 
 fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
-    let members = open_members(&args.members, false)?;
+    let members = open_members(&args.array.members, false)?;
     let opts = AssembleOptions {
-        force: args.force,
-        run: args.run,
+        force: args.array.force,
+        run: args.array.run,
         ..Default::default()
     };
     let report = Array::grow_mirrors(members, raid_devices, &opts).map_err(engine_error)?;
-    if !args.json {
+    if !args.array.json {
         println!(
             "raidkit: RAID 1 now has {} slots (was {})",
             report.new_raid_devices, report.old_raid_devices
@@ -86,15 +76,16 @@ fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
         }
     }
     if report.new_slots.is_empty() {
-        if args.json {
+        if args.array.json {
             print_json(&report)?;
         }
         return Ok(());
     }
-    let (array, assembled) = assemble_writable(&args.members, args.force, args.run)?;
+    let (array, assembled) =
+        assemble_writable(&args.array.members, args.array.force, args.array.run)?;
     report_notes(&assembled);
     let reports = tasks::run_with_progress(&array, Some(TaskKind::Rebuild), &args.speed)?;
-    if !args.json {
+    if !args.array.json {
         return tasks::conclude(&array, &reports, false, false);
     }
     array.stop().map_err(engine_error)?;
@@ -115,13 +106,13 @@ fn grow_size(args: &GrowArgs, size: &str) -> Result<(), CliError> {
         "max" => GrowSize::Max,
         s => GrowSize::Sectors(parse_size_bytes(s, 1024)? / 512),
     };
-    let members = open_members(&args.members, false)?;
+    let members = open_members(&args.array.members, false)?;
     let opts = AssembleOptions {
-        force: args.force,
-        run: args.run,
+        force: args.array.force,
+        run: args.array.run,
         ..Default::default()
     };
-    let bar = Mutex::new(ProgressBar::new(args.speed.quiet || args.json));
+    let bar = Mutex::new(ProgressBar::new(args.speed.quiet || args.array.json));
     let start = Instant::now();
     let report = Array::grow_size(members, size, &opts, &|done, total| {
         let secs = start.elapsed().as_secs_f64().max(1e-3);
@@ -140,7 +131,7 @@ fn grow_size(args: &GrowArgs, size: &str) -> Result<(), CliError> {
     if let Ok(mut bar) = bar.lock() {
         bar.finish();
     }
-    if args.json {
+    if args.array.json {
         return print_json(&report);
     }
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
