@@ -90,8 +90,9 @@ pub enum ArrayCommand {
     /// Copy a member onto a new one while the array stays whole (mdadm --replace); the old
     /// member is marked faulty when the copy is complete.
     Replace(ReplaceArgs),
-    /// Grow the space the array uses on each member (mdadm --grow --size), after its members
-    /// were replaced by larger ones or their devices grew; the new room is zeroed first.
+    /// Grow the space the array uses on each member (mdadm --grow --size: after its members
+    /// were replaced by larger ones or their devices grew; the new room is zeroed first), or
+    /// change the number of slots of a RAID 1 (--raid-devices).
     Grow(grow::GrowArgs),
 }
 
