@@ -32,7 +32,7 @@ pub use decide::{
     choose_copy, on_member_error, plan_piece, ErrorAction, MirrorInputs, PlanInputs,
     STREAMING_SECTORS, STREAM_EXTENT_SECTORS,
 };
-pub use split::{copies_lock_unit, split};
+pub use split::{copies_lock_unit, cut, listed_edges, split};
 
 pub const SECTOR: usize = 512;
 

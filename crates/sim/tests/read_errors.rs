@@ -216,3 +216,56 @@ fn a_bad_first_sector_does_not_hide_a_v1_0_superblock() {
     .unwrap_or_else(|e| panic!("assembly refused: {e}"));
     assert!(!array.status().degraded, "{report:?}");
 }
+
+/// A write whose band a member's bad-block log covers only in part: the member is skipped
+/// only where its log lists the band, and written everywhere else, so what it holds outside
+/// the listed range is current (it is read directly there). Before the fix, the member was
+/// skipped for the whole band and kept old data beside the listed range (simulator seed
+/// 812599: check found a stripe inconsistent; reads there returned the old data).
+#[test]
+fn a_write_beside_a_listed_range_reaches_the_member() {
+    let mut world = SimWorld::new(33);
+    // One sector unreadable on member 1: its 4 KiB block goes to the bad-block log, half of
+    // an 8 KiB chunk, so a band covers it in part.
+    let bad: Range<u64> = (DISK_BYTES / 2)..(DISK_BYTES / 2 + 512);
+    let array = raid5(&mut world, |d| {
+        let rules = FaultRules {
+            bad_read_ranges: vec![bad.clone()],
+            ..FaultRules::default()
+        };
+        Box::new(FaultyDisk::new(d, rules, 3))
+    });
+    let sectors = array.size_bytes() / 512;
+    assert!(read_all(&array) == pattern(1, sectors));
+    assert!(
+        array
+            .status()
+            .log
+            .iter()
+            .any(|e| matches!(e, ArrayEvent::BadBlocksRecorded { member, .. } if member == "sim1")),
+        "the range went to the bad-block log"
+    );
+    let new = pattern(2, sectors);
+    array.write_at(&new, 0, false).unwrap();
+    assert!(
+        read_all(&array) == new,
+        "every sector reads what was written"
+    );
+    // 4 KiB at a time, so reads beside the listed block go to member 1 directly.
+    for s in (0..sectors).step_by(8) {
+        let mut got = vec![0u8; 4096];
+        array.read_at(&mut got, s * 512).unwrap();
+        assert!(
+            got[..] == new[s as usize * 512..][..4096],
+            "array sector {s}"
+        );
+    }
+    let check = array
+        .run_task(
+            raidkit_engine::TaskKind::Check,
+            &mut |_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
+    assert_eq!(check.progress.mismatch_sectors, 0);
+}

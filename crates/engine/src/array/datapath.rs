@@ -194,7 +194,10 @@ impl Array {
             keys.sort_unstable();
             keys.dedup();
             self.locks.acquire(&keys);
-            let r = self.run_batch(dir, &pieces[i..j], user_ptr, user_len, suspects);
+            // Under the locks, so no step records a bad block in these stripes meanwhile.
+            let cut = self.cut_at_listed(&pieces[i..j]);
+            let batch = cut.as_deref().unwrap_or(&pieces[i..j]);
+            let r = self.run_batch(dir, batch, user_ptr, user_len, suspects);
             self.locks.release(&keys);
             self.inflight.release();
             r?;
@@ -207,6 +210,34 @@ impl Array {
         let st = lock(&self.state);
         let members = st.slot_members();
         (st.roster.slot_state.to_vec(), members)
+    }
+
+    /// `pieces` cut where a member's bad-block log starts or ends a listed range inside one
+    /// ([`plan::listed_edges`]); `None` when no piece needs it (no member lists anything
+    /// there).
+    fn cut_at_listed(&self, pieces: &[Piece]) -> Option<Vec<Piece>> {
+        if !self.has_bad.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let st = lock(&self.state);
+        let listed = |slot: usize| {
+            st.roster.slot_member[Slot(slot)]
+                .and_then(|i| st.bad.get(i))
+                .map(Vec::as_slice)
+        };
+        let mut out: Option<Vec<Piece>> = None;
+        for (k, p) in pieces.iter().enumerate() {
+            let edges = plan::listed_edges(&self.geo, p, listed);
+            if edges.is_empty() {
+                if let Some(v) = &mut out {
+                    v.push(p.clone());
+                }
+                continue;
+            }
+            out.get_or_insert_with(|| pieces[..k].to_vec())
+                .extend(plan::cut(p, &edges));
+        }
+        out
     }
 
     /// Plans `piece` through the core ([`plan::plan_piece`]) with what the array knows now:

@@ -89,3 +89,103 @@ pub fn split(geo: &Geo, array_sector: u64, sectors: u64, max_band_sectors: u64) 
     }
     out
 }
+
+/// Where a member range listed in a bad-block log (`listed(slot)`: (member sector, sectors)
+/// ranges) starts or ends inside `piece`, as sector offsets from the piece's start. A slot
+/// whose log covers part of a piece is lost for the whole piece; were the piece written so,
+/// the slot's unlisted sectors in it would keep old data that still reads directly, so a
+/// write piece must be cut at these offsets first ([`cut`]): md decides per 4 KiB page.
+pub fn listed_edges<'a>(
+    geo: &Geo,
+    piece: &Piece,
+    listed: impl Fn(usize) -> Option<&'a [(u64, u64)]>,
+) -> Vec<u64> {
+    let (starts, sectors): (Vec<(usize, u64)>, u64) = match &piece.kind {
+        PieceKind::Copies {
+            copies, sectors, ..
+        } => (copies.clone(), *sectors),
+        PieceKind::Band {
+            stripe,
+            lo,
+            sectors,
+            ..
+        } => {
+            let from = stripe * geo.chunk_sectors + lo;
+            ((0..geo.raid_disks).map(|s| (s, from)).collect(), *sectors)
+        }
+    };
+    let mut edges: Vec<u64> = Vec::new();
+    for (slot, from) in starts {
+        for &(b, len) in listed(slot).unwrap_or(&[]) {
+            for edge in [b, b + len] {
+                if edge > from && edge < from + sectors {
+                    edges.push(edge - from);
+                }
+            }
+        }
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    edges
+}
+
+/// `piece` cut at `offsets` (sectors from its start, ascending; those outside
+/// `1..sectors` are ignored) into pieces that together cover the same sectors and user
+/// bytes, under the same lock.
+pub fn cut(piece: &Piece, offsets: &[u64]) -> Vec<Piece> {
+    let sectors = match &piece.kind {
+        PieceKind::Copies { sectors, .. } | PieceKind::Band { sectors, .. } => *sectors,
+    };
+    let mut bounds: Vec<u64> = offsets
+        .iter()
+        .copied()
+        .filter(|&o| o > 0 && o < sectors)
+        .collect();
+    if bounds.is_empty() {
+        return vec![piece.clone()];
+    }
+    bounds.push(sectors);
+    let mut out = Vec::with_capacity(bounds.len());
+    let mut at = 0;
+    for end in bounds {
+        if end <= at {
+            continue;
+        }
+        let n = end - at;
+        let shift = at as usize * SECTOR;
+        let kind = match &piece.kind {
+            PieceKind::Copies {
+                copies,
+                user_offset_bytes,
+                read_hint,
+                ..
+            } => PieceKind::Copies {
+                copies: copies.iter().map(|&(m, s)| (m, s + at)).collect(),
+                sectors: n,
+                user_offset_bytes: user_offset_bytes + shift,
+                read_hint: *read_hint,
+            },
+            PieceKind::Band {
+                stripe,
+                lo,
+                dd_first,
+                dd_last,
+                user_offset_bytes,
+                ..
+            } => PieceKind::Band {
+                stripe: *stripe,
+                lo: lo + at,
+                sectors: n,
+                dd_first: *dd_first,
+                dd_last: *dd_last,
+                user_offset_bytes: user_offset_bytes + shift,
+            },
+        };
+        out.push(Piece {
+            lock_key: piece.lock_key,
+            kind,
+        });
+        at = end;
+    }
+    out
+}

@@ -396,3 +396,63 @@ fn mirror_reads_on_spinning_disks_go_where_the_head_is_cheapest() {
     assert_eq!(choose_copy(&near(at), 8, all, &lone), Some(0));
     assert_eq!(choose_copy(&near(at), 1024, |s| s != 1, &lone), None);
 }
+
+#[test]
+fn pieces_are_cut_where_a_listed_range_starts_or_ends_inside_them() {
+    let g = Geo::new(5, 2, 4, 16, 16 * 100).unwrap();
+    // Stripe 2, rows 0..16 of all three data chunks.
+    let pieces = split(&g, 2 * 48, 48, 64);
+    assert_eq!(pieces.len(), 1);
+    let p = &pieces[0];
+    // Slot 1 lists member sectors 36..40 (rows 4..8 of stripe 2); slot 3 lists all of it.
+    let lists: Vec<Vec<(u64, u64)>> = vec![vec![], vec![(36, 4)], vec![], vec![(0, 100)]];
+    let edges = listed_edges(&g, p, |s| Some(lists[s].as_slice()));
+    assert_eq!(edges, vec![4, 8]);
+    let parts = cut(p, &edges);
+    let rows: Vec<(u64, u64, usize)> = parts
+        .iter()
+        .map(|q| match q.kind {
+            PieceKind::Band {
+                lo,
+                sectors,
+                user_offset_bytes,
+                ..
+            } => (lo, sectors, user_offset_bytes),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(rows, vec![(0, 4, 0), (4, 4, 4 * 512), (8, 8, 8 * 512)]);
+    assert!(parts.iter().all(|q| q.lock_key == p.lock_key));
+    // Each part is listed by slot 1 wholly or not at all.
+    for q in &parts {
+        let e = listed_edges(&g, q, |s| Some(lists[s].as_slice()));
+        assert!(e.is_empty(), "{q:?}: {e:?}");
+    }
+    // Copies: offsets follow each copy's own member sector.
+    let c = Piece {
+        lock_key: 0,
+        kind: PieceKind::Copies {
+            copies: vec![(0, 100), (1, 200)],
+            sectors: 16,
+            user_offset_bytes: 512,
+            read_hint: 0,
+        },
+    };
+    let lists: Vec<Vec<(u64, u64)>> = vec![vec![(104, 2)], vec![(190, 20)]];
+    let edges = listed_edges(&g, &c, |s| Some(lists[s].as_slice()));
+    assert_eq!(edges, vec![4, 6, 10]);
+    let parts = cut(&c, &edges);
+    assert_eq!(parts.len(), 4);
+    match &parts[2].kind {
+        PieceKind::Copies {
+            copies,
+            sectors,
+            user_offset_bytes,
+            ..
+        } => {
+            assert_eq!(copies, &vec![(0, 106), (1, 206)]);
+            assert_eq!((*sectors, *user_offset_bytes), (4, 512 + 6 * 512));
+        }
+        _ => unreachable!(),
+    }
+}
