@@ -405,3 +405,37 @@ fn a_mirror_gains_slots_from_spares_and_loses_them_once_they_are_empty() {
         }))
     ));
 }
+
+#[test]
+fn a_member_assembly_leaves_out_is_not_written() {
+    let dir = TempDir::new("left-out");
+    let paths = images(&dir.0, 4, 8 * MIB);
+    let array = create(
+        &paths[..3],
+        5,
+        None,
+        ConsistencyPolicy::Resync,
+        SuperblockVersion::V1_2,
+    );
+    array.write_at(&pattern(1 << 20, 9), 0, false).unwrap();
+    // Member 2 fails and a new member takes its slot.
+    array.fail_member(2).unwrap();
+    array
+        .add_spare(open(&paths[3..]).remove(0), [55; 16])
+        .unwrap();
+    array
+        .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+        .unwrap();
+    array.stop().unwrap();
+    drop(array);
+    enlarge(&paths, 12 * MIB);
+    let old = std::fs::read(&paths[2]).unwrap();
+    // Given with the others, the failed member is left out by assembly: the grow goes on
+    // without it and never writes it.
+    grow(&paths, GrowSize::Max).unwrap();
+    assert!(std::fs::read(&paths[2]).unwrap() == old, "left alone");
+    let without = [&paths[..2], &paths[3..]].concat();
+    let array = assemble(&without);
+    assert_eq!(check(&array), 0);
+    array.stop().unwrap();
+}

@@ -87,9 +87,11 @@ impl Array {
         zeroed.into_iter().collect::<Result<Vec<()>>>()?;
         progress(total, total);
 
-        // 2. Each member's own room (`data_size`), where its device grew.
-        let mut sbs: Vec<Superblock> = found.iter().map(|f| f.sb.clone()).collect();
-        for (i, sb) in sbs.iter_mut().enumerate() {
+        // 2. Each member's own room (`data_size`), where its device grew. Members assembly
+        // leaves out (stale, faulty, replaced) are never written, as mdadm never writes them.
+        let used = |i: usize| decided.use_member[MemberId(i)];
+        let mut sbs: Vec<Superblock> = decided.sbs.to_vec();
+        for (i, sb) in sbs.iter_mut().enumerate().filter(|(i, _)| used(*i)) {
             if let Some(room) = plan.data_size[i] {
                 if room != sb.data_size_sectors {
                     sb.data_size_sectors = room;
@@ -100,7 +102,7 @@ impl Array {
         }
         // 3. The array's size, with the event count one past the newest.
         let t = now();
-        for (i, sb) in sbs.iter_mut().enumerate() {
+        for (i, sb) in sbs.iter_mut().enumerate().filter(|(i, _)| used(*i)) {
             sb.size_sectors = plan.new_sectors;
             sb.events = decided.nsb.events;
             sb.bump_events(t);
@@ -386,7 +388,7 @@ fn mirror_plan(
         }
     }
     let t = now();
-    let mut sbs: Vec<Superblock> = found.iter().map(|f| f.sb.clone()).collect();
+    let mut sbs: Vec<Superblock> = a.sbs.to_vec();
     for sb in sbs.iter_mut() {
         sb.raid_disks = new as u32;
         // Roles: a member given takes its slot from now on; a device not given that the
