@@ -127,28 +127,10 @@ pub fn plan_piece(
         lose(slot);
     }
     if let Some(bad) = inputs.bad {
-        match &piece.kind {
-            PieceKind::Copies {
-                copies, sectors, ..
-            } => {
-                for &(m, s) in copies {
-                    if bad(m, s, *sectors) {
-                        lose(m);
-                    }
-                }
-            }
-            PieceKind::Band {
-                stripe,
-                lo,
-                sectors,
-                ..
-            } => {
-                let from = stripe * geo.chunk_sectors + lo;
-                for slot in 0..geo.raid_disks {
-                    if bad(slot, from, *sectors) {
-                        lose(slot);
-                    }
-                }
+        let (starts, sectors) = super::split::member_ranges(geo, piece);
+        for (slot, from) in starts {
+            if bad(slot, from, sectors) {
+                lose(slot);
             }
         }
     }

@@ -100,20 +100,7 @@ pub fn listed_edges<'a>(
     piece: &Piece,
     listed: impl Fn(usize) -> Option<&'a [(u64, u64)]>,
 ) -> Vec<u64> {
-    let (starts, sectors): (Vec<(usize, u64)>, u64) = match &piece.kind {
-        PieceKind::Copies {
-            copies, sectors, ..
-        } => (copies.clone(), *sectors),
-        PieceKind::Band {
-            stripe,
-            lo,
-            sectors,
-            ..
-        } => {
-            let from = stripe * geo.chunk_sectors + lo;
-            ((0..geo.raid_disks).map(|s| (s, from)).collect(), *sectors)
-        }
-    };
+    let (starts, sectors) = member_ranges(geo, piece);
     let mut edges: Vec<u64> = Vec::new();
     for (slot, from) in starts {
         for &(b, len) in listed(slot).unwrap_or(&[]) {
@@ -127,6 +114,25 @@ pub fn listed_edges<'a>(
     edges.sort_unstable();
     edges.dedup();
     edges
+}
+
+/// The member sector where `piece` starts on each slot it spans, as (slot, sector), and its
+/// length in sectors: a band spans every slot at the same member sectors, copies their own.
+pub(super) fn member_ranges(geo: &Geo, piece: &Piece) -> (Vec<(usize, u64)>, u64) {
+    match &piece.kind {
+        PieceKind::Copies {
+            copies, sectors, ..
+        } => (copies.clone(), *sectors),
+        PieceKind::Band {
+            stripe,
+            lo,
+            sectors,
+            ..
+        } => {
+            let from = stripe * geo.chunk_sectors + lo;
+            ((0..geo.raid_disks).map(|s| (s, from)).collect(), *sectors)
+        }
+    }
 }
 
 /// `piece` cut at `offsets` (sectors from its start, ascending; those outside
