@@ -160,6 +160,9 @@ impl Array {
         suspects: &mut Vec<(usize, u64, u64)>,
     ) -> Result<()> {
         let pieces = plan::split(&self.geo, array_sector, sectors, self.max_band_sectors);
+        // Cut before the batches are sized, so a write log's admission counts the pieces that
+        // are logged; the cut under the locks below then only catches a range listed since.
+        let pieces = self.cut_at_listed(&pieces).unwrap_or(pieces);
         let log = match dir {
             Dir::Write => self.log.as_deref(),
             Dir::Read => None,
