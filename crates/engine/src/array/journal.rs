@@ -20,6 +20,7 @@ use super::write_log::{LogHold, LogStart, Phase, PhaseHold, WriteLog};
 use super::{lock, Array, ConsistencyPolicy, EngineError, Member, MemberId, Result, Slot};
 use crate::events::ArrayEvent;
 use crate::geometry::{Geo, Scheme};
+use crate::plan::step::{row_source, RowSource};
 use crate::plan::{BufRef, Dir, MemberIo, MemberState, Piece, PieceKind, SECTOR};
 use raidkit_metadata::journal::{
     page_checksum, uuid_checksum, MetaBlock, Payload, JOURNAL_BLOCK_BYTES, JOURNAL_BLOCK_SECTORS,
@@ -282,19 +283,26 @@ impl Array {
         let mut readable = vec![true; n];
         for (dd, &slot) in info.data_members.iter().enumerate() {
             let a = (stripe * self.geo.data_disks() as u64 + dd as u64) * chunk + ms % chunk;
-            if let Some((_, page)) = row.data.get(&a) {
-                bufs[slot].copy_from_slice(page);
-                continue;
+            let logged = row.data.get(&a);
+            let mut source = row_source(
+                logged.is_some(),
+                states[slot],
+                members[slot].is_some(),
+                false,
+            );
+            if let (RowSource::Member, Some(m)) = (source, &members[slot]) {
+                let at = m.data_offset_bytes + ms * SECTOR as u64;
+                let failed = m.disk.read_at(&mut bufs[slot], at).is_err();
+                source = row_source(false, states[slot], true, failed);
             }
-            let read = states[slot] == MemberState::InSync
-                && members[slot].as_ref().is_some_and(|m| {
-                    let at = m.data_offset_bytes + ms * SECTOR as u64;
-                    m.disk.read_at(&mut bufs[slot], at).is_ok()
-                });
-            if !read {
-                let mut rebuilt = Vec::new();
-                self.reconstruct_parity_range(slot, ms, PAGE_SECTORS, &mut rebuilt)?;
-                bufs[slot].copy_from_slice(&rebuilt[slot][..PAGE]);
+            match (source, logged) {
+                (RowSource::Logged, Some((_, page))) => bufs[slot].copy_from_slice(page),
+                (RowSource::Rebuild, _) => {
+                    let mut rebuilt = Vec::new();
+                    self.reconstruct_parity_range(slot, ms, PAGE_SECTORS, &mut rebuilt)?;
+                    bufs[slot].copy_from_slice(&rebuilt[slot][..PAGE]);
+                }
+                _ => {}
             }
         }
         match &row.p {

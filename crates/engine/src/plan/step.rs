@@ -115,6 +115,37 @@ pub fn after_reads(erred: &[usize]) -> AfterReads {
     }
 }
 
+/// Where a replayed journal row's page of one data slot comes from, to complete the row's
+/// parity (md's write-through journal logs every row whole; raidkit computes a parity page a
+/// member could not take at the time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowSource {
+    /// The row logs this slot's page.
+    Logged,
+    /// The slot's member holds it: read it there.
+    Member,
+    /// The slot is lost (or its read failed): rebuild it from the others.
+    Rebuild,
+}
+
+/// The source of each data slot's page of a journal row: what the row logs, else the member
+/// while it is in sync and attached, else reconstruction. A member read that then fails is
+/// rebuilt instead (ask again with `read_failed`).
+pub fn row_source(
+    logged: bool,
+    state: MemberState,
+    attached: bool,
+    read_failed: bool,
+) -> RowSource {
+    if logged {
+        RowSource::Logged
+    } else if state == MemberState::InSync && attached && !read_failed {
+        RowSource::Member
+    } else {
+        RowSource::Rebuild
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +231,18 @@ mod tests {
             after_reads(&[4, 1, 4]),
             AfterReads::FailAndReplan(vec![1, 4])
         );
+    }
+
+    #[test]
+    fn a_journal_row_takes_logged_pages_then_in_sync_members_then_rebuilds() {
+        assert_eq!(row_source(true, Faulty, false, false), RowSource::Logged);
+        assert_eq!(row_source(false, InSync, true, false), RowSource::Member);
+        assert_eq!(row_source(false, InSync, true, true), RowSource::Rebuild);
+        assert_eq!(row_source(false, InSync, false, false), RowSource::Rebuild);
+        assert_eq!(
+            row_source(false, Rebuilding, true, false),
+            RowSource::Rebuild
+        );
+        assert_eq!(row_source(false, Missing, false, false), RowSource::Rebuild);
     }
 }
