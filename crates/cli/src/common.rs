@@ -45,7 +45,8 @@ pub fn engine_error(err: EngineError) -> CliError {
         | EngineError::SizeMismatch { .. }
         | EngineError::DirtyDegraded { .. }
         | EngineError::Metadata(_)
-        | EngineError::CannotGrow(_) => ExitCode::Refused,
+        | EngineError::CannotGrow(_)
+        | EngineError::ReshapeInProgress { .. } => ExitCode::Refused,
         EngineError::Unavailable { .. }
         | EngineError::ArrayFailed { .. }
         | EngineError::Incomplete { .. } => ExitCode::Unavailable,

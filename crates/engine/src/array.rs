@@ -73,6 +73,7 @@ mod journal;
 mod members;
 mod options;
 mod ppl;
+mod reshape;
 mod write_log;
 use crate::events::{ArrayEvent, EventLog};
 pub(crate) use crate::membership::assembly::{self, Assembly};
@@ -82,6 +83,7 @@ use datapath::aligned_window;
 pub use gather::GatherCounters;
 pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
 pub use options::*;
+pub use reshape::ReshapeReport;
 use write_log::IntentHooks;
 
 pub(crate) struct Member {

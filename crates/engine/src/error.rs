@@ -73,6 +73,13 @@ pub enum EngineError {
     },
     /// `grow` refused: why. Nothing was written.
     CannotGrow(GrowRefusal),
+    /// The members record a reshape in progress: the array runs again once it is finished
+    /// (`raidkit grow --continue`).
+    ReshapeInProgress {
+        position_sectors: u64,
+        old_raid_disks: i64,
+        new_raid_disks: u32,
+    },
 }
 
 /// Why an array cannot be grown as asked.
@@ -110,6 +117,24 @@ pub enum GrowRefusal {
     MembersInUse { in_use: usize, asked: usize },
     /// A RAID 1 keeps at least two slots here (a one-slot mirror mirrors nothing).
     TooFew { asked: usize },
+    /// A reshape raidkit does not do yet.
+    ReshapeNotYet { what: String },
+    /// More slots than spares given to fill them.
+    NoSpare { needed: usize, given: usize },
+    /// A member has too little room in front of its data for the data to move down (md
+    /// would need a backup file here).
+    NoHeadroom {
+        member: String,
+        available_sectors: u64,
+        needed_sectors: u64,
+    },
+    /// md refuses to reshape an array with a partial parity log or a write journal.
+    WriteLog { policy: &'static str },
+    /// `--continue` on members that record no reshape.
+    NoReshape,
+    /// The recorded position is not one a reshape can go on from safely (md: "reshape_position
+    /// too early for auto-recovery").
+    TooEarly { position: u64 },
 }
 
 impl fmt::Display for GrowRefusal {
@@ -162,6 +187,28 @@ impl fmt::Display for GrowRefusal {
             GrowRefusal::TooFew { asked } => write!(
                 f,
                 "{asked} slot(s) asked for; a RAID 1 keeps at least 2"
+            ),
+            GrowRefusal::ReshapeNotYet { what } => {
+                write!(f, "{what} is a reshape raidkit does not do yet")
+            }
+            GrowRefusal::NoSpare { needed, given } => write!(
+                f,
+                "{needed} new slot(s) need as many spares among the members given; {given} given (add them first: `raidkit add`)"
+            ),
+            GrowRefusal::NoHeadroom { member, available_sectors, needed_sectors } => write!(
+                f,
+                "{member}: {} free in front of the data, the reshape moves it down by {}; md would need a backup file here, raidkit does not take that risk",
+                sectors_text(*available_sectors),
+                sectors_text(*needed_sectors)
+            ),
+            GrowRefusal::WriteLog { policy } => write!(
+                f,
+                "the array's consistency policy is {policy}; md does not reshape with a write log either (create the array with --consistency-policy resync to reshape it)"
+            ),
+            GrowRefusal::NoReshape => write!(f, "these members record no reshape in progress"),
+            GrowRefusal::TooEarly { position } => write!(
+                f,
+                "the reshape is recorded at array sector {position}, where going on would overwrite data it still needs (md: too early for auto-recovery)"
             ),
             GrowRefusal::AlreadyThatSize { sectors } => write!(
                 f,
@@ -248,6 +295,10 @@ impl fmt::Display for EngineError {
                 )
             }
             EngineError::CannotGrow(why) => write!(f, "cannot grow: {why}; nothing was written"),
+            EngineError::ReshapeInProgress { position_sectors, old_raid_disks, new_raid_disks } => write!(
+                f,
+                "a reshape from {old_raid_disks} to {new_raid_disks} members is in progress at array sector {position_sectors}; raidkit serves the array once it is finished: run `raidkit grow --continue` with the same members; nothing was written"
+            ),
         }
     }
 }

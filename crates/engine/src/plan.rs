@@ -24,6 +24,7 @@ use raidkit_parity::ParityError;
 
 mod compute;
 mod decide;
+pub mod reshape;
 mod split;
 pub mod step;
 #[cfg(test)]

@@ -22,6 +22,13 @@ impl Array {
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let member_read_only = members.iter().any(|m| m.is_read_only());
         let decided = assembly::decide(&name_refs, &found, member_read_only, &opts)?;
+        if let Some(r) = &decided.reshape {
+            return Err(EngineError::ReshapeInProgress {
+                position_sectors: r.reshape_position_sectors,
+                old_raid_disks: decided.nsb.raid_disks as i64 - r.delta_disks as i64,
+                new_raid_disks: decided.nsb.raid_disks,
+            });
+        }
         let Assembly {
             geo,
             version,
@@ -38,6 +45,7 @@ impl Array {
             resync_offset,
             read_only,
             mut report,
+            reshape: _,
         } = decided;
         let mut array = Self::build(
             geo,

@@ -157,7 +157,9 @@ fn size_plan(
     if !not_whole.is_empty() {
         return refuse(GrowRefusal::NotWhole { slots: not_whole });
     }
-    let what = if a.report.was_dirty {
+    let what = if a.reshape.is_some() {
+        Some("a reshape (`raidkit grow --continue`)".to_string())
+    } else if a.report.was_dirty {
         Some("the array was not stopped cleanly: its resync or log replay".to_string())
     } else if !a.keep_replacing.is_empty() {
         Some("a replacement's copy".to_string())
@@ -218,7 +220,7 @@ fn size_plan(
 
 /// The superblocks of the stopped array on `members`, their names, and what assembly
 /// decides on them; refuses read-only members (a grow writes).
-fn decide_stopped(
+pub(super) fn decide_stopped(
     members: &[Box<dyn Disk>],
     opts: &AssembleOptions,
 ) -> Result<(Vec<FoundSuperblock>, Vec<String>, Assembly)> {
@@ -321,7 +323,9 @@ fn mirror_plan(
         .filter(|(_, s)| matches!(s, MemberState::Rebuilding | MemberState::Faulty))
         .map(|(s, _)| s.0)
         .collect();
-    let pending = if a.report.was_dirty {
+    let pending = if a.reshape.is_some() {
+        Some("a reshape (`raidkit grow --continue`)".to_string())
+    } else if a.report.was_dirty {
         Some("the array was not stopped cleanly: its resync".to_string())
     } else if !rebuilding.is_empty() {
         Some(format!("the rebuild of slots {rebuilding:?}"))

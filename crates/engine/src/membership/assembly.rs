@@ -12,7 +12,7 @@ use crate::geometry::{Geo, Scheme};
 use crate::meta::FoundSuperblock;
 use crate::plan::MemberState;
 use raidkit_layout::Level as RaidLevel;
-use raidkit_metadata::{DevRole, FeatureMap, Superblock, SuperblockVersion, Uuid};
+use raidkit_metadata::{DevRole, FeatureMap, ReshapeFields, Superblock, SuperblockVersion, Uuid};
 
 /// What assembly decided, for the driver to carry out.
 #[derive(Debug)]
@@ -42,6 +42,9 @@ pub(crate) struct Assembly {
     pub(crate) resync_offset: u64,
     pub(crate) read_only: bool,
     pub(crate) report: AssembleReport,
+    /// The reshape the newest superblock records in progress, if any: only `raidkit grow
+    /// --continue` goes on from here.
+    pub(crate) reshape: Option<ReshapeFields>,
 }
 
 /// Decides an assembly from the superblocks `found` on members named `names` (in the order
@@ -85,12 +88,27 @@ pub(crate) fn decide(
     let newest = (0..found.len())
         .max_by_key(|&i| found[i].sb.events)
         .unwrap_or(0);
+    // A member one superblock round behind the start of a reshape the newest records still
+    // has the old member count (nothing moves before every member records the start): it
+    // counts as having the newest's shape.
+    let nsb0 = &found[newest].sb;
+    let behind_start = |s: &Superblock| {
+        nsb0.reshape().is_some_and(|r| {
+            s.reshape().is_none()
+                && s.events + 1 == nsb0.events
+                && s.raid_disks as i64 == nsb0.raid_disks as i64 - r.delta_disks as i64
+        })
+    };
     let shape = |f: &crate::meta::FoundSuperblock| {
         (
             f.sb.level.to_md(),
             f.sb.layout,
             f.sb.chunk_sectors,
-            f.sb.raid_disks,
+            if behind_start(&f.sb) {
+                nsb0.raid_disks
+            } else {
+                f.sb.raid_disks
+            },
             f.version.name(),
         )
     };
@@ -105,6 +123,9 @@ pub(crate) fn decide(
     let rname = names[reference].to_string();
     for (m, f) in names.iter().zip(found) {
         let s = &f.sb;
+        if behind_start(s) {
+            continue;
+        }
         let checks: [(&'static str, String, String); 5] = [
             (
                 "level",
@@ -152,11 +173,7 @@ pub(crate) fn decide(
             });
         }
     }
-    if nsb.reshape().is_some() {
-        return Err(EngineError::Invalid(
-            "a reshape is in progress on these members; raidkit does not continue reshapes".into(),
-        ));
-    }
+    let reshape = nsb.reshape().cloned();
     let raid_disks = nsb.raid_disks as usize;
     // 5. Sizes.
     let is_journal = |f: &crate::meta::FoundSuperblock| f.sb.role() == DevRole::Journal;
@@ -561,6 +578,17 @@ pub(crate) fn decide(
             sb.bblog_shift = f.sb.bblog_shift;
             sb.bitmap_offset = f.sb.bitmap_offset;
             sb.recovery_offset_sectors = f.sb.recovery_offset_sectors;
+            // A reshape's new offset is the member's own; a member that missed the round
+            // after its reshape was recorded complete has its data at the new offset.
+            sb.reshape.new_offset_sectors = f.sb.reshape.new_offset_sectors;
+            sb.feature_map.set(
+                FeatureMap::NEW_OFFSET,
+                f.sb.feature_map.contains(FeatureMap::NEW_OFFSET) && nsb.reshape().is_some(),
+            );
+            if let Some(moved) = finished_behind(&f.sb, &nsb) {
+                sb.data_offset_sectors = (sb.data_offset_sectors as i64 + moved) as u64;
+                sb.data_size_sectors = (sb.data_size_sectors as i64 - moved) as u64;
+            }
             // Feature bits that describe the device, not the array, stay the member's own.
             for own in [
                 FeatureMap::RECOVERY_OFFSET,
@@ -613,7 +641,29 @@ pub(crate) fn decide(
         resync_offset,
         read_only,
         report,
+        reshape,
     })
+}
+
+/// For a member whose superblock records a reshape complete (its position at the new
+/// layout's end) while the newest records none: it missed the reshape's last round, and its
+/// data is `new_offset` sectors from where its superblock says.
+fn finished_behind(own: &Superblock, newest: &Superblock) -> Option<i64> {
+    let r = own.reshape()?;
+    if newest.reshape().is_some() || !own.feature_map.contains(FeatureMap::NEW_OFFSET) {
+        return None;
+    }
+    let data = match Geo::new(
+        r.new_level,
+        r.new_layout,
+        own.raid_disks as usize,
+        r.new_chunk_sectors as u64,
+        own.size_sectors,
+    ) {
+        Ok(g) => g.array_sectors(),
+        Err(_) => return None,
+    };
+    (r.reshape_position_sectors >= data).then_some(r.new_offset_sectors as i64)
 }
 
 #[cfg(test)]

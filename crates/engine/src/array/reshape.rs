@@ -1,0 +1,583 @@
+//! Adding members to a stopped RAID 4, 5 or 6 (md's `mdadm --grow --raid-devices` on a
+//! parity level): every stripe is rewritten in the wider layout, as md's reshape does, and
+//! the array's size grows by the new members' share.
+//!
+//! Crash-safe without a backup file, as md with `new_offset`: the new layout is written
+//! below the old one (each member's data offset moves down by mdadm's `min_offset_change`),
+//! and progress is recorded in md's own superblock fields (`reshape_position`, `delta_disks`,
+//! `new_offset`, `MD_FEATURE_RESHAPE_ACTIVE`/`NEW_OFFSET`). A step writes only where the old
+//! layout holds no sector at or above the position the superblocks record
+//! ([`plan::reshape::Forward::step_end`]); when the next step needs more room, every member
+//! is flushed and the position recorded first. After a crash, `continue_reshape` (or md,
+//! which reads the same fields) starts again from the recorded position; md's own reshapes
+//! resume here the same way. The last position recorded is the end, before the superblocks
+//! take the new data offset, so members a crash leaves one round behind still assemble.
+//!
+//! Not yet: reshapes while the array serves I/O, a member failing during one (refused before
+//! it starts: every slot must be in sync), fewer members, level, chunk and layout changes.
+
+use super::grow::decide_stopped;
+use super::*;
+use crate::error::GrowRefusal;
+use crate::membership::assembly::Assembly;
+use crate::meta::FoundSuperblock;
+use crate::plan::reshape::{self as rules, Forward};
+use raidkit_metadata::ReshapeFields;
+use std::time::{Duration, Instant};
+
+/// What a reshape did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReshapeReport {
+    pub old_raid_devices: usize,
+    pub new_raid_devices: usize,
+    /// Spares that took the new slots: (name, slot).
+    pub new_members: Vec<(String, usize)>,
+    pub old_array_bytes: u64,
+    pub new_array_bytes: u64,
+    /// Where this run started (array sectors; 0 unless it continued a reshape).
+    pub started_at_sectors: u64,
+    /// Superblock rounds that recorded progress.
+    pub checkpoints: u64,
+    /// Member bytes read and written.
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+    /// Data offset (sectors) before and after, of the first member.
+    pub old_data_offset: u64,
+    pub new_data_offset: u64,
+}
+
+/// Array data moved per step at most (whole new stripes; at least one).
+const MAX_STEP_BYTES: u64 = 16 << 20;
+/// How often progress is recorded when the rule does not ask for it sooner (md: 10 s).
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+
+/// A reshape of a stopped array: both layouts, members by new slot, offsets.
+struct Shape {
+    old: Geo,
+    new: Geo,
+    forward: Forward,
+    /// Member index (in the members given) of each new slot.
+    slot_member: Vec<usize>,
+    old_offset: Vec<u64>,
+    new_offset: Vec<u64>,
+}
+
+impl Array {
+    /// Adds members to the stopped RAID 4/5/6 on `members` until it has `raid_devices`
+    /// slots: spares among `members` take the new slots and every stripe is rewritten in the
+    /// wider layout (see the module's notes). `progress` is called with (array bytes
+    /// reshaped, array bytes to reshape). Refuses, writing nothing, with
+    /// [`EngineError::CannotGrow`].
+    pub fn grow_members(
+        members: Vec<Box<dyn Disk>>,
+        raid_devices: usize,
+        opts: &AssembleOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<ReshapeReport> {
+        let (found, names, a) = decide_stopped(&members, opts)?;
+        let (shape, mut sbs, new_members) = start_plan(&a, &names, &found, raid_devices)?;
+        // Round 1: the reshape starts at 0 on every member (nothing has moved yet).
+        let mut events = a.nsb.events;
+        for (i, sb) in sbs.iter_mut().enumerate() {
+            record(sb, &shape, i, 0);
+        }
+        write_round(&members, &found, &mut sbs, &a, &mut events)?;
+        let mut report = run(&members, &found, &a, shape, sbs, events, 0, progress)?;
+        report.new_members = new_members;
+        Ok(report)
+    }
+
+    /// Goes on with the reshape recorded on the stopped array's `members` (started by
+    /// raidkit or by md) from the position the superblocks record.
+    pub fn continue_reshape(
+        members: Vec<Box<dyn Disk>>,
+        opts: &AssembleOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<ReshapeReport> {
+        let (found, _, a) = decide_stopped(&members, opts)?;
+        let (shape, pos) = resume_plan(&a, &found)?;
+        let sbs = a.sbs.to_vec();
+        run(
+            &members,
+            &found,
+            &a,
+            shape,
+            sbs,
+            a.nsb.events,
+            pos,
+            progress,
+        )
+    }
+}
+
+/// Writes every used member's superblock (events one past the last round) and flushes it.
+fn write_round(
+    members: &[Box<dyn Disk>],
+    found: &[FoundSuperblock],
+    sbs: &mut [Superblock],
+    a: &Assembly,
+    events: &mut u64,
+) -> Result<()> {
+    let t = now();
+    for (i, sb) in sbs.iter_mut().enumerate() {
+        if !a.use_member[MemberId(i)] {
+            continue;
+        }
+        sb.events = *events;
+        sb.bump_events(t);
+        write_superblock(members[i].as_ref(), sb, found[i].version)?;
+        members[i].flush()?;
+    }
+    *events += 1;
+    Ok(())
+}
+
+/// Member `i`'s superblock with the reshape recorded at `pos`.
+fn record(sb: &mut Superblock, shape: &Shape, i: usize, pos: u64) {
+    let slot = shape.slot_member.iter().position(|&m| m == i);
+    sb.raid_disks = shape.new.raid_disks as u32;
+    sb.reshape = ReshapeFields {
+        new_level: shape.new.md_level(),
+        reshape_position_sectors: pos,
+        delta_disks: shape.new.raid_disks as i32 - shape.old.raid_disks as i32,
+        new_layout: shape.new.md_layout(),
+        new_chunk_sectors: shape.new.chunk_sectors as u32,
+        new_offset_sectors: slot.map_or(0, |s| {
+            shape.new_offset[s] as i64 - shape.old_offset[s] as i64
+        }) as i32,
+    };
+    sb.feature_map.insert(FeatureMap::RESHAPE_ACTIVE);
+    sb.feature_map
+        .set(FeatureMap::NEW_OFFSET, sb.reshape.new_offset_sectors != 0);
+    sb.feature_map.remove(FeatureMap::RESHAPE_BACKWARDS);
+}
+
+/// Decides the start of a reshape on an assembly's decision alone (no I/O): both layouts,
+/// the new slots' members, the new offsets, every member's superblock from now on.
+#[allow(clippy::type_complexity)]
+fn start_plan(
+    a: &Assembly,
+    names: &[String],
+    found: &[FoundSuperblock],
+    new_count: usize,
+) -> Result<(Shape, Vec<Superblock>, Vec<(String, usize)>)> {
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    let level = a.geo.level();
+    if !matches!(
+        level,
+        RaidLevel::Raid4 | RaidLevel::Raid5 | RaidLevel::Raid6
+    ) {
+        return refuse(GrowRefusal::CountNotMirror {
+            level: a.nsb.level.to_md(),
+        });
+    }
+    if a.reshape.is_some() {
+        return refuse(GrowRefusal::WorkPending {
+            what: "a reshape (`raidkit grow --continue`)".into(),
+        });
+    }
+    let old_count = a.geo.raid_disks;
+    if new_count == old_count {
+        return refuse(GrowRefusal::SameCount {
+            raid_devices: old_count,
+        });
+    }
+    if new_count < old_count {
+        return refuse(GrowRefusal::ReshapeNotYet {
+            what: format!("removing members from a RAID {}", a.nsb.level.to_md()),
+        });
+    }
+    common_refusals(a)?;
+    let spares: Vec<usize> = (0..found.len())
+        .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
+        .filter(|&i| !a.slot_member.iter().any(|m| *m == Some(MemberId(i))))
+        .collect();
+    let adding = new_count - old_count;
+    if spares.len() < adding {
+        return refuse(GrowRefusal::NoSpare {
+            needed: adding,
+            given: spares.len(),
+        });
+    }
+    let mut slot_member: Vec<usize> = a.slot_member.iter().map(|m| m.map_or(0, |m| m.0)).collect();
+    slot_member.extend(&spares[..adding]);
+    let new_members: Vec<(String, usize)> = spares[..adding]
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| (names[i].clone(), old_count + k))
+        .collect();
+    let (c, used) = (a.geo.chunk_sectors, a.geo.member_data_sectors);
+    let old = a.geo.clone();
+    let new = Geo::new(a.nsb.level.to_md(), a.nsb.layout, new_count, c, used)
+        .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
+    let min = rules::min_offset_change(c, od, c, nd);
+    // Every member must have room for its data to move down by `min` (md's head-space).
+    let mut old_offset = Vec::with_capacity(new_count);
+    let mut new_offset = Vec::with_capacity(new_count);
+    for &i in &slot_member {
+        let sb = &found[i].sb;
+        let room = rules::space_before(
+            sb.data_offset_sectors,
+            sb.super_offset_sectors,
+            0,
+            bblog_end(sb),
+        );
+        if room < min {
+            return refuse(GrowRefusal::NoHeadroom {
+                member: names[i].clone(),
+                available_sectors: room,
+                needed_sectors: min,
+            });
+        }
+        old_offset.push(sb.data_offset_sectors);
+        new_offset.push(sb.data_offset_sectors - min);
+    }
+    let forward = Forward {
+        old_chunk: c,
+        old_data: od,
+        new_chunk: c,
+        new_data: nd,
+        diff: min,
+        end: new.array_sectors(),
+    };
+    let shape = Shape {
+        old,
+        new,
+        forward,
+        slot_member,
+        old_offset,
+        new_offset,
+    };
+    // Every member's superblock: the new members take their slots (in sync at once, as md
+    // marks members beyond the old count: the reshape writes all of them).
+    let mut sbs = a.sbs.to_vec();
+    for sb in sbs.iter_mut() {
+        for (k, &i) in spares[..adding].iter().enumerate() {
+            sb.set_role(
+                found[i].sb.dev_number,
+                DevRole::Active((old_count + k) as u16),
+            )
+            .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        }
+    }
+    Ok((shape, sbs, new_members))
+}
+
+/// What refuses a reshape whether it starts or goes on.
+fn common_refusals(a: &Assembly) -> Result<()> {
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    if a.nsb.bitmap_offset().is_some() {
+        return refuse(GrowRefusal::Bitmap);
+    }
+    for (flag, policy) in [(FeatureMap::PPL, "ppl"), (FeatureMap::JOURNAL, "journal")] {
+        if a.nsb.feature_map.contains(flag) {
+            return refuse(GrowRefusal::WriteLog { policy });
+        }
+    }
+    let not_whole: Vec<usize> = a
+        .slot_state
+        .enumerate()
+        .filter(|(_, s)| **s != MemberState::InSync)
+        .map(|(s, _)| s.0)
+        .collect();
+    if !not_whole.is_empty() {
+        return refuse(GrowRefusal::NotWhole { slots: not_whole });
+    }
+    if a.report.was_dirty && a.reshape.is_none() {
+        return refuse(GrowRefusal::WorkPending {
+            what: "the array was not stopped cleanly: its resync".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Where the bad-block log of a member ends (sectors from the device's start), if it has one.
+fn bblog_end(sb: &Superblock) -> Option<u64> {
+    (sb.bblog_size_sectors > 0).then(|| {
+        (sb.super_offset_sectors as i64 + sb.bblog_offset as i64 + sb.bblog_size_sectors as i64)
+            .max(0) as u64
+    })
+}
+
+/// Decides how a recorded reshape goes on (no I/O): both layouts from the superblocks, the
+/// members by slot, each member's offsets, and the position to start from.
+fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> {
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    let Some(r) = a.reshape else {
+        return refuse(GrowRefusal::NoReshape);
+    };
+    common_refusals(a)?;
+    let md_level = a.nsb.level.to_md();
+    let new_count = a.geo.raid_disks;
+    let old_count = new_count as i64 - r.delta_disks as i64;
+    let unsupported = |what: String| refuse(GrowRefusal::ReshapeNotYet { what });
+    if !matches!(md_level, 4..=6) || r.new_level != md_level {
+        return unsupported(format!(
+            "a reshape from RAID {md_level} to RAID {}",
+            r.new_level
+        ));
+    }
+    if r.delta_disks <= 0 || old_count < 2 {
+        return unsupported(format!("a reshape by {} members", r.delta_disks));
+    }
+    if r.new_layout != a.nsb.layout || r.new_chunk_sectors != a.nsb.chunk_sectors {
+        return unsupported("a change of layout or chunk size".into());
+    }
+    let c = a.nsb.chunk_sectors as u64;
+    let used = a.geo.member_data_sectors;
+    let old = Geo::new(md_level, a.nsb.layout, old_count as usize, c, used)
+        .map_err(|e| EngineError::Invalid(e.to_string()))?;
+    let new = a.geo.clone();
+    let slot_member: Vec<usize> = a.slot_member.iter().map(|m| m.map_or(0, |m| m.0)).collect();
+    let mut old_offset = Vec::with_capacity(new_count);
+    let mut new_offset = Vec::with_capacity(new_count);
+    for &i in &slot_member {
+        let sb = &found[i].sb;
+        let moved = if sb.feature_map.contains(FeatureMap::NEW_OFFSET) {
+            sb.reshape.new_offset_sectors as i64
+        } else {
+            0
+        };
+        old_offset.push(sb.data_offset_sectors);
+        new_offset.push((sb.data_offset_sectors as i64 + moved).max(0) as u64);
+    }
+    // md's min_offset_diff: the least move over the members; a reshape moving data up, or
+    // not at all, is md's backup-file kind.
+    let diff = old_offset
+        .iter()
+        .zip(&new_offset)
+        .map(|(&o, &n)| o as i64 - n as i64)
+        .min()
+        .unwrap_or(0);
+    if diff <= 0 {
+        return unsupported(
+            "a reshape that does not move the data offset down (md's backup-file reshapes)".into(),
+        );
+    }
+    let forward = Forward {
+        old_chunk: c,
+        old_data: old.data_disks() as u64,
+        new_chunk: c,
+        new_data: new.data_disks() as u64,
+        diff: diff as u64,
+        end: new.array_sectors(),
+    };
+    let pos = r.reshape_position_sectors;
+    if !forward.can_resume(pos) {
+        return refuse(GrowRefusal::TooEarly { position: pos });
+    }
+    Ok((
+        Shape {
+            old,
+            new,
+            forward,
+            slot_member,
+            old_offset,
+            new_offset,
+        },
+        pos,
+    ))
+}
+
+/// Moves the data from `pos` to the end, recording progress, then writes the superblocks of
+/// the finished array.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    members: &[Box<dyn Disk>],
+    found: &[FoundSuperblock],
+    a: &Assembly,
+    shape: Shape,
+    mut sbs: Vec<Superblock>,
+    mut events: u64,
+    start: u64,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<ReshapeReport> {
+    let f = shape.forward;
+    let total = f.end * SECTOR as u64;
+    let old_end = shape.old.array_sectors();
+    let max_step = MAX_STEP_BYTES / SECTOR as u64;
+    let mut report = ReshapeReport {
+        old_raid_devices: shape.old.raid_disks,
+        new_raid_devices: shape.new.raid_disks,
+        new_members: Vec::new(),
+        old_array_bytes: old_end * SECTOR as u64,
+        new_array_bytes: total,
+        started_at_sectors: start,
+        checkpoints: 0,
+        read_bytes: 0,
+        written_bytes: 0,
+        old_data_offset: shape.old_offset[0],
+        new_data_offset: shape.new_offset[0],
+    };
+    let checkpoint = |pos: u64, sbs: &mut Vec<Superblock>, events: &mut u64| -> Result<()> {
+        for &i in &shape.slot_member {
+            members[i].flush()?;
+        }
+        for (i, sb) in sbs.iter_mut().enumerate() {
+            record(sb, &shape, i, pos);
+        }
+        write_round(members, found, sbs, a, events)
+    };
+    let (mut pos, mut recorded) = (start, start);
+    let mut last = Instant::now();
+    let mut bufs = StepBuffers::default();
+    progress(pos * SECTOR as u64, total);
+    while pos < f.end {
+        let mut to = f.step_end(pos, recorded, max_step);
+        if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
+            checkpoint(pos, &mut sbs, &mut events)?;
+            report.checkpoints += 1;
+            (recorded, last) = (pos, Instant::now());
+            to = f.step_end(pos, recorded, max_step);
+            if to == pos {
+                return Err(EngineError::Invalid(format!(
+                    "reshape: no new stripe fits at array sector {pos} (data offsets moved by {} sectors)",
+                    f.diff
+                )));
+            }
+        }
+        let (r, w) = move_step(members, &shape, &mut bufs, pos, to, old_end)?;
+        report.read_bytes += r;
+        report.written_bytes += w;
+        pos = to;
+        progress(pos * SECTOR as u64, total);
+    }
+    // Everything moved: recorded as such first, so a member that misses the last round
+    // below still says where its data is.
+    checkpoint(f.end, &mut sbs, &mut events)?;
+    report.checkpoints += 1;
+    for (i, sb) in sbs.iter_mut().enumerate() {
+        let Some(slot) = shape.slot_member.iter().position(|&m| m == i) else {
+            // Spares stay spares; their placement stays their own.
+            finish_fields(sb);
+            continue;
+        };
+        let moved = shape.old_offset[slot] - shape.new_offset[slot];
+        sb.data_offset_sectors = shape.new_offset[slot];
+        sb.data_size_sectors += moved;
+        finish_fields(sb);
+    }
+    write_round(members, found, &mut sbs, a, &mut events)?;
+    Ok(report)
+}
+
+/// md's fields once a reshape is over: no reshape, no new offset.
+fn finish_fields(sb: &mut Superblock) {
+    sb.reshape = ReshapeFields::default();
+    for flag in [
+        FeatureMap::RESHAPE_ACTIVE,
+        FeatureMap::NEW_OFFSET,
+        FeatureMap::RESHAPE_BACKWARDS,
+    ] {
+        sb.feature_map.remove(flag);
+    }
+}
+
+/// Buffers reused from one step to the next: the old layout's member ranges and the new.
+#[derive(Default)]
+struct StepBuffers {
+    old: Vec<Vec<u8>>,
+    new: Vec<Vec<u8>>,
+    scratch: (Vec<u8>, Vec<u8>),
+}
+
+/// One step: reads the old layout's stripes holding array sectors `[from, to)` (whole new
+/// stripes), lays them out in new stripes with fresh parity (zeros past the old end) and
+/// writes them, every member at once. Returns (bytes read, bytes written).
+fn move_step(
+    members: &[Box<dyn Disk>],
+    shape: &Shape,
+    bufs: &mut StepBuffers,
+    from: u64,
+    to: u64,
+    old_end: u64,
+) -> Result<(u64, u64)> {
+    let c = shape.new.chunk_sectors;
+    let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
+    let chunk_bytes = (c * SECTOR as u64) as usize;
+    // Old stripes [os0, os1) hold the data; new stripes [ns0, ns1) receive it.
+    let (ns0, ns1) = (from / (c * nd), to / (c * nd));
+    let data_end = to.min(old_end);
+    let (os0, os1) = if from < old_end {
+        (from / (c * od), data_end.div_ceil(c * od))
+    } else {
+        (0, 0)
+    };
+    let old_len = ((os1 - os0) * c) as usize * SECTOR;
+    let new_len = ((ns1 - ns0) * c) as usize * SECTOR;
+    bufs.old.resize_with(shape.old.raid_disks, Vec::new);
+    bufs.new.resize_with(shape.new.raid_disks, Vec::new);
+    for b in &mut bufs.old {
+        b.resize(old_len, 0);
+    }
+    for b in &mut bufs.new {
+        b.clear();
+        b.resize(new_len, 0);
+    }
+    // Read every old member's range at once.
+    let read = |slot: usize, buf: &mut Vec<u8>| -> Result<()> {
+        let disk = &members[shape.slot_member[slot]];
+        let at = (shape.old_offset[slot] + os0 * c) * SECTOR as u64;
+        disk.read_at(buf, at).map_err(EngineError::from)
+    };
+    if old_len > 0 {
+        std::thread::scope(|s| {
+            let jobs: Vec<_> = bufs
+                .old
+                .iter_mut()
+                .enumerate()
+                .map(|(slot, buf)| s.spawn(move || read(slot, buf)))
+                .collect();
+            jobs.into_iter()
+                .try_for_each(|j| j.join().unwrap_or_else(|_| Err(panicked("read"))))
+        })?;
+    }
+    // Lay the data chunks out in the new stripes.
+    for ns in ns0..ns1 {
+        let info = shape.new.stripe(ns);
+        for (dd, &slot) in info.data_members.iter().enumerate() {
+            let chunk = ns * nd + dd as u64;
+            if chunk * c >= old_end {
+                continue; // past the old array: zeros
+            }
+            let (os, odd) = (chunk / od, (chunk % od) as usize);
+            let from_slot = shape.old.stripe(os).data_members[odd];
+            let src = ((os - os0) as usize) * chunk_bytes;
+            let dst = ((ns - ns0) as usize) * chunk_bytes;
+            let (old, new) = (&bufs.old[from_slot], &mut bufs.new[slot]);
+            new[dst..dst + chunk_bytes].copy_from_slice(&old[src..src + chunk_bytes]);
+        }
+    }
+    crate::recon::parity_check(
+        &shape.new,
+        ns0 * c,
+        (ns1 - ns0) * c,
+        &mut bufs.new,
+        true,
+        &mut bufs.scratch,
+    )
+    .map_err(|e| EngineError::Invalid(format!("reshape: parity of the new stripes: {e}")))?;
+    let write = |slot: usize, buf: &Vec<u8>| -> Result<()> {
+        let disk = &members[shape.slot_member[slot]];
+        let at = (shape.new_offset[slot] + ns0 * c) * SECTOR as u64;
+        disk.write_at(buf, at).map_err(EngineError::from)
+    };
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = bufs
+            .new
+            .iter()
+            .enumerate()
+            .map(|(slot, buf)| s.spawn(move || write(slot, buf)))
+            .collect();
+        jobs.into_iter()
+            .try_for_each(|j| j.join().unwrap_or_else(|_| Err(panicked("write"))))
+    })?;
+    let n_old = shape.old.raid_disks as u64;
+    let n_new = shape.new.raid_disks as u64;
+    Ok((old_len as u64 * n_old, new_len as u64 * n_new))
+}
+
+fn panicked(what: &str) -> EngineError {
+    EngineError::Invalid(format!("a reshape {what} thread panicked"))
+}

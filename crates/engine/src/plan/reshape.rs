@@ -1,0 +1,181 @@
+//! A reshape's decisions on numbers alone (no I/O): how far each member's data must move so
+//! that no step overwrites data it still needs (mdadm's `compute_backup_blocks` and
+//! `min_offset_change`), how much room a member has in front of its data (mdadm's
+//! `space_before`), and how far the next step may write before the position recorded in the
+//! superblocks must advance (raid5.c `reshape_request`: the write position may not pass the
+//! read position the superblocks promise).
+//!
+//! A forward reshape (more data members) moves data to lower member addresses: it writes the
+//! new layout at `new data offset + w` while the old layout of every sector at or above the
+//! recorded `reshape_position` must stay readable at `old data offset + r`. With the data
+//! offset lowered by `diff`, a step may write up to `r + diff`.
+
+/// Greatest common divisor.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// mdadm's `compute_backup_blocks`: the fewest array sectors that are a whole number of old
+/// and of new stripes (data only).
+pub fn unit_sectors(old_chunk: u64, old_data: u64, new_chunk: u64, new_data: u64) -> u64 {
+    let (a, b) = (old_chunk * old_data, new_chunk * new_data);
+    a / gcd(a, b) * b
+}
+
+/// mdadm's `min_offset_change`: how far (member sectors) the data offset moves, down for a
+/// forward reshape: one unit's share of each old data member.
+pub fn min_offset_change(old_chunk: u64, old_data: u64, new_chunk: u64, new_data: u64) -> u64 {
+    unit_sectors(old_chunk, old_data, new_chunk, new_data) / old_data
+}
+
+/// mdadm's `space_before` for metadata 1.1/1.2 (superblock in front of the data): the
+/// sectors between the end of what sits in front of the data (superblock, write-intent
+/// bitmap or partial parity log, bad-block log) and the data offset.
+pub fn space_before(
+    data_offset: u64,
+    super_offset: u64,
+    metadata_end: u64,
+    bblog_end: Option<u64>,
+) -> u64 {
+    if data_offset <= super_offset {
+        // Metadata 1.0: the superblock sits behind the data; mdadm moves nothing down.
+        return 0;
+    }
+    // The kernel's own bound: superblock plus 36 KiB.
+    let earliest = (super_offset + (32 + 4) * 2)
+        .max(metadata_end)
+        .max(bblog_end.unwrap_or(0));
+    data_offset.saturating_sub(earliest)
+}
+
+/// A forward reshape's geometry in the numbers the safety rule needs (sectors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forward {
+    pub old_chunk: u64,
+    pub old_data: u64,
+    pub new_chunk: u64,
+    pub new_data: u64,
+    /// How far the data offset moved down (the least over the members).
+    pub diff: u64,
+    /// Array sectors the reshape covers: the new geometry's whole size.
+    pub end: u64,
+}
+
+impl Forward {
+    fn new_stripe(&self) -> u64 {
+        self.new_chunk * self.new_data
+    }
+
+    /// The furthest array sector a step from `pos` may reach, in whole new stripes and at
+    /// most `max_step` sectors, while the superblocks record `recorded`: its new layout must
+    /// end at or before the old layout's first stripe holding a sector at or above
+    /// `recorded` (offsets included). `pos` itself when no new stripe fits: the position
+    /// recorded must advance first.
+    pub fn step_end(&self, pos: u64, recorded: u64, max_step: u64) -> u64 {
+        let old_stripe = self.old_chunk * self.old_data;
+        let read_safe = recorded / old_stripe * self.old_chunk + self.diff;
+        let fits = read_safe / self.new_chunk * self.new_stripe();
+        let cap = pos.saturating_add(
+            (max_step / self.new_stripe())
+                .max(1)
+                .saturating_mul(self.new_stripe()),
+        );
+        fits.min(cap).min(self.end).max(pos)
+    }
+
+    /// Whether a reshape recorded at `pos` can go on (md's "reshape_position too early for
+    /// auto-recovery" test): `pos` is on a new stripe and the next stripe fits.
+    pub fn can_resume(&self, pos: u64) -> bool {
+        pos.is_multiple_of(self.new_stripe())
+            && (pos >= self.end || self.step_end(pos, pos, 1) > pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_offset_changes_are_mdadms() {
+        // RAID 5 4 -> 5 members, 512 KiB chunks: lcm(3, 4) chunks of 1024 sectors.
+        assert_eq!(unit_sectors(1024, 3, 1024, 4), 12288);
+        assert_eq!(min_offset_change(1024, 3, 1024, 4), 4096);
+        // 64 KiB chunks, RAID 6 5 -> 6 members (3 -> 4 data).
+        assert_eq!(min_offset_change(128, 3, 128, 4), 512);
+        // A chunk change: 64 KiB -> 512 KiB over 3 data members.
+        assert_eq!(unit_sectors(128, 3, 1024, 3), 3072);
+    }
+
+    #[test]
+    fn space_before_counts_what_sits_in_front_of_the_data() {
+        assert_eq!(space_before(4096, 8, 0, None), 4096 - 80);
+        assert_eq!(space_before(4096, 8, 8 + 2056, None), 4096 - 2064);
+        assert_eq!(space_before(4096, 8, 0, Some(8 + 4096 - 8)), 0);
+        assert_eq!(space_before(0, 1 << 20, 0, None), 0, "metadata 1.0");
+    }
+
+    #[test]
+    fn a_step_never_writes_over_old_data_the_superblocks_still_point_at() {
+        let f = Forward {
+            old_chunk: 1024,
+            old_data: 3,
+            new_chunk: 1024,
+            new_data: 4,
+            diff: 4096,
+            end: 4 * 1024 * 1024,
+        };
+        // From the start: new stripes up to member sector 4096 (4 of them).
+        assert_eq!(f.step_end(0, 0, u64::MAX), 4 * 4096);
+        // A cap of one stripe; a cap below one stripe still moves one.
+        assert_eq!(f.step_end(0, 0, 4096), 4096);
+        assert_eq!(f.step_end(0, 0, 1), 4096);
+        // Nothing fits until the recorded position advances.
+        assert_eq!(f.step_end(4 * 4096, 0, u64::MAX), 4 * 4096);
+        // Recorded at 16384: the old stripe holding it starts at member sector 5 * 1024.
+        assert_eq!(
+            f.step_end(16384, 16384, u64::MAX),
+            (5 * 1024 + 4096) / 1024 * 4096
+        );
+        // Every step ends where its writes stay in front of the old data still needed.
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let recorded = (rng % f.end) / 4096 * 4096;
+            let pos = (recorded + (rng >> 40) % 8 * 4096).min(f.end);
+            let to = f.step_end(pos, recorded, (rng >> 20) % 100_000);
+            assert!(to >= pos && to <= f.end && to.is_multiple_of(4096));
+            if to > pos {
+                let write_end = to / 4;
+                let read_start = 4096 + recorded / 3072 * 1024;
+                assert!(write_end <= read_start, "{pos} {recorded} {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn resuming_needs_a_stripe_boundary_and_room_for_the_next_stripe() {
+        let f = Forward {
+            old_chunk: 128,
+            old_data: 3,
+            new_chunk: 128,
+            new_data: 4,
+            diff: 512,
+            end: 4 * 8192,
+        };
+        assert!(f.can_resume(0));
+        assert!(f.can_resume(512 * 10));
+        assert!(!f.can_resume(100), "not on a new stripe");
+        assert!(f.can_resume(f.end));
+        let none = Forward { diff: 0, ..f };
+        assert!(
+            !none.can_resume(0),
+            "in place, the first stripe overwrites what it reads"
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! Helpers shared by the engine's integration tests.
+pub mod crash;

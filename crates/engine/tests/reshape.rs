@@ -1,0 +1,229 @@
+//! Adding members to RAID 4/5/6 (`grow --raid-devices`): the data reads back the same, the
+//! new room reads zeros, parity is consistent; a power loss at a random point of the reshape
+//! (every write not flushed then lands whole, torn or not at all) is followed by
+//! `continue_reshape`, with the same result; refusals write nothing.
+
+mod common;
+use common::crash::{CrashDisk, Rng};
+use raidkit_disk::Disk;
+use raidkit_engine::{
+    Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError,
+    GrowRefusal, TaskKind,
+};
+use raidkit_metadata::SuperblockVersion;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+const MEMBER_BYTES: usize = 3 << 20;
+const CHUNK: u32 = 16;
+
+fn boxed(disks: &[CrashDisk]) -> Vec<Box<dyn Disk>> {
+    disks
+        .iter()
+        .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
+        .collect()
+}
+
+fn create_opts(level: i32, n: usize, policy: ConsistencyPolicy) -> CreateOptions {
+    CreateOptions {
+        level,
+        layout: None,
+        chunk_sectors: CHUNK,
+        raid_devices: n,
+        metadata: SuperblockVersion::V1_2,
+        size_sectors: None,
+        name: "reshape".into(),
+        set_uuid: [7; 16],
+        device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+        ctime_seconds: 1_700_000_000,
+        members_zeroed: true,
+        consistency: policy,
+        config: EngineConfig::default(),
+    }
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng(seed | 1);
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// RAID `level` over `n` members full of a pattern, with `spares` spares added: the members
+/// (spares last) and the array's contents.
+fn written_array(
+    level: i32,
+    n: usize,
+    spares: usize,
+    policy: ConsistencyPolicy,
+) -> (Vec<CrashDisk>, Vec<u8>) {
+    let disks: Vec<CrashDisk> = (0..n + spares)
+        .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
+        .collect();
+    let array = Array::create(boxed(&disks[..n]), create_opts(level, n, policy)).unwrap();
+    let data = pattern(level as u64 * 31 + n as u64, array.size_bytes() as usize);
+    for (k, piece) in data.chunks(1 << 20).enumerate() {
+        array.write_at(piece, (k << 20) as u64, false).unwrap();
+    }
+    for (s, d) in disks[n..].iter().enumerate() {
+        array
+            .add_spare(Box::new(d.clone()), [0x40 + s as u8; 16])
+            .unwrap();
+    }
+    array.stop().unwrap();
+    for d in &disks {
+        d.flush().unwrap();
+    }
+    (disks, data)
+}
+
+/// Assembles the members and checks: the old contents first, zeros after, `raid_devices`
+/// slots, no parity mismatch.
+fn verify(disks: &[CrashDisk], data: &[u8], raid_devices: usize) {
+    let (array, _) = Array::assemble(boxed(disks), AssembleOptions::default()).unwrap();
+    assert_eq!(array.geometry().raid_disks, raid_devices);
+    let size = array.size_bytes() as usize;
+    assert!(size > data.len(), "the array grew ({size} bytes)");
+    let mut got = vec![0u8; size];
+    for (k, piece) in got.chunks_mut(1 << 20).enumerate() {
+        array.read_at(piece, (k << 20) as u64).unwrap();
+    }
+    let first_bad = got[..data.len()].iter().zip(data).position(|(a, b)| a != b);
+    assert_eq!(
+        first_bad, None,
+        "old contents differ from byte {first_bad:?}"
+    );
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "new room reads zeros"
+    );
+    let mismatches = array
+        .run_task(TaskKind::Check, &mut |_| {}, &AtomicBool::new(false))
+        .unwrap()
+        .progress
+        .mismatch_sectors;
+    assert_eq!(mismatches, 0);
+    array.stop().unwrap();
+}
+
+fn grow(disks: &[CrashDisk], n: usize) -> Result<raidkit_engine::ReshapeReport, EngineError> {
+    Array::grow_members(boxed(disks), n, &AssembleOptions::default(), &|_, _| {})
+}
+
+#[test]
+fn raid5_4_to_5_and_raid6_5_to_7_keep_their_data() {
+    for (level, n, add) in [(5, 4, 1), (6, 5, 2), (4, 3, 1)] {
+        let (disks, data) = written_array(level, n, add, ConsistencyPolicy::Resync);
+        let report = grow(&disks, n + add).unwrap();
+        assert_eq!(report.new_raid_devices, n + add);
+        assert_eq!(report.old_array_bytes as usize, data.len());
+        assert_eq!(report.new_members.len(), add);
+        assert!(report.new_data_offset < report.old_data_offset);
+        verify(&disks, &data, n + add);
+    }
+}
+
+#[test]
+fn a_power_loss_anywhere_in_a_reshape_is_continued() {
+    // Writes and flushes one uninterrupted reshape makes, to draw crash points from.
+    let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let power = Arc::new(AtomicI64::new(i64::MAX));
+    let counted: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+    grow(&counted, 5).unwrap();
+    let budget = i64::MAX - power.load(Ordering::SeqCst);
+    verify(&disks, &data, 5);
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    for round in 0..40 {
+        let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+        let power = Arc::new(AtomicI64::new(rng.below(budget as u64) as i64));
+        let cut: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+        let first = grow(&cut, 5);
+        assert!(
+            first.is_err(),
+            "round {round}: the power went before the end"
+        );
+        for d in &disks {
+            d.crash(&mut rng);
+        }
+        // The members record a reshape to continue, or none: the power went in the first
+        // superblock round (grow again) or in the last (it is finished).
+        match Array::continue_reshape(boxed(&disks), &AssembleOptions::default(), &|_, _| {}) {
+            Ok(_) => {}
+            Err(EngineError::CannotGrow(GrowRefusal::NoReshape)) => match grow(&disks, 5) {
+                Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::SameCount { .. })) => {}
+                Err(e) => panic!("round {round}: grow again failed: {e}"),
+            },
+            Err(e) => panic!("round {round}: continue failed: {e}"),
+        }
+        verify(&disks, &data, 5);
+    }
+}
+
+#[test]
+fn an_array_with_a_reshape_in_progress_is_not_served() {
+    let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let power = Arc::new(AtomicI64::new(60));
+    let cut: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+    assert!(grow(&cut, 5).is_err());
+    for d in &disks {
+        d.crash(&mut Rng(3));
+    }
+    match Array::assemble(boxed(&disks), AssembleOptions::default()) {
+        Err(EngineError::ReshapeInProgress {
+            new_raid_disks,
+            old_raid_disks,
+            ..
+        }) => {
+            assert_eq!((old_raid_disks, new_raid_disks), (4, 5));
+        }
+        other => panic!("assembled: {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn refusals_write_nothing() {
+    let snapshot = |disks: &[CrashDisk]| -> Vec<Vec<u8>> {
+        disks
+            .iter()
+            .map(|d| {
+                let mut b = vec![0u8; MEMBER_BYTES];
+                d.read_at(&mut b, 0).unwrap();
+                b
+            })
+            .collect()
+    };
+    // No spare given for the new slot.
+    let (disks, _) = written_array(5, 4, 0, ConsistencyPolicy::Resync);
+    let before = snapshot(&disks);
+    match grow(&disks, 5) {
+        Err(EngineError::CannotGrow(GrowRefusal::NoSpare {
+            needed: 1,
+            given: 0,
+        })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(snapshot(&disks) == before);
+    // md does not reshape with a partial parity log.
+    let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Ppl);
+    let before = snapshot(&disks);
+    match grow(&disks, 5) {
+        Err(EngineError::CannotGrow(GrowRefusal::WriteLog { policy: "ppl" })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(snapshot(&disks) == before);
+    // Fewer members, and no reshape to continue.
+    let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let before = snapshot(&disks);
+    assert!(matches!(
+        grow(&disks, 3),
+        Err(EngineError::CannotGrow(GrowRefusal::ReshapeNotYet { .. }))
+    ));
+    assert!(matches!(
+        Array::continue_reshape(boxed(&disks), &AssembleOptions::default(), &|_, _| {}),
+        Err(EngineError::CannotGrow(GrowRefusal::NoReshape))
+    ));
+    assert!(snapshot(&disks) == before);
+}
