@@ -8,7 +8,7 @@ use common::crash::{CrashDisk, Rng};
 use raidkit_disk::Disk;
 use raidkit_engine::{
     Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError,
-    GrowRefusal, TaskKind,
+    GrowRefusal, ReshapeControl, TaskKind,
 };
 use raidkit_metadata::SuperblockVersion;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -109,8 +109,21 @@ fn verify(disks: &[CrashDisk], data: &[u8], raid_devices: usize) {
     array.stop().unwrap();
 }
 
+fn control(pause_at_bytes: Option<u64>) -> ReshapeControl<'static> {
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    ReshapeControl {
+        progress: &|_, _| {},
+        stop: &NEVER,
+        pause_at_bytes,
+    }
+}
+
 fn grow(disks: &[CrashDisk], n: usize) -> Result<raidkit_engine::ReshapeReport, EngineError> {
-    Array::grow_members(boxed(disks), n, &AssembleOptions::default(), &|_, _| {})
+    Array::grow_members(boxed(disks), n, &AssembleOptions::default(), &control(None))
+}
+
+fn continue_reshape(disks: &[CrashDisk]) -> Result<raidkit_engine::ReshapeReport, EngineError> {
+    Array::continue_reshape(boxed(disks), &AssembleOptions::default(), &control(None))
 }
 
 #[test]
@@ -150,7 +163,7 @@ fn a_power_loss_anywhere_in_a_reshape_is_continued() {
         }
         // The members record a reshape to continue, or none: the power went in the first
         // superblock round (grow again) or in the last (it is finished).
-        match Array::continue_reshape(boxed(&disks), &AssembleOptions::default(), &|_, _| {}) {
+        match continue_reshape(&disks) {
             Ok(_) => {}
             Err(EngineError::CannotGrow(GrowRefusal::NoReshape)) => match grow(&disks, 5) {
                 Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::SameCount { .. })) => {}
@@ -222,8 +235,31 @@ fn refusals_write_nothing() {
         Err(EngineError::CannotGrow(GrowRefusal::ReshapeNotYet { .. }))
     ));
     assert!(matches!(
-        Array::continue_reshape(boxed(&disks), &AssembleOptions::default(), &|_, _| {}),
+        continue_reshape(&disks),
         Err(EngineError::CannotGrow(GrowRefusal::NoReshape))
     ));
     assert!(snapshot(&disks) == before);
+}
+
+#[test]
+fn a_paused_reshape_is_recorded_and_continued() {
+    let (disks, data) = written_array(6, 4, 1, ConsistencyPolicy::Resync);
+    let paused = Array::grow_members(
+        boxed(&disks),
+        5,
+        &AssembleOptions::default(),
+        &control(Some(data.len() as u64 / 2)),
+    )
+    .unwrap();
+    assert!(!paused.finished);
+    assert!(paused.position_sectors * 512 >= data.len() as u64 / 2);
+    let sb = raidkit_engine::read_superblock(&disks[0]).unwrap().sb;
+    let r = sb.reshape().expect("the reshape is recorded");
+    assert_eq!(r.reshape_position_sectors, paused.position_sectors);
+    assert_eq!((sb.raid_disks, r.delta_disks), (5, 1));
+    assert!(r.new_offset_sectors < 0, "data moves down");
+    let done = continue_reshape(&disks).unwrap();
+    assert!(done.finished);
+    assert_eq!(done.started_at_sectors, paused.position_sectors);
+    verify(&disks, &data, 5);
 }

@@ -23,6 +23,7 @@ use crate::membership::assembly::Assembly;
 use crate::meta::FoundSuperblock;
 use crate::plan::reshape::{self as rules, Forward};
 use raidkit_metadata::ReshapeFields;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What a reshape did.
@@ -44,6 +45,20 @@ pub struct ReshapeReport {
     /// Data offset (sectors) before and after, of the first member.
     pub old_data_offset: u64,
     pub new_data_offset: u64,
+    /// Whether the reshape is over; otherwise it stopped (asked to) at `position_sectors`,
+    /// recorded there, to go on with [`Array::continue_reshape`].
+    pub finished: bool,
+    pub position_sectors: u64,
+}
+
+/// How a caller steers a reshape: progress, stop, pause.
+pub struct ReshapeControl<'a> {
+    /// Called with (array bytes reshaped, array bytes to reshape).
+    pub progress: &'a (dyn Fn(u64, u64) + Sync),
+    /// Set to stop: the position reached is recorded and the run returns (`finished` false).
+    pub stop: &'a AtomicBool,
+    /// Stop once this many array bytes are reshaped (md's `sync_max`), recorded the same way.
+    pub pause_at_bytes: Option<u64>,
 }
 
 /// Array data moved per step at most (whole new stripes; at least one).
@@ -65,14 +80,13 @@ struct Shape {
 impl Array {
     /// Adds members to the stopped RAID 4/5/6 on `members` until it has `raid_devices`
     /// slots: spares among `members` take the new slots and every stripe is rewritten in the
-    /// wider layout (see the module's notes). `progress` is called with (array bytes
-    /// reshaped, array bytes to reshape). Refuses, writing nothing, with
+    /// wider layout (see the module's notes), as `ctl` steers. Refuses, writing nothing, with
     /// [`EngineError::CannotGrow`].
     pub fn grow_members(
         members: Vec<Box<dyn Disk>>,
         raid_devices: usize,
         opts: &AssembleOptions,
-        progress: &(dyn Fn(u64, u64) + Sync),
+        ctl: &ReshapeControl,
     ) -> Result<ReshapeReport> {
         let (found, names, a) = decide_stopped(&members, opts)?;
         let (shape, mut sbs, new_members) = start_plan(&a, &names, &found, raid_devices)?;
@@ -82,7 +96,7 @@ impl Array {
             record(sb, &shape, i, 0);
         }
         write_round(&members, &found, &mut sbs, &a, &mut events)?;
-        let mut report = run(&members, &found, &a, shape, sbs, events, 0, progress)?;
+        let mut report = run(&members, &found, &a, shape, sbs, events, 0, ctl)?;
         report.new_members = new_members;
         Ok(report)
     }
@@ -92,21 +106,12 @@ impl Array {
     pub fn continue_reshape(
         members: Vec<Box<dyn Disk>>,
         opts: &AssembleOptions,
-        progress: &(dyn Fn(u64, u64) + Sync),
+        ctl: &ReshapeControl,
     ) -> Result<ReshapeReport> {
         let (found, _, a) = decide_stopped(&members, opts)?;
         let (shape, pos) = resume_plan(&a, &found)?;
         let sbs = a.sbs.to_vec();
-        run(
-            &members,
-            &found,
-            &a,
-            shape,
-            sbs,
-            a.nsb.events,
-            pos,
-            progress,
-        )
+        run(&members, &found, &a, shape, sbs, a.nsb.events, pos, ctl)
     }
 }
 
@@ -391,8 +396,9 @@ fn run(
     mut sbs: Vec<Superblock>,
     mut events: u64,
     start: u64,
-    progress: &(dyn Fn(u64, u64) + Sync),
+    ctl: &ReshapeControl,
 ) -> Result<ReshapeReport> {
+    let progress = ctl.progress;
     let f = shape.forward;
     let total = f.end * SECTOR as u64;
     let old_end = shape.old.array_sectors();
@@ -409,6 +415,8 @@ fn run(
         written_bytes: 0,
         old_data_offset: shape.old_offset[0],
         new_data_offset: shape.new_offset[0],
+        finished: false,
+        position_sectors: start,
     };
     let checkpoint = |pos: u64, sbs: &mut Vec<Superblock>, events: &mut u64| -> Result<()> {
         for &i in &shape.slot_member {
@@ -423,7 +431,14 @@ fn run(
     let mut last = Instant::now();
     let mut bufs = StepBuffers::default();
     progress(pos * SECTOR as u64, total);
+    let pause = ctl.pause_at_bytes.map_or(u64::MAX, |b| b / SECTOR as u64);
     while pos < f.end {
+        if ctl.stop.load(Ordering::Relaxed) || pos >= pause {
+            checkpoint(pos, &mut sbs, &mut events)?;
+            report.checkpoints += 1;
+            report.position_sectors = pos;
+            return Ok(report);
+        }
         let mut to = f.step_end(pos, recorded, max_step);
         if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
             checkpoint(pos, &mut sbs, &mut events)?;
@@ -459,6 +474,8 @@ fn run(
         finish_fields(sb);
     }
     write_round(members, found, &mut sbs, a, &mut events)?;
+    report.finished = true;
+    report.position_sectors = f.end;
     Ok(report)
 }
 

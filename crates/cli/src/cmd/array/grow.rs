@@ -5,6 +5,9 @@
 //!   is consistent without a resync (see the engine's `array/grow.rs`).
 //! - `--raid-devices` (RAID 1): more slots, filled by the spares given and rebuilt at once, or
 //!   fewer, once no more members than that are in slots.
+//! - `--raid-devices` (RAID 4/5/6): more members, the spares given; every stripe is rewritten
+//!   in the wider layout (a reshape), crash-safe without a backup file (see the engine's
+//!   `array/reshape.rs`); `--continue` goes on with a reshape a crash, Ctrl-C or md left.
 
 use super::tasks::{self, ProgressBar, SpeedArgs};
 use raidkit_cli::common::{
@@ -12,7 +15,10 @@ use raidkit_cli::common::{
     MembersArgs,
 };
 use raidkit_cli::CliError;
-use raidkit_engine::{Array, AssembleOptions, GrowSize, TaskKind, TaskOutcome};
+use raidkit_engine::{
+    Array, AssembleOptions, EngineError, GrowRefusal, GrowSize, ReshapeControl, TaskKind,
+    TaskOutcome,
+};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -27,16 +33,31 @@ pub struct GrowArgs {
         long,
         short = 'z',
         value_name = "SIZE|max",
-        required_unless_present = "raid_devices",
-        conflicts_with = "raid_devices"
+        required_unless_present_any = ["raid_devices", "continue_reshape"],
+        conflicts_with_all = ["raid_devices", "continue_reshape"]
     )]
     pub size: Option<String>,
-    /// RAID 1: the number of slots from now on. More: the spares among the members take the
-    /// new slots and are rebuilt now (slots left over stay missing until `raidkit add`).
-    /// Fewer: only once no more members than that are in slots (`raidkit fail` and `raidkit
-    /// remove` the others first); members above the new count move down.
-    #[arg(long = "raid-devices", short = 'n', value_name = "N")]
+    /// The number of members from now on. RAID 1: more slots, which the spares among the
+    /// members take and which are rebuilt now (slots left over stay missing until `raidkit
+    /// add`), or fewer, only once no more members than that are in slots (`raidkit fail` and
+    /// `raidkit remove` the others first; members above the new count move down). RAID
+    /// 4/5/6: more members, the spares given (`raidkit add` them first); the data is
+    /// reshaped over all of them and the array grows by their share.
+    #[arg(
+        long = "raid-devices",
+        short = 'n',
+        value_name = "N",
+        conflicts_with = "continue_reshape"
+    )]
     pub raid_devices: Option<usize>,
+    /// Go on with the reshape the members record (one a crash or Ctrl-C interrupted, or one
+    /// md started), from where it was recorded.
+    #[arg(long = "continue")]
+    pub continue_reshape: bool,
+    /// Reshapes: stop once this much of the array is reshaped (K, M, G, T suffix; md's
+    /// `sync_max`), recorded, to go on later with --continue (Ctrl-C stops the same way).
+    #[arg(long = "pause-at", value_name = "SIZE")]
+    pub pause_at: Option<String>,
     #[command(flatten)]
     pub speed: SpeedArgs,
 }
@@ -45,18 +66,111 @@ pub fn grow(args: GrowArgs) -> Result<(), CliError> {
     match (&args.size, args.raid_devices) {
         (Some(size), _) => grow_size(&args, size),
         (None, Some(n)) => grow_mirrors(&args, n),
-        (None, None) => Err(CliError::usage("give --size or --raid-devices")),
+        (None, None) if args.continue_reshape => reshape(&args, None),
+        (None, None) => Err(CliError::usage("give --size, --raid-devices or --continue")),
+    }
+}
+
+/// A progress bar (hidden for --quiet and --json) and when it started.
+fn progress_bar(args: &GrowArgs) -> (Mutex<ProgressBar>, Instant) {
+    (
+        Mutex::new(ProgressBar::new(args.speed.quiet || args.array.json)),
+        Instant::now(),
+    )
+}
+
+/// Draws the bar: `label`, percent, rate and ETA from `done` of `total` bytes.
+fn draw(bar: &Mutex<ProgressBar>, start: Instant, label: &'static str, done: u64, total: u64) {
+    let secs = start.elapsed().as_secs_f64().max(1e-3);
+    let rate = done as f64 / secs;
+    let percent = if total == 0 {
+        100.0
+    } else {
+        done as f64 * 100.0 / total as f64
+    };
+    let eta = (rate > 0.0).then(|| (total - done) as f64 / rate);
+    if let Ok(mut bar) = bar.lock() {
+        bar.draw(label, percent, rate, eta, false);
+    }
+}
+
+/// Adds members to a RAID 4/5/6 (`raid_devices`) or continues a recorded reshape (`None`).
+fn reshape(args: &GrowArgs, raid_devices: Option<usize>) -> Result<(), CliError> {
+    let members = open_members(&args.array.members, false)?;
+    let opts = assemble_opts(args);
+    let (bar, start) = progress_bar(args);
+    let progress = |done, total| draw(&bar, start, "reshape", done, total);
+    let ctl = ReshapeControl {
+        progress: &progress,
+        stop: tasks::stop_flag()?,
+        pause_at_bytes: match &args.pause_at {
+            Some(s) => Some(parse_size_bytes(s, 1024)?),
+            None => None,
+        },
+    };
+    let report = match raid_devices {
+        Some(n) => Array::grow_members(members, n, &opts, &ctl),
+        None => Array::continue_reshape(members, &opts, &ctl),
+    }
+    .map_err(engine_error)?;
+    if let Ok(mut bar) = bar.lock() {
+        bar.finish();
+    }
+    if args.array.json {
+        return print_json(&report);
+    }
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    for (name, slot) in &report.new_members {
+        println!("raidkit: {name} takes slot {slot}");
+    }
+    if !report.finished {
+        println!(
+            "raidkit: reshape stopped at {:.1} MiB of {:.1} MiB, recorded in the superblocks; `raidkit grow --continue` with the same members goes on (so does md)",
+            mib(report.position_sectors * 512),
+            mib(report.new_array_bytes),
+        );
+        return Ok(());
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-3);
+    println!(
+        "raidkit: reshaped from {} to {} members{}: {:.1} MiB now {:.1} MiB; data offset {} -> {} sectors; {:.1} MiB read and {:.1} MiB written on the members in {:.1} s ({:.0} MB/s written), progress recorded {} times",
+        report.old_raid_devices,
+        report.new_raid_devices,
+        if report.started_at_sectors > 0 {
+            format!(" (continued from array sector {})", report.started_at_sectors)
+        } else {
+            String::new()
+        },
+        mib(report.old_array_bytes),
+        mib(report.new_array_bytes),
+        report.old_data_offset,
+        report.new_data_offset,
+        mib(report.read_bytes),
+        mib(report.written_bytes),
+        secs,
+        report.written_bytes as f64 / secs / 1e6,
+        report.checkpoints,
+    );
+    Ok(())
+}
+
+fn assemble_opts(args: &GrowArgs) -> AssembleOptions {
+    AssembleOptions {
+        force: args.array.force,
+        run: args.array.run,
+        ..Default::default()
     }
 }
 
 fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
     let members = open_members(&args.array.members, false)?;
-    let opts = AssembleOptions {
-        force: args.array.force,
-        run: args.array.run,
-        ..Default::default()
+    let opts = assemble_opts(args);
+    let report = match Array::grow_mirrors(members, raid_devices, &opts) {
+        Err(EngineError::CannotGrow(GrowRefusal::CountNotMirror { level: 4..=6 })) => {
+            return reshape(args, Some(raid_devices));
+        }
+        other => other.map_err(engine_error)?,
     };
-    let report = Array::grow_mirrors(members, raid_devices, &opts).map_err(engine_error)?;
     if !args.array.json {
         println!(
             "raidkit: RAID 1 now has {} slots (was {})",
@@ -107,25 +221,10 @@ fn grow_size(args: &GrowArgs, size: &str) -> Result<(), CliError> {
         s => GrowSize::Sectors(parse_size_bytes(s, 1024)? / 512),
     };
     let members = open_members(&args.array.members, false)?;
-    let opts = AssembleOptions {
-        force: args.array.force,
-        run: args.array.run,
-        ..Default::default()
-    };
-    let bar = Mutex::new(ProgressBar::new(args.speed.quiet || args.array.json));
-    let start = Instant::now();
+    let opts = assemble_opts(args);
+    let (bar, start) = progress_bar(args);
     let report = Array::grow_size(members, size, &opts, &|done, total| {
-        let secs = start.elapsed().as_secs_f64().max(1e-3);
-        let rate = done as f64 / secs;
-        let percent = if total == 0 {
-            100.0
-        } else {
-            done as f64 * 100.0 / total as f64
-        };
-        let eta = (rate > 0.0).then(|| (total - done) as f64 / rate);
-        if let Ok(mut bar) = bar.lock() {
-            bar.draw("zero", percent, rate, eta, false);
-        }
+        draw(&bar, start, "zero", done, total)
     })
     .map_err(engine_error)?;
     if let Ok(mut bar) = bar.lock() {

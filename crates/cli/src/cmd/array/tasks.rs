@@ -213,7 +213,7 @@ fn eta(s: Option<f64>) -> String {
 }
 
 /// SIGINT/SIGTERM set this flag; tasks stop at their next step.
-fn stop_flag() -> Result<&'static AtomicBool, CliError> {
+pub(crate) fn stop_flag() -> Result<&'static AtomicBool, CliError> {
     raidkit_nbd::signal::shutdown_on_signals()
         .map_err(|e| CliError::failure(format!("cannot install signal handlers: {e}")))
 }
