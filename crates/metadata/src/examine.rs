@@ -69,6 +69,19 @@ pub fn raid0_layout_name(layout: u32) -> Option<&'static str> {
     })
 }
 
+/// mdadm's reshape lines of `--examine`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExamineReshape {
+    /// "Reshape pos'n" in KiB of the array.
+    pub position_kib: u64,
+    /// "Delta Devices": (delta, old count, new count), when the count changes.
+    pub delta_devices: Option<(i32, i64, u32)>,
+    /// "New Level", "New Layout", "New Chunksize" (KiB), where they change.
+    pub new_level: Option<String>,
+    pub new_layout: Option<String>,
+    pub new_chunk_kib: Option<u32>,
+}
+
 /// The fields of `mdadm --examine` for a v1.x member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExamineReport {
@@ -116,6 +129,9 @@ pub struct ExamineReport {
     pub internal_bitmap_offset: Option<i32>,
     /// "PPL": `(size in sectors, offset from the superblock)`.
     pub ppl: Option<(u16, i16)>,
+    /// The reshape lines, while one is in progress.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reshape: Option<ExamineReshape>,
     /// "Flags": "write-mostly", "failfast".
     pub flags: Vec<&'static str>,
     /// "Update Time" (UTC).
@@ -307,6 +323,32 @@ impl ExamineReport {
             state: if sb.is_clean() { "clean" } else { "active" }.to_string(),
             device_uuid: sb.device_uuid.to_mdadm_string(),
             internal_bitmap_offset: sb.bitmap_offset(),
+            reshape: sb.reshape().map(|r| ExamineReshape {
+                position_kib: r.reshape_position_sectors / 2,
+                delta_devices: (r.delta_disks != 0).then(|| {
+                    (
+                        r.delta_disks,
+                        i64::from(sb.raid_disks) - i64::from(r.delta_disks),
+                        sb.raid_disks,
+                    )
+                }),
+                new_level: (r.new_level != sb.level.to_md()).then(|| {
+                    Level::from_md(r.new_level)
+                        .mdadm_name()
+                        .unwrap_or("-unknown-")
+                        .to_string()
+                }),
+                new_layout: (r.new_layout != sb.layout).then(|| {
+                    match r.new_level {
+                        5 => raid5_layout_name(r.new_layout),
+                        6 => raid6_layout_name(r.new_layout),
+                        _ => None,
+                    }
+                    .map_or_else(|| r.new_layout.to_string(), str::to_string)
+                }),
+                new_chunk_kib: (r.new_chunk_sectors != sb.chunk_sectors)
+                    .then_some(r.new_chunk_sectors / 2),
+            }),
             ppl: if sb.bitmap_offset().is_none() {
                 sb.ppl().map(|p| (p.size_sectors, p.offset_sectors))
             } else {
@@ -421,6 +463,22 @@ impl ExamineReport {
                 "PPL",
                 &format!("{size} sectors at offset {offset} sectors from superblock"),
             );
+        }
+        if let Some(r) = &self.reshape {
+            line("Reshape pos'n", &r.position_kib.to_string());
+            if let Some((d, from, to)) = r.delta_devices {
+                line("Delta Devices", &format!("{d} ({from}->{to})"));
+            }
+            if let Some(l) = &r.new_level {
+                line("New Level", l);
+            }
+            if let Some(l) = &r.new_layout {
+                line("New Layout", l);
+            }
+            if let Some(c) = r.new_chunk_kib {
+                line("New Chunksize", &format!("{c}K"));
+            }
+            line("", "");
         }
         if !self.flags.is_empty() {
             line("Flags", &self.flags.join(" "));

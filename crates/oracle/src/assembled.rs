@@ -52,6 +52,17 @@ const RESYNC_MESSAGES: [&str; 4] = [
 /// The kernel message of a recovery; expected (only) when md resumes raidkit's rebuild.
 const RECOVERY_MESSAGE: &str = "recovery of RAID array";
 
+/// Fields md's finishing a reshape changes (checked on their own in the after-md check).
+const RESHAPE_CHANGES: [&str; 7] = [
+    "Feature Map",
+    "Avail Dev Size",
+    "Data Offset",
+    "New Offset",
+    "Reshape pos'n",
+    "Delta Devices",
+    "Unused Space",
+];
+
 /// Fields md may change when it runs and stops an array, left out of the after-md comparison.
 const CHANGED_BY_MD: [&str; 4] = ["Update Time", "Events", "Checksum", "State"];
 
@@ -103,7 +114,10 @@ fn normalise_mdadm(field: &str, md: &str, raidkit: &str) -> String {
             return md[..i].trim_end().to_string();
         }
     }
-    let drop_paren = matches!(field, "Avail Dev Size" | "Array Size" | "Used Dev Size");
+    let drop_paren = matches!(
+        field,
+        "Avail Dev Size" | "Array Size" | "Used Dev Size" | "Reshape pos'n"
+    );
     if drop_paren && !raidkit.contains('(') {
         if let Some(i) = md.find(" (") {
             return md[..i].trim_end().to_string();
@@ -156,7 +170,11 @@ pub fn check_assembled(plan: &PlannedArray, report: Option<&ArrayReport>) -> Che
         out.failures
             .push("vm: report incomplete (no end record)".into());
     }
-    check_assembly(plan, expect, report, &mut out);
+    if plan.reshape.is_some() {
+        check_reshape(plan, expect, report, &mut out);
+    } else {
+        check_assembly(plan, expect, report, &mut out);
+    }
     // Without a running array md has no data, geometry or check to compare (the assembly
     // check has said so); the members' superblocks can still be compared.
     if !report.assembled.is_empty() {
@@ -353,6 +371,69 @@ fn check_assembly(
             (true, false) => "assembled(degraded, no resync)".into(),
             (false, false) => "assembled(clean, no resync)".into(),
         });
+    }
+}
+
+/// md went on with a reshape raidkit stopped part way (reshape rows, in place of the
+/// assembly check): right after `mdadm --assemble` md runs the array with every member and
+/// the reshape recorded at or past raidkit's position (md moves it on its own checkpoints),
+/// announces the reshape, and finishes it: no reshape left, nothing degraded, sync_action
+/// idle. No resync or recovery is announced.
+fn check_reshape(
+    plan: &PlannedArray,
+    expect: &RaidkitExpectation,
+    report: &ArrayReport,
+    out: &mut CheckOutcome,
+) {
+    let mut f = Failures::new("reshape", &mut out.failures);
+    let a = |k: &str| report.assembled.get(k).map(String::as_str);
+    let want = expect.reshape_position_sectors.unwrap_or(0);
+    match a("reshape_position").map(str::parse::<u64>) {
+        Some(Ok(p)) if p >= want => {}
+        other => f.push(format!(
+            "reshape_position {other:?} right after assembly, want raidkit's {want} or past it"
+        )),
+    }
+    if a("degraded") != Some("0") {
+        f.push(format!("md runs degraded: {:?}", a("degraded")));
+    }
+    let done = |k: &str| report.rebuilt.get(k).map(String::as_str);
+    for (k, want) in [
+        ("sync_action", "idle"),
+        ("reshape_position", "none"),
+        ("degraded", "0"),
+    ] {
+        if done(k) != Some(want) {
+            f.push(format!(
+                "after md's reshape: {k} {:?}, want {want}",
+                done(k)
+            ));
+        }
+    }
+    let want_disks = plan.reshape.map(|(n, _)| n.to_string());
+    if done("raid_disks").map(str::to_string) != want_disks {
+        f.push(format!(
+            "after md's reshape: raid_disks {:?}, want {want_disks:?}",
+            done("raid_disks")
+        ));
+    }
+    if !report
+        .dmesg
+        .iter()
+        .any(|l| l.contains("reshape of RAID array"))
+    {
+        f.push("md did not announce the reshape (\"reshape of RAID array\")".into());
+    }
+    for l in &report.dmesg {
+        if RESYNC_MESSAGES[..3].iter().any(|m| l.contains(m)) {
+            f.push(format!("kernel: {l}"));
+        }
+    }
+    if f.finish() {
+        out.passed.push(format!(
+            "reshape(md went on from {} sectors, finished)",
+            a("reshape_position").unwrap_or("?")
+        ));
     }
 }
 
@@ -654,12 +735,25 @@ fn check_detail(
     // (ppl_init_log: recovery_cp = MaxSector, MD_SB_CHANGE_CLEAN): the same one-up events.
     let journal = plan.journal.is_some() || plan.ppl == Some(crate::matrix::PplMode::Crash);
     let mut journal_events = None;
+    // Reshape rows: the detail once md finished the reshape, whose checkpoints raised the
+    // events and the update time.
+    let reshape = plan.reshape.is_some();
+    let detail = |field: &str| {
+        if reshape {
+            report.rebuilt_detail_field(field)
+        } else {
+            report.detail_field(field)
+        }
+    };
     for (detail_field, examine_field) in DETAIL_FROM_EXAMINE {
         let Some(want) = get(rk, examine_field) else {
             continue;
         };
-        let got = report.detail_field(detail_field);
-        if journal && detail_field == "Update Time" {
+        let got = detail(detail_field);
+        if (journal || reshape) && detail_field == "Update Time" {
+            continue;
+        }
+        if reshape && detail_field == "Events" {
             continue;
         }
         if journal && detail_field == "Events" {
@@ -687,18 +781,18 @@ fn check_detail(
             .and_then(|n| n.parse::<u64>().ok())
     };
     let want_kib = e.array_bytes / 1024;
-    if kib(report.detail_field("Array Size")) != Some(want_kib) {
+    if kib(detail("Array Size")) != Some(want_kib) {
         f.push(format!(
             "mdadm --detail Array Size {:?}, raidkit's array is {want_kib} KiB",
-            report.detail_field("Array Size")
+            detail("Array Size")
         ));
     }
     if e.level != 0 {
         let want = e.member_data_sectors / 2;
-        if kib(report.detail_field("Used Dev Size")) != Some(want) {
+        if kib(detail("Used Dev Size")) != Some(want) {
             f.push(format!(
                 "mdadm --detail Used Dev Size {:?}, raidkit uses {want} KiB per member",
-                report.detail_field("Used Dev Size")
+                detail("Used Dev Size")
             ));
         }
     }
@@ -908,7 +1002,8 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
         for (k, v) in before {
             // A recovery md finished changes these (checked below).
             let recovered = rebuild && RECOVERY_CHANGES.contains(&k.as_str());
-            if CHANGED_BY_MD.contains(&k.as_str()) || recovered {
+            let reshaped = plan.reshape.is_some() && RESHAPE_CHANGES.contains(&k.as_str());
+            if CHANGED_BY_MD.contains(&k.as_str()) || recovered || reshaped {
                 continue;
             }
             // mdadm creates a partial parity log array with MD_FEATURE_PPL (0x400), as raidkit
@@ -926,6 +1021,23 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
                     "member {}: {k} was \"{v}\" before md ran, {got:?} after",
                     m.serial
                 ));
+            }
+        }
+        if plan.reshape.is_some() {
+            // md finished the reshape: the data where raidkit's new offset said, no reshape
+            // recorded.
+            let new_offset = get(before, "New Offset");
+            if new_offset.is_none() || get(after, "Data Offset") != new_offset {
+                f.push(format!(
+                    "member {}: Data Offset {:?} after md's reshape, raidkit's New Offset {new_offset:?}",
+                    m.serial,
+                    get(after, "Data Offset")
+                ));
+            }
+            for k in ["New Offset", "Reshape pos'n", "Delta Devices"] {
+                if let Some(v) = get(after, k) {
+                    f.push(format!("member {}: {k} {v} after md's reshape", m.serial));
+                }
             }
         }
         if rebuild {

@@ -36,6 +36,11 @@
 //!   grows the array onto the new room (`raidkit grow --size max`: zeroed first, then the
 //!   size recorded); md must assemble the larger array, read the data and zeros beyond it,
 //!   and find parity and copies consistent. RAID 1, 4, 5, 6 and 10 (not far), alone.
+//! - `reshape=N@P` (RAID 4/5/6, alone, N above the member count): after writing and
+//!   stopping, raidkit adds one spare per new member and reshapes onto them (`raidkit grow
+//!   --raid-devices N --pause-at`), stopping once P percent of the old array is reshaped; md
+//!   assembles the array mid-reshape and finishes it, and raidkit finishes a copy of the same
+//!   images, whose contents must match.
 //! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
 //!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
@@ -156,6 +161,9 @@ pub struct MatrixRow {
     /// raidkit RAID 1 rows: the slot count raidkit grows the mirror to, with a spare per new
     /// slot.
     pub mirrors: Option<usize>,
+    /// raidkit RAID 4/5/6 rows: (members, percent): raidkit adds a spare per new member and
+    /// reshapes onto them, stopping once that percent of the old array is reshaped; md goes on.
+    pub reshape: Option<(usize, u8)>,
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -255,6 +263,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut ppl = None;
         let mut grow_bytes = None;
         let mut mirrors = None;
+        let mut reshape = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
@@ -307,6 +316,27 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                         )))
                     }
                 },
+                Some(("reshape", v)) => {
+                    let parsed = v
+                        .split_once('@')
+                        .and_then(|(n, p)| Some((n.parse::<usize>().ok()?, p.parse::<u8>().ok()?)));
+                    match parsed {
+                        Some((n, p))
+                            if matches!(level, 4..=6)
+                                && n > member_bytes.len()
+                                && (1..=99).contains(&p)
+                                && options.len() == 1 =>
+                        {
+                            reshape = Some((n, p))
+                        }
+                        _ => {
+                            return Err(err(format!(
+                                "reshape={v}: N@PERCENT, RAID 4, 5 or 6 alone, more members than its {}",
+                                member_bytes.len()
+                            )))
+                        }
+                    }
+                }
                 Some(("grow", v)) => match parse_size(v) {
                     Some(b) if b > 0 && b % 4096 == 0 => grow_bytes = Some(b),
                     _ => return Err(err(format!("grow={v}: use a size in 4K units"))),
@@ -387,6 +417,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             journal,
             grow_bytes,
             mirrors,
+            reshape,
         });
     }
     Ok(rows)

@@ -104,6 +104,10 @@ pub struct PlannedArray {
     /// are the spares that take the new slots).
     #[serde(default)]
     pub mirrors: Option<usize>,
+    /// RAID 4/5/6 rows: (members, percent): the member count raidkit reshapes to (the last
+    /// `spares` members take the new slots) and where it stops for md to go on.
+    #[serde(default)]
+    pub reshape: Option<(usize, u8)>,
     /// Assemble: why raidkit could not prepare the members.
     #[serde(default)]
     pub prepare_error: Option<String>,
@@ -155,6 +159,9 @@ impl PlannedArray {
         if self.rebuild_percent.is_some() {
             f.push("rebuild");
         }
+        if self.reshape.is_some() {
+            f.push("reshape");
+        }
         if self.kind == Scenario::Create {
             match self.ppl {
                 Some(PplMode::Clean) => f.push("ppl"),
@@ -185,7 +192,7 @@ fn image_sizes(row: &MatrixRow) -> Vec<u64> {
     if row.rebuild_percent.is_some() {
         v.extend(row.fail_members.iter().map(|&m| row.member_bytes[m]));
     }
-    if let Some(m) = row.mirrors {
+    if let Some(m) = row.mirrors.or(row.reshape.map(|(n, _)| n)) {
         v.extend((row.member_bytes.len()..m).map(|_| row.member_bytes[0]));
     }
     if row.journal.is_some() {
@@ -405,12 +412,15 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 spares: if row.rebuild_percent.is_some() {
                     row.fail_members.len()
                 } else {
-                    row.mirrors.map_or(0, |m| m - row.member_bytes.len())
+                    row.mirrors
+                        .or(row.reshape.map(|(n, _)| n))
+                        .map_or(0, |m| m - row.member_bytes.len())
                 },
                 journal: row.journal,
                 ppl: row.ppl,
                 grow_bytes: row.grow_bytes,
                 mirrors: row.mirrors,
+                reshape: row.reshape,
                 expect: None,
                 prepare_error: None,
             }

@@ -33,7 +33,7 @@ use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
     Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, DirtyDegradedStart,
-    EngineConfig, GrowSize, TaskKind, TaskOutcome,
+    EngineConfig, EngineError, GrowSize, ReshapeControl, TaskKind, TaskOutcome,
 };
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
 use raidkit_metadata::{BitmapBits, BitmapSuper, ExamineReport, SuperblockVersion};
@@ -87,6 +87,10 @@ pub struct RaidkitExpectation {
     /// read-back assembled).
     #[serde(default)]
     pub ppl: Option<PplExpectation>,
+    /// Reshape rows: the array sector where raidkit stopped its reshape, recorded for md to go
+    /// on from.
+    #[serde(default)]
+    pub reshape_position_sectors: Option<u64>,
 }
 
 /// What raidkit says about its own partial parity log.
@@ -530,6 +534,33 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     if let Some(slots) = a.mirrors {
         status = grow_mirrors(a, slots)?;
     }
+    let mut reshape_position_sectors = None;
+    if let Some((devices, percent)) = a.reshape {
+        // As `raidkit add` of a spare per new member, then `raidkit grow --raid-devices
+        // DEVICES --pause-at PERCENT%`: md finishes the reshape.
+        add_spares(a)?;
+        let never = AtomicBool::new(false);
+        let ctl = ReshapeControl {
+            progress: &|_, _| {},
+            stop: &never,
+            pause_at_bytes: Some(size / 100 * percent as u64),
+        };
+        let report = Array::grow_members(
+            open_members(&a.members, false)?,
+            devices,
+            &AssembleOptions::default(),
+            &ctl,
+        )
+        .map_err(|e| err("reshape")(e.to_string()))?;
+        if report.finished || report.new_members.len() != devices - n {
+            return Err(err("reshape")(format!(
+                "finished {}, new members {:?}",
+                report.finished, report.new_members
+            )));
+        }
+        size = report.new_array_bytes;
+        reshape_position_sectors = Some(report.position_sectors);
+    }
     let mut member_data_sectors = status.member_data_sectors;
     if let Some(more) = a.grow_bytes {
         // As `raidkit grow --size max` after the members' devices grew.
@@ -627,7 +658,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         level: status.level,
         layout: status.layout,
         chunk_sectors: status.chunk_sectors,
-        raid_disks: status.raid_disks,
+        raid_disks: a.reshape.map_or(status.raid_disks, |(n, _)| n),
         member_data_sectors,
         writes,
         examine,
@@ -636,6 +667,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         bitmap_dirty_bits,
         journal,
         ppl,
+        reshape_position_sectors,
     })
 }
 
@@ -710,20 +742,7 @@ fn crash_before_parity(
 /// rebuilds them): the status after the last stop.
 fn grow_mirrors(a: &PlannedArray, slots: usize) -> Result<raidkit_engine::Status, PrepareError> {
     let n = a.raid_devices();
-    let (array, _) = Array::assemble(
-        open_members(&a.members[..n], false)?,
-        AssembleOptions::default(),
-    )
-    .map_err(|e| err("assemble for mirrors")(e.to_string()))?;
-    for (k, m) in a.members[n..].iter().enumerate() {
-        let d =
-            FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
-        array
-            .add_spare(Box::new(d), uuid_from(&a.name, &format!("spare {k}")))
-            .map_err(|e| err("add spare")(format!("{}: {e}", m.serial)))?;
-    }
-    array.stop().map_err(|e| err("stop")(e.to_string()))?;
-    drop(array);
+    add_spares(a)?;
     let report = Array::grow_mirrors(
         open_members(&a.members, false)?,
         slots,
@@ -746,6 +765,25 @@ fn grow_mirrors(a: &PlannedArray, slots: usize) -> Result<raidkit_engine::Status
     }
     array.stop().map_err(|e| err("stop")(e.to_string()))?;
     Ok(array.status())
+}
+
+/// As `raidkit add` of the row's spares (its members after the first `raid_devices`) to the
+/// stopped array.
+fn add_spares(a: &PlannedArray) -> Result<(), PrepareError> {
+    let n = a.raid_devices();
+    let (array, _) = Array::assemble(
+        open_members(&a.members[..n], false)?,
+        AssembleOptions::default(),
+    )
+    .map_err(|e| err("assemble to add spares")(e.to_string()))?;
+    for (k, m) in a.members[n..].iter().enumerate() {
+        let d =
+            FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
+        array
+            .add_spare(Box::new(d), uuid_from(&a.name, &format!("spare {k}")))
+            .map_err(|e| err("add spare")(format!("{}: {e}", m.serial)))?;
+    }
+    array.stop().map_err(|e| err("stop")(e.to_string()))
 }
 
 /// Adds a spare per failed member and runs the rebuild until it passed `percent`.
@@ -836,10 +874,11 @@ pub fn readback_sha256(a: &PlannedArray) -> Result<String, PrepareError> {
 
 /// sha256 of the whole array as raidkit reads it, and its assembly events. `replay`: assemble
 /// copies of the images read-write, so that raidkit replays a write journal (left in place
-/// for the next reader), and stop that array cleanly; otherwise a read-only assembly of the
-/// images themselves.
+/// for the next reader), and stop that array cleanly; so too for a reshape stopped part way,
+/// which raidkit finishes on the copies; otherwise a read-only assembly of the images
+/// themselves.
 pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<ArrayEvent>), PrepareError> {
-    if !replay {
+    if !replay && a.reshape.is_none() {
         let (array, report) = Array::assemble(
             open_members(&a.members, true)?,
             AssembleOptions {
@@ -867,8 +906,24 @@ pub fn with_assembled_copies<T>(
     let copies = copy_images(members).map_err(|e| e.to_string())?;
     let result = (|| {
         let disks = open_members(&copies, false).map_err(|e| e.to_string())?;
-        let (array, report) =
-            Array::assemble(disks, AssembleOptions::default()).map_err(|e| e.to_string())?;
+        let (array, report) = match Array::assemble(disks, AssembleOptions::default()) {
+            // A reshape stopped part way: raidkit finishes it on the copies first.
+            Err(EngineError::ReshapeInProgress { .. }) => {
+                let never = AtomicBool::new(false);
+                let ctl = ReshapeControl {
+                    progress: &|_, _| {},
+                    stop: &never,
+                    pause_at_bytes: None,
+                };
+                let disks = open_members(&copies, false).map_err(|e| e.to_string())?;
+                Array::continue_reshape(disks, &AssembleOptions::default(), &ctl)
+                    .map_err(|e| format!("continue the reshape: {e}"))?;
+                let disks = open_members(&copies, false).map_err(|e| e.to_string())?;
+                Array::assemble(disks, AssembleOptions::default())
+            }
+            other => other,
+        }
+        .map_err(|e| e.to_string())?;
         let out = f(&array, &report);
         array.stop().map_err(|e| format!("stop: {e}"))?;
         Ok(out)

@@ -16,6 +16,8 @@
 #            md read, start the recovery held at its first step to record where it starts
 #            (sync_completed, each member's recovery_start, md_do_sync's "resuming" debug
 #            message), then let it finish (resume_recovery);
+#   reshape  md goes on with a reshape raidkit stopped part way and finishes it
+#            (finish_reshape);
 #   journal  the last serial is the array's write journal (mdadm --write-journal); md rows
 #            also record mdadm --detail before the stop;
 #   crash    (with journal, md rows) md runs on device-mapper maps of its devices, so that
@@ -324,12 +326,32 @@ oracle_assemble() {
     fi
     emit_lines "$name" assemble_out < /tmp/mdadm.log
     sys=/sys/block/$md/md
-    for f in array_state sync_action resync_start degraded raid_disks; do
+    for f in array_state sync_action resync_start degraded raid_disks reshape_position; do
         [ -r "$sys/$f" ] && emit "$name assembled $f $(cat "$sys/$f")"
     done
     mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" detail
     stamp "$name" assemble
     has_flag "$flags" rebuild && resume_recovery "$name" "$md"
+    has_flag "$flags" reshape && finish_reshape "$name" "$md"
+}
+
+# finish_reshape NAME MD: md goes on with a reshape raidkit stopped part way; wait (up to
+# 10 min) until md is done with it, then record md's state ("rebuilt" records) and detail.
+finish_reshape() {
+    name=$1 md=$2
+    sys=/sys/block/$md/md
+    # An array md started auto-read-only reshapes only once written; let it run now.
+    [ "$(cat "$sys/array_state")" = read-auto ] && mdadm --readwrite "/dev/$md" > /dev/null 2>&1
+    i=0
+    while [ "$(cat "$sys/sync_action")" != idle ] && [ "$i" -lt 3000 ]; do
+        sleep 0.2
+        i=$((i + 1))
+    done
+    for f in sync_action reshape_position raid_disks degraded; do
+        emit "$name rebuilt $f $(cat "$sys/$f")"
+    done
+    mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" rebuilt_detail
+    stamp "$name" reshape
 }
 
 # oracle_write NAME MD SEED OFFSET LEN: write the rkpattern stream; LEN "rest" = to the end.

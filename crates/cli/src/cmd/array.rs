@@ -369,6 +369,22 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
     if let Some(control) = &args.target.control {
         return control::detail(control, args.target.array.as_deref(), args.json);
     }
+    // A reshape in progress: what the superblocks record (the array runs once it is done).
+    let opts = raidkit_engine::AssembleOptions {
+        force: args.force,
+        read_only: true,
+        ..Default::default()
+    };
+    let members = open_members(&args.members, true)?;
+    if let Some(r) = Array::reshape_status(&members, &opts).map_err(engine_error)? {
+        drop(members);
+        if args.json {
+            return print_json(&serde_json::json!({ "reshape": r }));
+        }
+        print_reshape(&r);
+        return Ok(());
+    }
+    drop(members);
     let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
     let status = array.status();
     if args.json {
@@ -384,6 +400,38 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
     };
     print_detail(&view, state);
     Ok(())
+}
+
+/// `detail` of an array with a reshape in progress: old and new geometry, the cursor.
+fn print_reshape(r: &raidkit_engine::ReshapeStatus) {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let percent = r.position_sectors as f64 * 100.0 / r.end_sectors.max(1) as f64;
+    println!("     Raid Level : raid{}", r.level);
+    println!(
+        "   Raid Devices : {} (reshaping from {})",
+        r.new_raid_devices, r.old_raid_devices
+    );
+    println!("     Chunk Size : {}K", r.chunk_sectors / 2);
+    println!(
+        "     Array Size : {:.2} MiB now, {:.2} MiB once reshaped",
+        mib(r.old_array_bytes),
+        mib(r.new_array_bytes)
+    );
+    println!(
+        "  Reshape pos'n : {} sectors of {} ({percent:.1} % reshaped)",
+        r.position_sectors, r.end_sectors
+    );
+    println!(
+        "    Data Offset : {} sectors (old layout), {} sectors (new layout)",
+        r.old_data_offset, r.new_data_offset
+    );
+    println!("          State : reshaping (stopped)");
+    match &r.refusal {
+        None => println!(
+            "raidkit: `raidkit grow --continue` with the same members goes on (so does md)"
+        ),
+        Some(why) => println!("raidkit: raidkit cannot go on with it: {why}"),
+    }
 }
 
 fn read(args: ReadArgs) -> Result<(), CliError> {

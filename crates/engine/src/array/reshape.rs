@@ -115,6 +115,71 @@ impl Array {
     }
 }
 
+/// A reshape in progress as the superblocks record it (`raidkit detail`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReshapeStatus {
+    pub level: i32,
+    pub layout: u32,
+    pub chunk_sectors: u64,
+    pub old_raid_devices: usize,
+    pub new_raid_devices: usize,
+    /// md's reshape_position: array sectors below it are in the new layout.
+    pub position_sectors: u64,
+    /// Array sectors the reshape covers (the new layout's size).
+    pub end_sectors: u64,
+    pub old_array_bytes: u64,
+    pub new_array_bytes: u64,
+    /// Data offsets (sectors) of the first slot's member, old and new layout.
+    pub old_data_offset: u64,
+    pub new_data_offset: u64,
+    /// Whether raidkit can go on with it (`grow --continue`), and why not.
+    pub refusal: Option<String>,
+}
+
+impl Array {
+    /// The reshape the stopped array on `members` records, if any (read-only: writes
+    /// nothing).
+    pub fn reshape_status(
+        members: &[Box<dyn Disk>],
+        opts: &AssembleOptions,
+    ) -> Result<Option<ReshapeStatus>> {
+        let found: Vec<FoundSuperblock> = members
+            .iter()
+            .map(|m| read_superblock(m.as_ref()))
+            .collect::<Result<_>>()?;
+        let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let a = assembly::decide(&refs, &found, true, opts)?;
+        let Some(r) = a.reshape else {
+            return Ok(None);
+        };
+        let old_count = (a.geo.raid_disks as i64 - r.delta_disks as i64).max(0) as usize;
+        let mut status = ReshapeStatus {
+            level: a.nsb.level.to_md(),
+            layout: a.nsb.layout,
+            chunk_sectors: a.geo.chunk_sectors,
+            old_raid_devices: old_count,
+            new_raid_devices: a.geo.raid_disks,
+            position_sectors: r.reshape_position_sectors,
+            end_sectors: a.geo.array_sectors(),
+            old_array_bytes: 0,
+            new_array_bytes: a.geo.array_sectors() * SECTOR as u64,
+            old_data_offset: 0,
+            new_data_offset: 0,
+            refusal: None,
+        };
+        match resume_plan(&a, &found) {
+            Ok((shape, _)) => {
+                status.old_array_bytes = shape.old.array_sectors() * SECTOR as u64;
+                status.old_data_offset = shape.old_offset[0];
+                status.new_data_offset = shape.new_offset[0];
+            }
+            Err(e) => status.refusal = Some(e.to_string()),
+        }
+        Ok(Some(status))
+    }
+}
+
 /// Writes every used member's superblock (events one past the last round) and flushes it.
 fn write_round(
     members: &[Box<dyn Disk>],
@@ -439,6 +504,8 @@ fn run(
             report.position_sectors = pos;
             return Ok(report);
         }
+        // Up to the pause at most (a step moves one new stripe at least).
+        let max_step = max_step.min(pause - pos);
         let mut to = f.step_end(pos, recorded, max_step);
         if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
             checkpoint(pos, &mut sbs, &mut events)?;
