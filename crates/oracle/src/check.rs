@@ -150,6 +150,10 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
             .push("vm: no array size or sha256 reported".into());
         return out;
     };
+    if plan.reshape.is_some() {
+        check_md_reshape(plan, report, size_bytes, md_sha, &mut out);
+        return out;
+    }
     // With a write journal, the last image is the journal device: the checks of md's layout
     // and parity look at the raid members only, against the data they hold (a crash row's
     // last writes reached only the journal); crate::journal checks the journal.
@@ -246,6 +250,110 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
         check_md_ppl(full_plan, &host_sha, false, &mut out);
     }
     out
+}
+
+/// md rows that reshape (md -> raidkit for a reshape): md read the pattern (sha256), grew the
+/// array and its reshape was frozen part way (`held` records; md's reads of a frozen
+/// reshape's region wait for it, so md reads before). raidkit then
+/// goes on with md's reshape on copies of the members (`Array::continue_reshape`, from the
+/// position md's superblocks record), assembles them and must read the same data, zeros in
+/// the new room, and its check must find no parity mismatch.
+fn check_md_reshape(
+    plan: &PlannedArray,
+    report: &ArrayReport,
+    size_bytes: u64,
+    md_sha: &str,
+    out: &mut CheckOutcome,
+) {
+    use raidkit_engine::{Array, AssembleOptions, ReshapeControl, TaskKind};
+    let Ok(size) = usize::try_from(size_bytes) else {
+        out.failures.push("size: does not fit in memory".into());
+        return;
+    };
+    let host_sha = sha256_hex(&expected_contents(size, &report.writes));
+    if host_sha != md_sha {
+        out.failures.push(format!(
+            "pattern: md's array sha256 {md_sha} before its reshape != sha256 {host_sha} of the data the VM wrote"
+        ));
+    } else {
+        out.passed.push("sha256(md, before its reshape)".into());
+    }
+    match report.held.get("reshape_position").map(String::as_str) {
+        Some(p) if p.parse::<u64>().is_ok() => {}
+        other => {
+            out.failures.push(format!(
+                "md: reshape_position {other:?} when frozen: md finished (or never started) the reshape, nothing left for raidkit to go on with"
+            ));
+            return;
+        }
+    }
+    let copies = match crate::prepare::copy_images(&plan.members) {
+        Ok(c) => c,
+        Err(e) => {
+            out.failures.push(format!("host: copies: {e}"));
+            return;
+        }
+    };
+    let result = (|| -> Result<(u64, u64, u64, String, u64), String> {
+        let open = || crate::prepare::open_members(&copies, false).map_err(|e| e.to_string());
+        let opts = AssembleOptions::default();
+        let status = Array::reshape_status(&open()?, &opts)
+            .map_err(|e| format!("reshape status: {e}"))?
+            .ok_or("raidkit finds no reshape recorded on md's members")?;
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let ctl = ReshapeControl {
+            progress: &|_, _| {},
+            stop: &never,
+            pause_at_bytes: None,
+        };
+        let done = Array::continue_reshape(open()?, &opts, &ctl)
+            .map_err(|e| format!("continue md's reshape: {e}"))?;
+        let (array, _) = Array::assemble(open()?, opts).map_err(|e| format!("assemble: {e}"))?;
+        let sha = crate::prepare::read_all(&array).map_err(|e| e.to_string())?;
+        let mismatches = array
+            .run_task(TaskKind::Check, &mut |_| {}, &never)
+            .map_err(|e| format!("check: {e}"))?
+            .progress
+            .mismatch_sectors;
+        array.stop().map_err(|e| format!("stop: {e}"))?;
+        Ok((
+            status.position_sectors,
+            status.end_sectors,
+            done.new_array_bytes,
+            sha,
+            mismatches,
+        ))
+    })();
+    for c in &copies {
+        let _ = fs::remove_file(&c.image);
+    }
+    let (from, end, new_bytes, sha, mismatches) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            out.failures.push(format!("raidkit: {e}"));
+            return;
+        }
+    };
+    let Ok(new_size) = usize::try_from(new_bytes) else {
+        out.failures.push("size: does not fit in memory".into());
+        return;
+    };
+    let want = sha256_hex(&expected_contents(new_size, &report.writes));
+    if sha != want {
+        out.failures.push(format!(
+            "raidkit-continued: raidkit reads sha256 {sha} after going on with md's reshape, want {want} (md's data, zeros after)"
+        ));
+    }
+    if mismatches != 0 {
+        out.failures.push(format!(
+            "raidkit-continued: raidkit's check finds {mismatches} mismatched sectors"
+        ));
+    }
+    if sha == want && mismatches == 0 {
+        out.passed.push(format!(
+            "raidkit-continued(md's reshape from {from} of {end} sectors; data, zeros, check 0)"
+        ));
+    }
 }
 
 /// md rows with the partial parity log: raidkit assembles copies of md's members read-write

@@ -267,7 +267,8 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
-            if by == Writer::Md && !journal_opt && !ppl_opt {
+            let reshape_opt = opt.starts_with("reshape=");
+            if by == Writer::Md && !journal_opt && !ppl_opt && !reshape_opt {
                 return Err(err(format!(
                     "option {opt}: md rows take only journal options and ppl"
                 )));

@@ -433,6 +433,12 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
 /// reports why).
 pub fn job_lines(a: &PlannedArray) -> String {
     let serials: Vec<&str> = a.members.iter().map(|m| m.serial.as_str()).collect();
+    // md rows that reshape: the array is created without the spares added for it.
+    let (created, spares) = match (a.kind, a.reshape) {
+        (Scenario::Create, Some(_)) => serials.split_at(a.raid_devices()),
+        _ => (&serials[..], &[][..]),
+    };
+    let (created, spares) = (created.join(" "), spares.join(" "));
     let serials = serials.join(" ");
     let mut s = String::new();
     // Writing to a String cannot fail.
@@ -449,7 +455,7 @@ pub fn job_lines(a: &PlannedArray) -> String {
                 layout,
                 chunk,
                 a.vm_flags(),
-                serials
+                created
             );
             let ppl_crash = a.ppl == Some(PplMode::Crash);
             for (i, w) in a.writes.iter().enumerate() {
@@ -478,6 +484,13 @@ pub fn job_lines(a: &PlannedArray) -> String {
             if ppl_crash {
                 // Then every member drops every write: md's stop is a crash.
                 let _ = writeln!(s, "dm_drop_writes {} - 0 {}", a.name, serials);
+            }
+            if let Some((devices, percent)) = a.reshape {
+                let _ = writeln!(
+                    s,
+                    "oracle_reshape {} {} {devices} {percent} {spares}",
+                    a.name, a.md_device
+                );
             }
         }
         Scenario::Assemble => {

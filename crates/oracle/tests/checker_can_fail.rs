@@ -148,6 +148,7 @@ fn fixture(tag: &str) -> Fixture {
         expect: None,
         grow_bytes: None,
         mirrors: None,
+        reshape: None,
         prepare_error: None,
     };
     Fixture {

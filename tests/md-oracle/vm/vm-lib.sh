@@ -16,8 +16,9 @@
 #            md read, start the recovery held at its first step to record where it starts
 #            (sync_completed, each member's recovery_start, md_do_sync's "resuming" debug
 #            message), then let it finish (resume_recovery);
-#   reshape  md goes on with a reshape raidkit stopped part way and finishes it
-#            (finish_reshape);
+#   reshape  raidkit rows: md goes on with a reshape raidkit stopped part way and finishes
+#            it (finish_reshape); md rows: md's reshape is stopped part way
+#            (oracle_reshape) for raidkit to go on, measured (without md's check) before;
 #   journal  the last serial is the array's write journal (mdadm --write-journal); md rows
 #            also record mdadm --detail before the stop;
 #   crash    (with journal, md rows) md runs on device-mapper maps of its devices, so that
@@ -137,6 +138,48 @@ oracle_create() {
         emit "$name error mdadm --create failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
         return 1
     fi
+}
+
+# oracle_reshape NAME MD DEVICES PERCENT SERIAL...: (md rows) add the spares SERIAL... and
+# grow the array to DEVICES members; once the reshape has passed PERCENT of each member
+# (sync_completed), freeze it (md records the position in its superblocks) and record where
+# it stopped. What md reads is measured before (see there); oracle_report stops the array
+# without reading it, and the host goes on with the reshape with raidkit.
+oracle_reshape() {
+    name=$1 md=$2 n=$3 pct=$4
+    shift 4
+    sys=/sys/block/$md/md
+    devs=$(devs_of "$name" "$@") || return 1
+    # What md reads, before the reshape: reads of the region a frozen reshape was moving
+    # wait for it to move on, so nothing reads the array once it is frozen.
+    md_measure "$name" "$md" reshape
+    # shellcheck disable=SC2086
+    if ! mdadm "/dev/$md" --add $devs > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --add failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+        return 1
+    fi
+    chunk=$(($(cat "$sys/chunk_size") / 512))
+    max=$(($(cat "$sys/component_size") * 2 * pct / 100 / chunk * chunk))
+    if ! mdadm --grow "/dev/$md" --raid-devices="$n" > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --grow failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+        return 1
+    fi
+    emit_lines "$name" assemble_out < /tmp/mdadm.log
+    # mdadm's monitor may lift sync_max again: hold it at the target until md gets there.
+    i=0
+    while [ "$i" -lt 1200 ]; do
+        echo "$max" > "$sys/sync_max" 2> /dev/null
+        done_s=$(cut -d' ' -f1 < "$sys/sync_completed")
+        [ "$(cat "$sys/sync_action")" = idle ] && break
+        [ "$done_s" != none ] && [ "$done_s" -ge "$max" ] 2> /dev/null && break
+        sleep 0.05
+        i=$((i + 1))
+    done
+    echo frozen > "$sys/sync_action"
+    for f in sync_action sync_completed reshape_position raid_disks; do
+        emit "$name held $f $(cat "$sys/$f")"
+    done
+    stamp "$name" reshape
 }
 
 # dm_linear NAME SERIAL...: a device-mapper map rk-SERIAL (linear, the whole disk) over each
@@ -400,7 +443,11 @@ md_measure() {
     # md's check compares redundancy; with a member missing there is none to compare.
     degraded=0
     [ -r "$sys/degraded" ] && degraded=$(cat "$sys/degraded")
-    if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ] && [ "$degraded" = 0 ]; then
+    # Nor on md rows that reshape (measured right before md's reshape).
+    reshaping=0
+    has_flag "$flags" reshape && [ -e "/tmp/created.$name" ] && reshaping=1
+    if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ] && [ "$degraded" = 0 ] \
+        && [ "$reshaping" = 0 ]; then
         echo check > "$sys/sync_action"
         sleep 0.2
         mdadm --wait "/dev/$md" > /dev/null 2>&1
@@ -491,7 +538,10 @@ oracle_report() {
                 || emit "$name error dmsetup remove rk-$s failed: $(tr '\n' ' ' < /tmp/dm.log)"
         done
     elif [ -b "/dev/$md" ]; then
-        md_measure "$name" "$md" "$flags"
+        # md rows that reshape were measured before their reshape was frozen.
+        if ! has_flag "$flags" reshape || [ ! -e "/tmp/created.$name" ]; then
+            md_measure "$name" "$md" "$flags"
+        fi
         sync
         mdadm --stop "/dev/$md" > /dev/null 2>&1 || emit "$name error mdadm --stop failed"
     fi
