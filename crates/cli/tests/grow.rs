@@ -83,3 +83,80 @@ fn grow_takes_the_new_room_and_refuses_what_it_cannot_do() {
     ));
     assert!(std::fs::read(&back).unwrap() == data, "data kept");
 }
+
+#[test]
+fn grow_reshapes_a_raid5_onto_a_spare_pausing_and_continuing() {
+    let dir = TempDir::new("reshape");
+    let m = dir.members("m", 5);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--raid-devices",
+            "4",
+            "--chunk",
+            "64K",
+            "--image-size",
+            "16M",
+            "--consistency-policy",
+            "resync",
+        ],
+        &m[..4],
+        &[],
+    ));
+    let data = pattern(24 << 20, 11);
+    let input = dir.file("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(&with(&["write", "--input", &input], &m[..4], &[]));
+
+    // No spare for the new slot: refused, nothing written.
+    let before = contents(&m[..4]);
+    let (code, err) = fails(&with(&["grow", "--raid-devices", "5"], &m[..4], &[]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("spare"), "{err}");
+    assert_unchanged(&m[..4], &before, "reshape without a spare");
+
+    let m4 = m[4].to_str().unwrap();
+    ok(&with(
+        &["add", "--member", m4, "--image-size", "16M"],
+        &m[..4],
+        &[],
+    ));
+    // Stopped part way: recorded, refused by assemble, shown by detail, continued.
+    let out = ok(&with(
+        &["grow", "--raid-devices", "5", "--pause-at", "10M", "--json"],
+        &m,
+        &[],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["finished"], false, "{v}");
+    let (code, err) = fails(&with(&["check"], &m, &[]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("grow --continue"), "{err}");
+    let detail = ok(&with(&["detail"], &m, &[]));
+    assert!(detail.contains("reshaping from 4"), "{detail}");
+    let out = ok(&with(&["grow", "--continue", "--json"], &m, &[]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["finished"], true, "{v}");
+    assert_eq!(
+        v["new_array_bytes"].as_u64().unwrap(),
+        4 * (15 << 20),
+        "{v}"
+    );
+
+    ok(&with(&["check"], &m, &[]));
+    let back = dir.file("back.bin");
+    ok(&with(
+        &[
+            "read",
+            "--length",
+            &data.len().to_string(),
+            "--output",
+            &back,
+        ],
+        &m,
+        &[],
+    ));
+    assert!(std::fs::read(&back).unwrap() == data, "data kept");
+}
