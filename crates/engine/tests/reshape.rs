@@ -83,6 +83,10 @@ fn written_array(
 /// Assembles the members and checks: the old contents first, zeros after, `raid_devices`
 /// slots, no parity mismatch.
 fn verify(disks: &[CrashDisk], data: &[u8], raid_devices: usize) {
+    verify_with(disks, data, raid_devices, true)
+}
+
+fn verify_with(disks: &[CrashDisk], data: &[u8], raid_devices: usize, check: bool) {
     let (array, _) = Array::assemble(boxed(disks), AssembleOptions::default()).unwrap();
     assert_eq!(array.geometry().raid_disks, raid_devices);
     let size = array.size_bytes() as usize;
@@ -100,6 +104,10 @@ fn verify(disks: &[CrashDisk], data: &[u8], raid_devices: usize) {
         got[data.len()..].iter().all(|&b| b == 0),
         "new room reads zeros"
     );
+    if !check {
+        array.stop().unwrap();
+        return;
+    }
     let mismatches = array
         .run_task(TaskKind::Check, &mut |_| {}, &AtomicBool::new(false))
         .unwrap()
@@ -262,4 +270,67 @@ fn a_paused_reshape_is_recorded_and_continued() {
     assert!(done.finished);
     assert_eq!(done.started_at_sectors, paused.position_sectors);
     verify(&disks, &data, 5);
+}
+
+#[test]
+fn a_member_failing_during_a_reshape_degrades_it_and_it_finishes() {
+    for (level, n, dies, after) in [(5, 4, 2, 40), (6, 5, 4, 25), (6, 5, 5, 10)] {
+        let (mut disks, data) = written_array(level, n, 1, ConsistencyPolicy::Resync);
+        // One member dies after `after` writes and flushes of the reshape.
+        let power = Arc::new(AtomicI64::new(after));
+        disks[dies] = disks[dies].clone().on_power(&power);
+        let report = grow(&disks, n + 1).unwrap();
+        assert!(report.finished, "RAID {level}");
+        assert_eq!(
+            report.failed_members,
+            vec![format!("m{dies}")],
+            "RAID {level}"
+        );
+        // The dead member stays dead; the others assemble degraded and read it all.
+        let alive: Vec<CrashDisk> = disks
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != dies)
+            .map(|(_, d)| d.clone())
+            .collect();
+        verify_with(&alive, &data, n + 1, false);
+        let (array, _) = Array::assemble(boxed(&alive), AssembleOptions::default()).unwrap();
+        assert!(array.status().degraded, "RAID {level}");
+        array.stop().unwrap();
+    }
+}
+
+#[test]
+fn a_second_failure_on_raid5_stops_the_reshape_and_continue_refuses() {
+    let (mut disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let power = Arc::new(AtomicI64::new(30));
+    disks[1] = disks[1].clone().on_power(&power);
+    disks[3] = disks[3].clone().on_power(&power);
+    assert!(grow(&disks, 5).is_err());
+    match continue_reshape(&disks) {
+        Err(EngineError::CannotGrow(GrowRefusal::NotWhole { .. }))
+        | Err(EngineError::Incomplete { .. })
+        | Err(EngineError::Disk(_)) => {}
+        other => panic!("{:?}", other.map(|r| r.finished)),
+    }
+}
+
+#[test]
+fn a_degraded_reshape_is_continued_without_its_dead_member() {
+    let (mut disks, data) = written_array(6, 5, 1, ConsistencyPolicy::Resync);
+    let power = Arc::new(AtomicI64::new(12));
+    disks[1] = disks[1].clone().on_power(&power);
+    let paused = Array::grow_members(
+        boxed(&disks),
+        6,
+        &AssembleOptions::default(),
+        &control(Some(data.len() as u64 / 2)),
+    )
+    .unwrap();
+    assert!(!paused.finished);
+    assert_eq!(paused.failed_members, vec!["m1".to_string()]);
+    let alive: Vec<CrashDisk> = [0, 2, 3, 4, 5].iter().map(|&i| disks[i].clone()).collect();
+    let done = continue_reshape(&alive).unwrap();
+    assert!(done.finished && done.failed_members.is_empty());
+    verify_with(&alive, &data, 6, false);
 }

@@ -45,6 +45,9 @@ pub struct ReshapeReport {
     /// Data offset (sectors) before and after, of the first member.
     pub old_data_offset: u64,
     pub new_data_offset: u64,
+    /// Members that failed during this run: recorded faulty, the reshape went on without
+    /// them (as md's does), the array degraded.
+    pub failed_members: Vec<String>,
     /// Whether the reshape is over; otherwise it stopped (asked to) at `position_sectors`,
     /// recorded there, to go on with [`Array::continue_reshape`].
     pub finished: bool,
@@ -71,10 +74,29 @@ struct Shape {
     old: Geo,
     new: Geo,
     forward: Forward,
-    /// Member index (in the members given) of each new slot.
-    slot_member: Vec<usize>,
+    /// Member index (in the members given) of each new slot; `None`: missing.
+    slot_member: Vec<Option<usize>>,
+    /// Slots without a member to read or write (missing, or failed during the reshape): the
+    /// old layout's data there is rebuilt from parity, the new layout's is not written.
+    lost: Vec<bool>,
+    /// Data offsets of each slot's member, old and new layout (0 for a missing member).
     old_offset: Vec<u64>,
     new_offset: Vec<u64>,
+}
+
+impl Shape {
+    /// The slot member `i` fills, if any.
+    fn slot_of(&self, i: usize) -> Option<usize> {
+        self.slot_member.iter().position(|&m| m == Some(i))
+    }
+
+    /// The member of `slot` while it is there to read and write.
+    fn member<'m>(&self, members: &'m [Box<dyn Disk>], slot: usize) -> Option<&'m dyn Disk> {
+        match (self.lost[slot], self.slot_member[slot]) {
+            (false, Some(i)) => Some(members[i].as_ref()),
+            _ => None,
+        }
+    }
 }
 
 impl Array {
@@ -95,7 +117,10 @@ impl Array {
         for (i, sb) in sbs.iter_mut().enumerate() {
             record(sb, &shape, i, 0);
         }
-        write_round(&members, &found, &mut sbs, &a, &mut events)?;
+        let written: Vec<bool> = (0..members.len())
+            .map(|i| a.use_member[MemberId(i)])
+            .collect();
+        write_round(&members, &found, &mut sbs, &written, &mut events)?;
         let mut report = run(&members, &found, &a, shape, sbs, events, 0, ctl)?;
         report.new_members = new_members;
         Ok(report)
@@ -180,17 +205,18 @@ impl Array {
     }
 }
 
-/// Writes every used member's superblock (events one past the last round) and flushes it.
+/// Writes the superblock of every member `written` names (events one past the last round)
+/// and flushes it.
 fn write_round(
     members: &[Box<dyn Disk>],
     found: &[FoundSuperblock],
     sbs: &mut [Superblock],
-    a: &Assembly,
+    written: &[bool],
     events: &mut u64,
 ) -> Result<()> {
     let t = now();
     for (i, sb) in sbs.iter_mut().enumerate() {
-        if !a.use_member[MemberId(i)] {
+        if !written[i] {
             continue;
         }
         sb.events = *events;
@@ -204,7 +230,7 @@ fn write_round(
 
 /// Member `i`'s superblock with the reshape recorded at `pos`.
 fn record(sb: &mut Superblock, shape: &Shape, i: usize, pos: u64) {
-    let slot = shape.slot_member.iter().position(|&m| m == i);
+    let slot = shape.slot_of(i);
     sb.raid_disks = shape.new.raid_disks as u32;
     sb.reshape = ReshapeFields {
         new_level: shape.new.md_level(),
@@ -257,7 +283,7 @@ fn start_plan(
             what: format!("removing members from a RAID {}", a.nsb.level.to_md()),
         });
     }
-    common_refusals(a)?;
+    common_refusals(a, 0)?;
     let spares: Vec<usize> = (0..found.len())
         .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
         .filter(|&i| !a.slot_member.iter().any(|m| *m == Some(MemberId(i))))
@@ -269,8 +295,10 @@ fn start_plan(
             given: spares.len(),
         });
     }
-    let mut slot_member: Vec<usize> = a.slot_member.iter().map(|m| m.map_or(0, |m| m.0)).collect();
-    slot_member.extend(&spares[..adding]);
+    // Every slot has its member (refused above otherwise).
+    let mut slot_member: Vec<Option<usize>> =
+        a.slot_member.iter().map(|m| m.map(|m| m.0)).collect();
+    slot_member.extend(spares[..adding].iter().map(|&i| Some(i)));
     let new_members: Vec<(String, usize)> = spares[..adding]
         .iter()
         .enumerate()
@@ -285,7 +313,7 @@ fn start_plan(
     // Every member must have room for its data to move down by `min` (md's head-space).
     let mut old_offset = Vec::with_capacity(new_count);
     let mut new_offset = Vec::with_capacity(new_count);
-    for &i in &slot_member {
+    for &i in slot_member.iter().flatten() {
         let sb = &found[i].sb;
         let room = rules::space_before(
             sb.data_offset_sectors,
@@ -315,6 +343,7 @@ fn start_plan(
         old,
         new,
         forward,
+        lost: vec![false; slot_member.len()],
         slot_member,
         old_offset,
         new_offset,
@@ -334,8 +363,10 @@ fn start_plan(
     Ok((shape, sbs, new_members))
 }
 
-/// What refuses a reshape whether it starts or goes on.
-fn common_refusals(a: &Assembly) -> Result<()> {
+/// What refuses a reshape whether it starts or goes on: with more than `may_lose` slots not
+/// in sync, among others (a reshape starts on a whole array; one md or raidkit began goes on
+/// degraded, as md's does).
+fn common_refusals(a: &Assembly, may_lose: usize) -> Result<()> {
     let refuse = |why| Err(EngineError::CannotGrow(why));
     if a.nsb.bitmap_offset().is_some() {
         return refuse(GrowRefusal::Bitmap);
@@ -351,7 +382,7 @@ fn common_refusals(a: &Assembly) -> Result<()> {
         .filter(|(_, s)| **s != MemberState::InSync)
         .map(|(s, _)| s.0)
         .collect();
-    if !not_whole.is_empty() {
+    if not_whole.len() > may_lose {
         return refuse(GrowRefusal::NotWhole { slots: not_whole });
     }
     if a.report.was_dirty && a.reshape.is_none() {
@@ -377,7 +408,7 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     let Some(r) = a.reshape else {
         return refuse(GrowRefusal::NoReshape);
     };
-    common_refusals(a)?;
+    common_refusals(a, a.geo.geometry().max_degraded() as usize)?;
     let md_level = a.nsb.level.to_md();
     let new_count = a.geo.raid_disks;
     let old_count = new_count as i64 - r.delta_disks as i64;
@@ -399,10 +430,20 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     let old = Geo::new(md_level, a.nsb.layout, old_count as usize, c, used)
         .map_err(|e| EngineError::Invalid(e.to_string()))?;
     let new = a.geo.clone();
-    let slot_member: Vec<usize> = a.slot_member.iter().map(|m| m.map_or(0, |m| m.0)).collect();
+    let slot_member: Vec<Option<usize>> = a.slot_member.iter().map(|m| m.map(|m| m.0)).collect();
+    let lost: Vec<bool> = a
+        .slot_state
+        .iter()
+        .map(|s| *s != MemberState::InSync)
+        .collect();
     let mut old_offset = Vec::with_capacity(new_count);
     let mut new_offset = Vec::with_capacity(new_count);
-    for &i in &slot_member {
+    for (slot, m) in slot_member.iter().enumerate() {
+        let Some(i) = m.filter(|_| !lost[slot]) else {
+            old_offset.push(0);
+            new_offset.push(0);
+            continue;
+        };
         let sb = &found[i].sb;
         let moved = if sb.feature_map.contains(FeatureMap::NEW_OFFSET) {
             sb.reshape.new_offset_sectors as i64
@@ -417,7 +458,9 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     let diff = old_offset
         .iter()
         .zip(&new_offset)
-        .map(|(&o, &n)| o as i64 - n as i64)
+        .zip(&lost)
+        .filter(|(_, &gone)| !gone)
+        .map(|((&o, &n), _)| o as i64 - n as i64)
         .min()
         .unwrap_or(0);
     if diff <= 0 {
@@ -443,6 +486,7 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
             new,
             forward,
             slot_member,
+            lost,
             old_offset,
             new_offset,
         },
@@ -450,25 +494,118 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     ))
 }
 
-/// Moves the data from `pos` to the end, recording progress, then writes the superblocks of
-/// the finished array.
+/// A reshape run's state: the members, who is written, the superblocks, what happened.
+struct Run<'r> {
+    members: &'r [Box<dyn Disk>],
+    found: &'r [FoundSuperblock],
+    shape: Shape,
+    sbs: Vec<Superblock>,
+    /// Members whose superblocks are written: those assembly uses, but for the lost.
+    written: Vec<bool>,
+    events: u64,
+    report: ReshapeReport,
+}
+
+impl Run<'_> {
+    /// md's answer to a member failing in a reshape: faulty, and the reshape goes on without
+    /// it while the array survives (recorded at the next round of superblocks).
+    fn lose(&mut self, slot: usize, err: EngineError) -> Result<()> {
+        let lost = self.shape.lost.iter().filter(|&&l| l).count();
+        if lost >= self.shape.new.geometry().max_degraded() as usize {
+            return Err(err);
+        }
+        let i = self.shape.slot_member[slot].expect("a slot being written has a member");
+        self.shape.lost[slot] = true;
+        self.written[i] = false;
+        let dev = self.found[i].sb.dev_number;
+        for sb in self.sbs.iter_mut() {
+            sb.set_role(dev, DevRole::Faulty)
+                .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        }
+        self.report
+            .failed_members
+            .push(self.members[i].name().to_string());
+        Ok(())
+    }
+
+    /// Flushes every member, then records the reshape at `pos` in every superblock; a
+    /// member that fails either is lost and the round made again without it.
+    fn checkpoint(&mut self, pos: u64) -> Result<()> {
+        loop {
+            let mut failed = None;
+            for slot in 0..self.shape.slot_member.len() {
+                if let Some(m) = self.shape.member(self.members, slot) {
+                    if let Err(e) = m.flush() {
+                        failed = Some((slot, EngineError::from(e)));
+                        break;
+                    }
+                }
+            }
+            if failed.is_none() {
+                for (i, sb) in self.sbs.iter_mut().enumerate() {
+                    record(sb, &self.shape, i, pos);
+                }
+                failed = self.round().err().map(|(i, e)| {
+                    let slot = self.shape.slot_of(i).expect("written members have slots");
+                    (slot, e)
+                });
+            }
+            match failed {
+                None => break,
+                Some((slot, e)) => self.lose(slot, e)?,
+            }
+        }
+        self.report.checkpoints += 1;
+        Ok(())
+    }
+
+    /// One round of superblocks (events one past the last); the member that failed, if one.
+    fn round(&mut self) -> std::result::Result<(), (usize, EngineError)> {
+        let t = now();
+        for (i, sb) in self.sbs.iter_mut().enumerate() {
+            if !self.written[i] {
+                continue;
+            }
+            sb.events = self.events;
+            sb.bump_events(t);
+            let disk = self.members[i].as_ref();
+            write_superblock(disk, sb, self.found[i].version)
+                .and_then(|_| disk.flush().map_err(EngineError::from))
+                .map_err(|e| (i, e))?;
+        }
+        self.events += 1;
+        Ok(())
+    }
+}
+
+/// Moves the data from `start` to the end, recording progress, then writes the superblocks
+/// of the finished array.
 #[allow(clippy::too_many_arguments)]
 fn run(
     members: &[Box<dyn Disk>],
     found: &[FoundSuperblock],
     a: &Assembly,
     shape: Shape,
-    mut sbs: Vec<Superblock>,
-    mut events: u64,
+    sbs: Vec<Superblock>,
+    events: u64,
     start: u64,
     ctl: &ReshapeControl,
 ) -> Result<ReshapeReport> {
+    let mut written: Vec<bool> = (0..members.len())
+        .map(|i| a.use_member[MemberId(i)])
+        .collect();
+    for (slot, m) in shape.slot_member.iter().enumerate() {
+        if let (true, Some(i)) = (shape.lost[slot], m) {
+            written[*i] = false;
+        }
+    }
     let progress = ctl.progress;
     let f = shape.forward;
     let total = f.end * SECTOR as u64;
     let old_end = shape.old.array_sectors();
     let max_step = MAX_STEP_BYTES / SECTOR as u64;
-    let mut report = ReshapeReport {
+    let first = (0..shape.lost.len()).find(|&s| !shape.lost[s]).unwrap_or(0);
+    let report = ReshapeReport {
         old_raid_devices: shape.old.raid_disks,
         new_raid_devices: shape.new.raid_disks,
         new_members: Vec::new(),
@@ -478,19 +615,20 @@ fn run(
         checkpoints: 0,
         read_bytes: 0,
         written_bytes: 0,
-        old_data_offset: shape.old_offset[0],
-        new_data_offset: shape.new_offset[0],
+        old_data_offset: shape.old_offset[first],
+        new_data_offset: shape.new_offset[first],
+        failed_members: Vec::new(),
         finished: false,
         position_sectors: start,
     };
-    let checkpoint = |pos: u64, sbs: &mut Vec<Superblock>, events: &mut u64| -> Result<()> {
-        for &i in &shape.slot_member {
-            members[i].flush()?;
-        }
-        for (i, sb) in sbs.iter_mut().enumerate() {
-            record(sb, &shape, i, pos);
-        }
-        write_round(members, found, sbs, a, events)
+    let mut run = Run {
+        members,
+        found,
+        shape,
+        sbs,
+        written,
+        events,
+        report,
     };
     let (mut pos, mut recorded) = (start, start);
     let mut last = Instant::now();
@@ -499,17 +637,15 @@ fn run(
     let pause = ctl.pause_at_bytes.map_or(u64::MAX, |b| b / SECTOR as u64);
     while pos < f.end {
         if ctl.stop.load(Ordering::Relaxed) || pos >= pause {
-            checkpoint(pos, &mut sbs, &mut events)?;
-            report.checkpoints += 1;
-            report.position_sectors = pos;
-            return Ok(report);
+            run.checkpoint(pos)?;
+            run.report.position_sectors = pos;
+            return Ok(run.report);
         }
         // Up to the pause at most (a step moves one new stripe at least).
         let max_step = max_step.min(pause - pos);
         let mut to = f.step_end(pos, recorded, max_step);
         if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
-            checkpoint(pos, &mut sbs, &mut events)?;
-            report.checkpoints += 1;
+            run.checkpoint(pos)?;
             (recorded, last) = (pos, Instant::now());
             to = f.step_end(pos, recorded, max_step);
             if to == pos {
@@ -519,18 +655,28 @@ fn run(
                 )));
             }
         }
-        let (r, w) = move_step(members, &shape, &mut bufs, pos, to, old_end)?;
-        report.read_bytes += r;
-        report.written_bytes += w;
-        pos = to;
-        progress(pos * SECTOR as u64, total);
+        match move_step(members, &run.shape, &mut bufs, pos, to, old_end) {
+            Ok((r, w)) => {
+                run.report.read_bytes += r;
+                run.report.written_bytes += w;
+                pos = to;
+                progress(pos * SECTOR as u64, total);
+            }
+            Err(StepError::Other(e)) => return Err(e),
+            Err(StepError::Member(slot, e)) => {
+                // Recorded before the step runs again from `pos`.
+                run.lose(slot, e)?;
+                run.checkpoint(pos)?;
+                (recorded, last) = (pos, Instant::now());
+            }
+        }
     }
     // Everything moved: recorded as such first, so a member that misses the last round
     // below still says where its data is.
-    checkpoint(f.end, &mut sbs, &mut events)?;
-    report.checkpoints += 1;
-    for (i, sb) in sbs.iter_mut().enumerate() {
-        let Some(slot) = shape.slot_member.iter().position(|&m| m == i) else {
+    run.checkpoint(f.end)?;
+    let shape = &run.shape;
+    for (i, sb) in run.sbs.iter_mut().enumerate() {
+        let Some(slot) = shape.slot_of(i) else {
             // Spares stay spares; their placement stays their own.
             finish_fields(sb);
             continue;
@@ -540,10 +686,14 @@ fn run(
         sb.data_size_sectors += moved;
         finish_fields(sb);
     }
-    write_round(members, found, &mut sbs, a, &mut events)?;
-    report.finished = true;
-    report.position_sectors = f.end;
-    Ok(report)
+    // A member failing now is recorded faulty by the round made without it.
+    while let Err((i, e)) = run.round() {
+        let slot = run.shape.slot_of(i).expect("written members have slots");
+        run.lose(slot, e)?;
+    }
+    run.report.finished = true;
+    run.report.position_sectors = f.end;
+    Ok(run.report)
 }
 
 /// md's fields once a reshape is over: no reshape, no new offset.
@@ -566,9 +716,17 @@ struct StepBuffers {
     scratch: (Vec<u8>, Vec<u8>),
 }
 
+/// Why a step stopped.
+enum StepError {
+    /// The member of this slot failed a read or write.
+    Member(usize, EngineError),
+    Other(EngineError),
+}
+
 /// One step: reads the old layout's stripes holding array sectors `[from, to)` (whole new
-/// stripes), lays them out in new stripes with fresh parity (zeros past the old end) and
-/// writes them, every member at once. Returns (bytes read, bytes written).
+/// stripes; a lost slot's part rebuilt from parity), lays them out in new stripes with fresh
+/// parity (zeros past the old end) and writes them, every member at once (but the lost).
+/// Returns (bytes read, bytes written).
 fn move_step(
     members: &[Box<dyn Disk>],
     shape: &Shape,
@@ -576,7 +734,7 @@ fn move_step(
     from: u64,
     to: u64,
     old_end: u64,
-) -> Result<(u64, u64)> {
+) -> std::result::Result<(u64, u64), StepError> {
     let c = shape.new.chunk_sectors;
     let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
     let chunk_bytes = (c * SECTOR as u64) as usize;
@@ -599,23 +757,32 @@ fn move_step(
         b.clear();
         b.resize(new_len, 0);
     }
-    // Read every old member's range at once.
-    let read = |slot: usize, buf: &mut Vec<u8>| -> Result<()> {
-        let disk = &members[shape.slot_member[slot]];
+    // Read every old member's range at once; rebuild a lost slot's.
+    let read = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
+        let Some(disk) = shape.member(members, slot) else {
+            return Ok(());
+        };
         let at = (shape.old_offset[slot] + os0 * c) * SECTOR as u64;
-        disk.read_at(buf, at).map_err(EngineError::from)
+        disk.read_at(buf, at)
+            .map_err(|e| StepError::Member(slot, EngineError::from(e)))
     };
     if old_len > 0 {
-        std::thread::scope(|s| {
-            let jobs: Vec<_> = bufs
-                .old
-                .iter_mut()
-                .enumerate()
-                .map(|(slot, buf)| s.spawn(move || read(slot, buf)))
-                .collect();
-            jobs.into_iter()
-                .try_for_each(|j| j.join().unwrap_or_else(|_| Err(panicked("read"))))
-        })?;
+        all_slots(&mut bufs.old, read)?;
+        let readable: Vec<bool> = (0..shape.old.raid_disks).map(|s| !shape.lost[s]).collect();
+        if readable.contains(&false) {
+            crate::recon::parity_recover(
+                &shape.old,
+                os0 * c,
+                (os1 - os0) * c,
+                &mut bufs.old,
+                &readable,
+            )
+            .map_err(|e| {
+                StepError::Other(EngineError::Invalid(format!(
+                    "reshape: rebuilding a lost member: {e}"
+                )))
+            })?;
+        }
     }
     // Lay the data chunks out in the new stripes.
     for ns in ns0..ns1 {
@@ -641,27 +808,48 @@ fn move_step(
         true,
         &mut bufs.scratch,
     )
-    .map_err(|e| EngineError::Invalid(format!("reshape: parity of the new stripes: {e}")))?;
-    let write = |slot: usize, buf: &Vec<u8>| -> Result<()> {
-        let disk = &members[shape.slot_member[slot]];
-        let at = (shape.new_offset[slot] + ns0 * c) * SECTOR as u64;
-        disk.write_at(buf, at).map_err(EngineError::from)
-    };
-    std::thread::scope(|s| {
-        let jobs: Vec<_> = bufs
-            .new
-            .iter()
-            .enumerate()
-            .map(|(slot, buf)| s.spawn(move || write(slot, buf)))
-            .collect();
-        jobs.into_iter()
-            .try_for_each(|j| j.join().unwrap_or_else(|_| Err(panicked("write"))))
+    .map_err(|e| {
+        StepError::Other(EngineError::Invalid(format!(
+            "reshape: parity of the new stripes: {e}"
+        )))
     })?;
+    let write = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
+        let Some(disk) = shape.member(members, slot) else {
+            return Ok(());
+        };
+        let at = (shape.new_offset[slot] + ns0 * c) * SECTOR as u64;
+        disk.write_at(buf, at)
+            .map_err(|e| StepError::Member(slot, EngineError::from(e)))
+    };
+    all_slots(&mut bufs.new, write)?;
     let n_old = shape.old.raid_disks as u64;
     let n_new = shape.new.raid_disks as u64;
     Ok((old_len as u64 * n_old, new_len as u64 * n_new))
 }
 
-fn panicked(what: &str) -> EngineError {
-    EngineError::Invalid(format!("a reshape {what} thread panicked"))
+/// Runs `io` on every slot's buffer at once, one thread each; the first error wins.
+fn all_slots<F>(bufs: &mut [Vec<u8>], io: F) -> std::result::Result<(), StepError>
+where
+    F: Fn(usize, &mut Vec<u8>) -> std::result::Result<(), StepError> + Sync,
+{
+    let io = &io;
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(slot, buf)| s.spawn(move || io(slot, buf)))
+            .collect();
+        let mut first = Ok(());
+        for j in jobs {
+            let r = j.join().unwrap_or_else(|_| {
+                Err(StepError::Other(EngineError::Invalid(
+                    "a reshape I/O thread panicked".into(),
+                )))
+            });
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    })
 }

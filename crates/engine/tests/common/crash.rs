@@ -1,7 +1,8 @@
 //! A member with a volatile write cache in front of durable bytes, for crash tests: at a
 //! crash every write not covered by a flush lands whole, not at all, or sector by sector
 //! (torn), in any order. Members may share a power budget: after that many writes and
-//! flushes every write and flush fails, as when the power goes, until [`CrashDisk::crash`].
+//! flushes every read, write and flush fails, as when the power goes (or, for a budget of
+//! its own, as when one member dies), until [`CrashDisk::crash`].
 #![allow(dead_code)]
 
 use raidkit_disk::{Disk, DiskError, DiskErrorKind};
@@ -87,6 +88,15 @@ impl CrashDisk {
 
 impl Disk for CrashDisk {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DiskError> {
+        if self.power.load(Ordering::SeqCst) <= 0 {
+            let err = std::io::Error::other("power lost");
+            return Err(DiskError::new(
+                &self.name,
+                "read",
+                offset_bytes,
+                DiskErrorKind::Io(err),
+            ));
+        }
         let st = self.st.lock().unwrap();
         let o = offset_bytes as usize;
         buf.copy_from_slice(&st.live[o..o + buf.len()]);
