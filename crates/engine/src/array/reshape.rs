@@ -64,8 +64,11 @@ pub struct ReshapeControl<'a> {
     pub pause_at_bytes: Option<u64>,
 }
 
-/// Array data moved per step at most (whole new stripes; at least one).
-const MAX_STEP_BYTES: u64 = 16 << 20;
+/// Array data moved per step at most (whole new stripes; at least one). On emulated hard
+/// disks a step of 16 MiB ran at 0.56x of what the members' sequential reads and writes
+/// allow, 64 MiB at 0.72x (fewer seeks between the old and the new region); the step's
+/// buffers take about 2.5 times this.
+const MAX_STEP_BYTES: u64 = 64 << 20;
 /// How often progress is recorded when the rule does not ask for it sooner (md: 10 s).
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 
@@ -753,8 +756,9 @@ fn move_step(
     for b in &mut bufs.old {
         b.resize(old_len, 0);
     }
+    // Every byte of a new buffer is written below (data, zeros past the old end, parity),
+    // so what the last step left there is not cleared.
     for b in &mut bufs.new {
-        b.clear();
         b.resize(new_len, 0);
     }
     // Read every old member's range at once; rebuild a lost slot's.
@@ -789,13 +793,15 @@ fn move_step(
         let info = shape.new.stripe(ns);
         for (dd, &slot) in info.data_members.iter().enumerate() {
             let chunk = ns * nd + dd as u64;
+            let dst = ((ns - ns0) as usize) * chunk_bytes;
             if chunk * c >= old_end {
-                continue; // past the old array: zeros
+                // Past the old array: zeros.
+                bufs.new[slot][dst..dst + chunk_bytes].fill(0);
+                continue;
             }
             let (os, odd) = (chunk / od, (chunk % od) as usize);
             let from_slot = shape.old.stripe(os).data_members[odd];
             let src = ((os - os0) as usize) * chunk_bytes;
-            let dst = ((ns - ns0) as usize) * chunk_bytes;
             let (old, new) = (&bufs.old[from_slot], &mut bufs.new[slot]);
             new[dst..dst + chunk_bytes].copy_from_slice(&old[src..src + chunk_bytes]);
         }
