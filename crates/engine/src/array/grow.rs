@@ -230,13 +230,23 @@ pub(super) fn decide_stopped(
     if opts.read_only || members.iter().any(|m| m.is_read_only()) {
         return Err(EngineError::ReadOnly);
     }
+    read_and_decide(members, false, opts)
+}
+
+/// The superblocks on `members`, their names, and what assembly decides on them
+/// (`read_only`: one of them cannot be written).
+pub(super) fn read_and_decide(
+    members: &[Box<dyn Disk>],
+    read_only: bool,
+    opts: &AssembleOptions,
+) -> Result<(Vec<FoundSuperblock>, Vec<String>, Assembly)> {
     let found: Vec<FoundSuperblock> = members
         .iter()
         .map(|m| read_superblock(m.as_ref()))
         .collect::<Result<_>>()?;
     let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let decided = assembly::decide(&refs, &found, false, opts)?;
+    let decided = assembly::decide(&refs, &found, read_only, opts)?;
     Ok((found, names, decided))
 }
 

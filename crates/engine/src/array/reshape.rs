@@ -16,7 +16,7 @@
 //! Not yet: reshapes while the array serves I/O, a member failing during one (refused before
 //! it starts: every slot must be in sync), fewer members, level, chunk and layout changes.
 
-use super::grow::decide_stopped;
+use super::grow::{decide_stopped, read_and_decide};
 use super::*;
 use crate::error::GrowRefusal;
 use crate::membership::assembly::Assembly;
@@ -171,13 +171,7 @@ impl Array {
         members: &[Box<dyn Disk>],
         opts: &AssembleOptions,
     ) -> Result<Option<ReshapeStatus>> {
-        let found: Vec<FoundSuperblock> = members
-            .iter()
-            .map(|m| read_superblock(m.as_ref()))
-            .collect::<Result<_>>()?;
-        let names: Vec<String> = members.iter().map(|m| m.name().to_string()).collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let a = assembly::decide(&refs, &found, true, opts)?;
+        let (found, _, a) = read_and_decide(members, true, opts)?;
         let Some(r) = a.reshape else {
             return Ok(None);
         };
