@@ -39,11 +39,11 @@ def rows(name, r):
         got[f"nbd RAID {row['level']} {row['measurement']} ({row['unit']})"] = row["raidkit"]
     for L in (5, 6):
         doc = json.load(open(f"{out}/rebuild{L}.{name}.{r}.json"))
-        for k, v in doc.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and ("mb" in k.lower() or "ratio" in k.lower()):
-                got[f"rebuild RAID {L} {k}"] = v
+        for k in ("rebuild_mb_s", "ratio", "check_mb_s"):
+            if k in doc:
+                got[f"rebuild RAID {L} {k}"] = doc[k]
     for line in open(f"{out}/seq.{name}.{r}.txt"):
-        m = re.match(r"^(\S+(?: \S+)*?)\s{2,}(\S+(?: \S+)?)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s", line)
+        m = re.match(r"^(RAID \d+ n=\d+ \S+)\s+(\S+(?: \S+)*?)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s", line)
         if m:
             got[f"seqbench {m.group(1)} {m.group(2)} eng MB/s"] = float(m.group(3))
             got[f"seqbench {m.group(1)} {m.group(2)} eng/fio"] = float(m.group(6))

@@ -56,7 +56,7 @@ pub struct GrowArgs {
     pub continue_reshape: bool,
     /// Reshapes: stop once this much of the array is reshaped (K, M, G, T suffix; md's
     /// `sync_max`), recorded, to go on later with --continue (Ctrl-C stops the same way).
-    #[arg(long = "pause-at", value_name = "SIZE")]
+    #[arg(long = "pause-at", value_name = "SIZE", conflicts_with = "size")]
     pub pause_at: Option<String>,
     #[command(flatten)]
     pub speed: SpeedArgs,
@@ -112,7 +112,12 @@ fn reshape(args: &GrowArgs, raid_devices: Option<usize>) -> Result<(), CliError>
         Some(n) => Array::grow_members(members, n, &opts, &ctl),
         None => Array::continue_reshape(members, &opts, &ctl),
     }
-    .map_err(engine_error)?;
+    .map_err(|e| match e {
+        EngineError::CannotGrow(GrowRefusal::CountNotMirror { level: 1 }) => CliError::usage(
+            "--pause-at is for reshapes (RAID 4/5/6); a RAID 1's slot count changes without one",
+        ),
+        e => engine_error(e),
+    })?;
     if let Ok(mut bar) = bar.lock() {
         bar.finish();
     }
@@ -163,6 +168,10 @@ fn assemble_opts(args: &GrowArgs) -> AssembleOptions {
 }
 
 fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
+    if args.pause_at.is_some() {
+        // Only a reshape pauses: never change a mirror's slots ignoring it.
+        return reshape(args, Some(raid_devices));
+    }
     let members = open_members(&args.array.members, false)?;
     let opts = assemble_opts(args);
     let report = match Array::grow_mirrors(members, raid_devices, &opts) {
