@@ -148,12 +148,7 @@ fn size_plan(
     if a.nsb.bitmap_offset().is_some() {
         return refuse(GrowRefusal::Bitmap);
     }
-    let not_whole: Vec<usize> = a
-        .slot_state
-        .enumerate()
-        .filter(|(_, s)| **s != MemberState::InSync)
-        .map(|(s, _)| s.0)
-        .collect();
+    let not_whole = a.slots_not_in_sync();
     if !not_whole.is_empty() {
         return refuse(GrowRefusal::NotWhole { slots: not_whole });
     }

@@ -375,12 +375,7 @@ fn common_refusals(a: &Assembly, may_lose: usize) -> Result<()> {
             return refuse(GrowRefusal::WriteLog { policy });
         }
     }
-    let not_whole: Vec<usize> = a
-        .slot_state
-        .enumerate()
-        .filter(|(_, s)| **s != MemberState::InSync)
-        .map(|(s, _)| s.0)
-        .collect();
+    let not_whole = a.slots_not_in_sync();
     if not_whole.len() > may_lose {
         return refuse(GrowRefusal::NotWhole { slots: not_whole });
     }

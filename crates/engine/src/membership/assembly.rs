@@ -47,6 +47,17 @@ pub(crate) struct Assembly {
     pub(crate) reshape: Option<ReshapeFields>,
 }
 
+impl Assembly {
+    /// The slots without a member in sync (missing, faulty or being rebuilt).
+    pub(crate) fn slots_not_in_sync(&self) -> Vec<usize> {
+        self.slot_state
+            .enumerate()
+            .filter(|(_, s)| **s != MemberState::InSync)
+            .map(|(s, _)| s.0)
+            .collect()
+    }
+}
+
 /// Decides an assembly from the superblocks `found` on members named `names` (in the order
 /// given); `member_read_only`: one of the members cannot be written.
 pub(crate) fn decide(
