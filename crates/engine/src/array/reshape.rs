@@ -116,17 +116,9 @@ impl Array {
         ctl: &ReshapeControl,
     ) -> Result<ReshapeReport> {
         let (found, names, a) = decide_stopped(&members, opts)?;
-        let (shape, mut sbs, new_members) = start_plan(&a, &names, &found, raid_devices)?;
-        // Round 1: the reshape starts at 0 on every member (nothing has moved yet).
-        let mut events = a.nsb.events;
-        for (i, sb) in sbs.iter_mut().enumerate() {
-            record(sb, &shape, i, 0);
-        }
-        let written: Vec<bool> = (0..members.len())
-            .map(|i| a.use_member[MemberId(i)])
-            .collect();
-        write_round(&members, &found, &mut sbs, &written, &mut events)?;
-        let mut report = run(&members, &found, &a, shape, sbs, events, 0, ctl)?;
+        let (shape, sbs, new_members) = start_plan(&a, &names, &found, raid_devices)?;
+        let start = Start::Fresh;
+        let mut report = run(&members, &found, &a, shape, sbs, start, ctl)?;
         report.new_members = new_members;
         Ok(report)
     }
@@ -141,7 +133,7 @@ impl Array {
         let (found, _, a) = decide_stopped(&members, opts)?;
         let (shape, pos) = resume_plan(&a, &found)?;
         let sbs = a.sbs.to_vec();
-        run(&members, &found, &a, shape, sbs, a.nsb.events, pos, ctl)
+        run(&members, &found, &a, shape, sbs, Start::At(pos), ctl)
     }
 }
 
@@ -204,27 +196,13 @@ impl Array {
     }
 }
 
-/// Writes the superblock of every member `written` names (events one past the last round)
-/// and flushes it.
-fn write_round(
-    members: &[Box<dyn Disk>],
-    found: &[FoundSuperblock],
-    sbs: &mut [Superblock],
-    written: &[bool],
-    events: &mut u64,
-) -> Result<()> {
-    let t = now();
-    for (i, sb) in sbs.iter_mut().enumerate() {
-        if !written[i] {
-            continue;
-        }
-        sb.events = *events;
-        sb.bump_events(t);
-        write_superblock(members[i].as_ref(), sb, found[i].version)?;
-        members[i].flush()?;
-    }
-    *events += 1;
-    Ok(())
+/// Where a run starts.
+#[derive(Clone, Copy)]
+enum Start {
+    /// A new reshape: recorded at 0 on every member first (nothing moves before).
+    Fresh,
+    /// A recorded reshape, at this array sector.
+    At(u64),
 }
 
 /// Member `i`'s superblock with the reshape recorded at `pos`.
@@ -317,7 +295,6 @@ fn start_plan(
         let room = rules::space_before(
             sb.data_offset_sectors,
             sb.super_offset_sectors,
-            0,
             bblog_end(sb),
         );
         if room < min {
@@ -574,15 +551,13 @@ impl Run<'_> {
 
 /// Moves the data from `start` to the end, recording progress, then writes the superblocks
 /// of the finished array.
-#[allow(clippy::too_many_arguments)]
 fn run(
     members: &[Box<dyn Disk>],
     found: &[FoundSuperblock],
     a: &Assembly,
     shape: Shape,
     sbs: Vec<Superblock>,
-    events: u64,
-    start: u64,
+    start: Start,
     ctl: &ReshapeControl,
 ) -> Result<ReshapeReport> {
     let mut written: Vec<bool> = (0..members.len())
@@ -594,6 +569,10 @@ fn run(
         }
     }
     let progress = ctl.progress;
+    let start_at = match start {
+        Start::Fresh => 0,
+        Start::At(pos) => pos,
+    };
     let f = shape.forward;
     let total = f.end * SECTOR as u64;
     let old_end = shape.old.array_sectors();
@@ -605,7 +584,7 @@ fn run(
         new_members: Vec::new(),
         old_array_bytes: old_end * SECTOR as u64,
         new_array_bytes: total,
-        started_at_sectors: start,
+        started_at_sectors: start_at,
         checkpoints: 0,
         read_bytes: 0,
         written_bytes: 0,
@@ -613,7 +592,7 @@ fn run(
         new_data_offset: shape.new_offset[first],
         failed_members: Vec::new(),
         finished: false,
-        position_sectors: start,
+        position_sectors: start_at,
     };
     let mut run = Run {
         members,
@@ -621,10 +600,17 @@ fn run(
         shape,
         sbs,
         written,
-        events,
+        events: a.nsb.events,
         report,
     };
-    let (mut pos, mut recorded) = (start, start);
+    if let Start::Fresh = start {
+        // A member failing here fails the start: nothing has moved.
+        for (i, sb) in run.sbs.iter_mut().enumerate() {
+            record(sb, &run.shape, i, 0);
+        }
+        run.round().map_err(|(_, e)| e)?;
+    }
+    let (mut pos, mut recorded) = (start_at, start_at);
     let mut last = Instant::now();
     let mut bufs = StepBuffers::default();
     progress(pos * SECTOR as u64, total);

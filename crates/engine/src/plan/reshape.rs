@@ -32,23 +32,16 @@ pub fn min_offset_change(old_chunk: u64, old_data: u64, new_chunk: u64, new_data
     unit_sectors(old_chunk, old_data, new_chunk, new_data) / old_data
 }
 
-/// mdadm's `space_before` for metadata 1.1/1.2 (superblock in front of the data): the
-/// sectors between the end of what sits in front of the data (superblock, write-intent
-/// bitmap or partial parity log, bad-block log) and the data offset.
-pub fn space_before(
-    data_offset: u64,
-    super_offset: u64,
-    metadata_end: u64,
-    bblog_end: Option<u64>,
-) -> u64 {
+/// mdadm's `space_before` for metadata 1.1/1.2 (superblock in front of the data) without a
+/// bitmap or partial parity log (a reshape refuses both): the sectors between the end of the
+/// superblock area or bad-block log and the data offset.
+pub fn space_before(data_offset: u64, super_offset: u64, bblog_end: Option<u64>) -> u64 {
     if data_offset <= super_offset {
         // Metadata 1.0: the superblock sits behind the data; mdadm moves nothing down.
         return 0;
     }
     // The kernel's own bound: superblock plus 36 KiB.
-    let earliest = (super_offset + (32 + 4) * 2)
-        .max(metadata_end)
-        .max(bblog_end.unwrap_or(0));
+    let earliest = (super_offset + (32 + 4) * 2).max(bblog_end.unwrap_or(0));
     data_offset.saturating_sub(earliest)
 }
 
@@ -112,10 +105,10 @@ mod tests {
 
     #[test]
     fn space_before_counts_what_sits_in_front_of_the_data() {
-        assert_eq!(space_before(4096, 8, 0, None), 4096 - 80);
-        assert_eq!(space_before(4096, 8, 8 + 2056, None), 4096 - 2064);
-        assert_eq!(space_before(4096, 8, 0, Some(8 + 4096 - 8)), 0);
-        assert_eq!(space_before(0, 1 << 20, 0, None), 0, "metadata 1.0");
+        assert_eq!(space_before(4096, 8, None), 4096 - 80);
+        assert_eq!(space_before(4096, 8, Some(8 + 2056)), 4096 - 2064);
+        assert_eq!(space_before(4096, 8, Some(8 + 4096 - 8)), 0);
+        assert_eq!(space_before(0, 1 << 20, None), 0, "metadata 1.0");
     }
 
     #[test]

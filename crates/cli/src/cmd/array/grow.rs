@@ -71,25 +71,43 @@ pub fn grow(args: GrowArgs) -> Result<(), CliError> {
     }
 }
 
-/// A progress bar (hidden for --quiet and --json) and when it started.
-fn progress_bar(args: &GrowArgs) -> (Mutex<ProgressBar>, Instant) {
-    (
-        Mutex::new(ProgressBar::new(args.speed.quiet || args.array.json)),
-        Instant::now(),
-    )
+/// A progress bar (hidden for --quiet and --json), when it started, and how many bytes were
+/// done then (a continued reshape starts part way).
+struct Bar {
+    bar: Mutex<ProgressBar>,
+    start: Instant,
+    base: std::sync::OnceLock<u64>,
 }
 
-/// Draws the bar: `label`, percent, rate and ETA from `done` of `total` bytes.
-fn draw(bar: &Mutex<ProgressBar>, start: Instant, label: &'static str, done: u64, total: u64) {
-    let secs = start.elapsed().as_secs_f64().max(1e-3);
-    let rate = done as f64 / secs;
+fn progress_bar(args: &GrowArgs) -> (Bar, Instant) {
+    let start = Instant::now();
+    let bar = Bar {
+        bar: Mutex::new(ProgressBar::new(args.speed.quiet || args.array.json)),
+        start,
+        base: std::sync::OnceLock::new(),
+    };
+    (bar, start)
+}
+
+impl Bar {
+    fn lock(&self) -> std::sync::LockResult<std::sync::MutexGuard<'_, ProgressBar>> {
+        self.bar.lock()
+    }
+}
+
+/// Draws the bar: `label`, percent, and the rate and ETA of this run, from `done` of `total`
+/// bytes.
+fn draw(bar: &Bar, label: &'static str, done: u64, total: u64) {
+    let base = *bar.base.get_or_init(|| done);
+    let secs = bar.start.elapsed().as_secs_f64().max(1e-3);
+    let rate = done.saturating_sub(base) as f64 / secs;
     let percent = if total == 0 {
         100.0
     } else {
         done as f64 * 100.0 / total as f64
     };
     let eta = (rate > 0.0).then(|| (total - done) as f64 / rate);
-    if let Ok(mut bar) = bar.lock() {
+    if let Ok(mut bar) = bar.bar.lock() {
         bar.draw(label, percent, rate, eta, false);
     }
 }
@@ -99,7 +117,7 @@ fn reshape(args: &GrowArgs, raid_devices: Option<usize>) -> Result<(), CliError>
     let members = open_members(&args.array.members, false)?;
     let opts = assemble_opts(args);
     let (bar, start) = progress_bar(args);
-    let progress = |done, total| draw(&bar, start, "reshape", done, total);
+    let progress = |done, total| draw(&bar, "reshape", done, total);
     let ctl = ReshapeControl {
         progress: &progress,
         stop: tasks::stop_flag()?,
@@ -231,9 +249,9 @@ fn grow_size(args: &GrowArgs, size: &str) -> Result<(), CliError> {
     };
     let members = open_members(&args.array.members, false)?;
     let opts = assemble_opts(args);
-    let (bar, start) = progress_bar(args);
+    let (bar, _) = progress_bar(args);
     let report = Array::grow_size(members, size, &opts, &|done, total| {
-        draw(&bar, start, "zero", done, total)
+        draw(&bar, "zero", done, total)
     })
     .map_err(engine_error)?;
     if let Ok(mut bar) = bar.lock() {
