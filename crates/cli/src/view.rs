@@ -99,6 +99,16 @@ pub struct MemberView {
     pub role: String,
 }
 
+/// md's name of a layout of `level`, where the level has layouts.
+pub fn layout_name(level: i32, layout: u32) -> Option<String> {
+    match level {
+        5 => raidkit_metadata::examine::raid5_layout_name(layout).map(str::to_string),
+        6 => raidkit_metadata::examine::raid6_layout_name(layout).map(str::to_string),
+        10 => Some(raidkit_metadata::examine::raid10_layout_name(layout)),
+        _ => None,
+    }
+}
+
 /// Prints a status the way mdadm --detail lays it out.
 pub fn print_detail(status: &StatusView, state: &str) {
     println!("     Raid Level : raid{}", status.level);
@@ -108,13 +118,7 @@ pub fn print_detail(status: &StatusView, state: &str) {
         status.array_bytes as f64 / 1048576.0
     );
     println!("   Raid Devices : {}", status.raid_disks);
-    let layout_name = match status.level {
-        5 => raidkit_metadata::examine::raid5_layout_name(status.layout).map(str::to_string),
-        6 => raidkit_metadata::examine::raid6_layout_name(status.layout).map(str::to_string),
-        10 => Some(raidkit_metadata::examine::raid10_layout_name(status.layout)),
-        _ => None,
-    };
-    if let Some(name) = layout_name {
+    if let Some(name) = layout_name(status.level, status.layout) {
         println!("         Layout : {name}");
     }
     println!("     Chunk Size : {}K", status.chunk_sectors / 2);

@@ -83,7 +83,7 @@ use datapath::aligned_window;
 pub use gather::GatherCounters;
 pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
 pub use options::*;
-pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus};
+pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget};
 use write_log::IntentHooks;
 
 pub(crate) struct Member {

@@ -136,6 +136,15 @@ pub enum GrowRefusal {
     /// The recorded position is not one a reshape can go on from safely (md: "reshape_position
     /// too early for auto-recovery").
     TooEarly { position: u64 },
+    /// A level change md cannot make either (mdadm: "Impossible level change requested").
+    LevelImpossible { from: i32, to: i32, why: String },
+    /// The members' data size is not a whole number of the new chunk (md refuses too).
+    ChunkNotDividing {
+        chunk_sectors: u64,
+        member_sectors: u64,
+    },
+    /// What was asked for is what the array already is.
+    NothingToChange,
 }
 
 impl fmt::Display for GrowRefusal {
@@ -188,6 +197,20 @@ impl fmt::Display for GrowRefusal {
             GrowRefusal::TooFew { asked } => write!(
                 f,
                 "{asked} slot(s) asked for; a RAID 1 keeps at least 2"
+            ),
+            GrowRefusal::LevelImpossible { from, to, why } => write!(
+                f,
+                "RAID {from} cannot become RAID {to}: {why}"
+            ),
+            GrowRefusal::ChunkNotDividing { chunk_sectors, member_sectors } => write!(
+                f,
+                "each member holds {} of data, not a whole number of {} chunks (md refuses too); shrink the array to a multiple first",
+                sectors_text(*member_sectors),
+                sectors_text(*chunk_sectors)
+            ),
+            GrowRefusal::NothingToChange => write!(
+                f,
+                "the array already has that level, layout, chunk size and number of members; nothing to change"
             ),
             GrowRefusal::ReshapeNotYet { what } => {
                 write!(f, "{what} is a reshape raidkit does not do yet")

@@ -1,14 +1,15 @@
-//! Adding members to RAID 4/5/6 (`grow --raid-devices`): the data reads back the same, the
-//! new room reads zeros, parity is consistent; a power loss at a random point of the reshape
-//! (every write not flushed then lands whole, torn or not at all) is followed by
-//! `continue_reshape`, with the same result; refusals write nothing.
+//! Reshaping RAID 4/5/6: adding members (`grow --raid-devices`), chunk size and layout
+//! changes, RAID 4 to 5 and RAID 5 to 6. The data reads back the same, new room reads zeros,
+//! parity is consistent; a power loss at a random point of the reshape (every write not
+//! flushed then lands whole, torn or not at all) is followed by `continue_reshape`, with the
+//! same result; refusals write nothing.
 
 mod common;
 use common::crash::{CrashDisk, Rng};
 use raidkit_disk::Disk;
 use raidkit_engine::{
     Array, AssembleOptions, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError,
-    GrowRefusal, ReshapeControl, TaskKind,
+    GrowRefusal, ReshapeControl, ReshapeReport, ReshapeTarget, TaskKind,
 };
 use raidkit_metadata::SuperblockVersion;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -24,11 +25,11 @@ fn boxed(disks: &[CrashDisk]) -> Vec<Box<dyn Disk>> {
         .collect()
 }
 
-fn create_opts(level: i32, n: usize, policy: ConsistencyPolicy) -> CreateOptions {
+fn create_opts(level: i32, n: usize, policy: ConsistencyPolicy, chunk: u32) -> CreateOptions {
     CreateOptions {
         level,
         layout: None,
-        chunk_sectors: CHUNK,
+        chunk_sectors: chunk,
         raid_devices: n,
         metadata: SuperblockVersion::V1_2,
         size_sectors: None,
@@ -60,10 +61,21 @@ fn written_array(
     spares: usize,
     policy: ConsistencyPolicy,
 ) -> (Vec<CrashDisk>, Vec<u8>) {
+    written_array_chunk(level, n, spares, policy, CHUNK)
+}
+
+fn written_array_chunk(
+    level: i32,
+    n: usize,
+    spares: usize,
+    policy: ConsistencyPolicy,
+    chunk: u32,
+) -> (Vec<CrashDisk>, Vec<u8>) {
     let disks: Vec<CrashDisk> = (0..n + spares)
         .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
         .collect();
-    let array = Array::create(boxed(&disks[..n]), create_opts(level, n, policy)).unwrap();
+    let opts = create_opts(level, n, policy, chunk);
+    let array = Array::create(boxed(&disks[..n]), opts).unwrap();
     let data = pattern(level as u64 * 31 + n as u64, array.size_bytes() as usize);
     for (k, piece) in data.chunks(1 << 20).enumerate() {
         array.write_at(piece, (k << 20) as u64, false).unwrap();
@@ -91,6 +103,30 @@ fn verify_with(disks: &[CrashDisk], data: &[u8], raid_devices: usize, check: boo
     assert_eq!(array.geometry().raid_disks, raid_devices);
     let size = array.size_bytes() as usize;
     assert!(size > data.len(), "the array grew ({size} bytes)");
+    array.stop().unwrap();
+    verify_contents(disks, data, check);
+}
+
+/// md's level, layout, chunk (sectors) and member count.
+type Want = (i32, u32, u64, usize);
+
+/// The members assemble with the geometry `want` and hold `data` (then zeros), consistent.
+fn verify_shape(disks: &[CrashDisk], data: &[u8], want: Want) {
+    let (array, _) = Array::assemble(boxed(disks), AssembleOptions::default()).unwrap();
+    let g = array.geometry();
+    assert_eq!(
+        (g.md_level(), g.md_layout(), g.chunk_sectors, g.raid_disks),
+        want
+    );
+    assert!(!array.status().degraded, "every member has its slot");
+    array.stop().unwrap();
+    verify_contents(disks, data, true);
+}
+
+fn verify_contents(disks: &[CrashDisk], data: &[u8], check: bool) {
+    let (array, _) = Array::assemble(boxed(disks), AssembleOptions::default()).unwrap();
+    let size = array.size_bytes() as usize;
+    assert!(size >= data.len());
     let mut got = vec![0u8; size];
     for (k, piece) in got.chunks_mut(1 << 20).enumerate() {
         array.read_at(piece, (k << 20) as u64).unwrap();
@@ -346,4 +382,208 @@ fn a_degraded_reshape_is_continued_without_its_dead_member() {
     let done = continue_reshape(&alive).unwrap();
     assert!(done.finished && done.failed_members.is_empty());
     verify_with(&alive, &data, 6, false);
+}
+
+fn reshape(disks: &[CrashDisk], target: &ReshapeTarget) -> Result<ReshapeReport, EngineError> {
+    Array::reshape(
+        boxed(disks),
+        target,
+        &AssembleOptions::default(),
+        &control(None),
+    )
+}
+
+fn target(level: Option<i32>, layout: Option<u32>, chunk: Option<u64>) -> ReshapeTarget {
+    ReshapeTarget {
+        raid_devices: None,
+        level,
+        layout,
+        chunk_sectors: chunk,
+    }
+}
+
+/// The restripes: (level, members, spares, chunk, target, geometry after).
+fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
+    const LS: u32 = 2;
+    vec![
+        // Chunk 8 KiB -> 32 KiB and back down, RAID 5 and 6.
+        (5, 4, 0, 16, target(None, None, Some(64)), (5, LS, 64, 4)),
+        (5, 4, 0, 64, target(None, None, Some(16)), (5, LS, 16, 4)),
+        (6, 5, 0, 16, target(None, None, Some(32)), (6, LS, 32, 5)),
+        // Layout: left-symmetric -> right-asymmetric; RAID 6 to parity-first-6.
+        (5, 4, 0, 16, target(None, Some(1), None), (5, 1, 16, 4)),
+        (6, 5, 0, 16, target(None, Some(20), None), (6, 20, 16, 5)),
+        // RAID 4 -> 5 (left-symmetric), RAID 5 -> 6 (its Q on the spare), RAID 4 -> 6.
+        (4, 4, 0, 16, target(Some(5), Some(LS), None), (5, LS, 16, 4)),
+        (5, 4, 1, 16, target(Some(6), None, None), (6, LS, 16, 5)),
+        (4, 3, 1, 16, target(Some(6), Some(LS), None), (6, LS, 16, 4)),
+        // RAID 5 -> 6 with one more data member too, and a new chunk.
+        (
+            5,
+            4,
+            2,
+            16,
+            ReshapeTarget {
+                raid_devices: Some(6),
+                level: Some(6),
+                layout: None,
+                chunk_sectors: Some(32),
+            },
+            (6, LS, 32, 6),
+        ),
+    ]
+}
+
+#[test]
+fn chunk_layout_and_level_changes_keep_the_data() {
+    for (level, n, spares, chunk, t, want) in restripes() {
+        let (disks, data) = written_array_chunk(level, n, spares, ConsistencyPolicy::Resync, chunk);
+        let report = reshape(&disks, &t).unwrap_or_else(|e| panic!("{t:?}: {e}"));
+        assert!(report.finished, "{t:?}");
+        assert!(report.new_data_offset < report.old_data_offset, "{t:?}");
+        verify_shape(&disks, &data, want);
+    }
+}
+
+#[test]
+fn a_power_loss_in_a_restripe_is_continued() {
+    let cases = restripes();
+    let mut rng = Rng(0x0dd_ba11_5eed_0002);
+    for (k, (level, n, spares, chunk, t, want)) in cases.into_iter().enumerate() {
+        // The writes and flushes of one uninterrupted run, to draw crash points from.
+        let (disks, _) = written_array_chunk(level, n, spares, ConsistencyPolicy::Resync, chunk);
+        let power = Arc::new(AtomicI64::new(i64::MAX));
+        let counted: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+        reshape(&counted, &t).unwrap();
+        let budget = i64::MAX - power.load(Ordering::SeqCst);
+        for round in 0..6 {
+            let (disks, data) =
+                written_array_chunk(level, n, spares, ConsistencyPolicy::Resync, chunk);
+            let power = Arc::new(AtomicI64::new(rng.below(budget as u64) as i64));
+            let cut: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+            assert!(reshape(&cut, &t).is_err(), "case {k} round {round}");
+            for d in &disks {
+                d.crash(&mut rng);
+            }
+            match continue_reshape(&disks) {
+                Ok(_) => {}
+                // The power went in the first superblock round (start again) or the last
+                // (finished).
+                Err(EngineError::CannotGrow(GrowRefusal::NoReshape)) => match reshape(&disks, &t) {
+                    Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::NothingToChange)) => {}
+                    Err(e) => panic!("case {k} round {round}: again: {e}"),
+                },
+                Err(e) => panic!("case {k} round {round}: continue: {e}"),
+            }
+            verify_shape(&disks, &data, want);
+        }
+    }
+}
+
+#[test]
+fn a_raid5_becoming_raid6_records_its_new_q_as_md_does_and_survives_a_failure() {
+    // Paused half way: the new Q member is recorded recovered up to the position.
+    let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let paused = Array::reshape(
+        boxed(&disks),
+        &target(Some(6), None, None),
+        &AssembleOptions::default(),
+        &control(Some(data.len() as u64 / 2)),
+    )
+    .unwrap();
+    assert!(!paused.finished);
+    let sb = raidkit_engine::read_superblock(&disks[4]).unwrap().sb;
+    let r = sb.reshape().expect("recorded");
+    assert_eq!((sb.level.to_md(), sb.layout, r.new_layout), (6, 18, 2));
+    assert_eq!((sb.raid_disks, r.delta_disks), (5, 0));
+    assert_eq!(sb.recovery_offset(), Some(paused.position_sectors));
+    assert_eq!(
+        raidkit_engine::read_superblock(&disks[0])
+            .unwrap()
+            .sb
+            .recovery_offset(),
+        None
+    );
+    // A data member dies while it goes on: the old half is read from P alone.
+    let mut disks = disks;
+    let power = Arc::new(AtomicI64::new(5));
+    disks[1] = disks[1].clone().on_power(&power);
+    let done = continue_reshape(&disks).unwrap();
+    assert!(done.finished);
+    assert_eq!(done.failed_members, vec!["m1".to_string()]);
+    let alive: Vec<CrashDisk> = [0, 2, 3, 4].iter().map(|&i| disks[i].clone()).collect();
+    let (array, _) = Array::assemble(boxed(&alive), AssembleOptions::default()).unwrap();
+    let g = array.geometry();
+    assert_eq!((g.md_level(), g.md_layout(), g.raid_disks), (6, 2, 5));
+    let mut got = vec![0u8; data.len()];
+    array.read_at(&mut got, 0).unwrap();
+    assert!(got == data, "RAID 6 missing a member reads the data");
+    array.stop().unwrap();
+}
+
+#[test]
+fn level_and_chunk_refusals_write_nothing() {
+    let snapshot = |disks: &[CrashDisk]| -> Vec<Vec<u8>> {
+        disks
+            .iter()
+            .map(|d| {
+                let mut b = vec![0u8; MEMBER_BYTES];
+                d.read_at(&mut b, 0).unwrap();
+                b
+            })
+            .collect()
+    };
+    let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let before = snapshot(&disks);
+    let refused = |t: ReshapeTarget| match reshape(&disks, &t) {
+        Err(EngineError::CannotGrow(why)) => why,
+        other => panic!("{t:?}: {:?}", other.map(|r| r.finished)),
+    };
+    assert!(matches!(
+        refused(target(Some(10), None, None)),
+        GrowRefusal::LevelImpossible {
+            from: 5,
+            to: 10,
+            ..
+        }
+    ));
+    assert!(matches!(
+        refused(target(Some(0), None, None)),
+        GrowRefusal::ReshapeNotYet { .. }
+    ));
+    assert!(matches!(
+        refused(target(None, Some(2), Some(CHUNK as u64))),
+        GrowRefusal::NothingToChange
+    ));
+    // A chunk the members' data is not a whole number of.
+    let used = raidkit_engine::read_superblock(&disks[0])
+        .unwrap()
+        .sb
+        .size_sectors;
+    let big = (used + 1).next_power_of_two();
+    assert!(matches!(
+        refused(target(None, None, Some(big))),
+        GrowRefusal::ChunkNotDividing { .. }
+    ));
+    assert!(snapshot(&disks) == before);
+    // A RAID 6 missing a member is not restriped (it would run without redundancy).
+    let (disks, _) = written_array(6, 5, 0, ConsistencyPolicy::Resync);
+    let alive: Vec<CrashDisk> = disks[1..].to_vec();
+    let before = snapshot(&alive);
+    let run = AssembleOptions {
+        run: true,
+        ..Default::default()
+    };
+    match Array::reshape(
+        boxed(&alive),
+        &target(None, None, Some(32)),
+        &run,
+        &control(None),
+    ) {
+        Err(EngineError::CannotGrow(GrowRefusal::NotWhole { slots })) => {
+            assert_eq!(slots, vec![0])
+        }
+        other => panic!("{:?}", other.map(|r| r.finished)),
+    }
+    assert!(snapshot(&alive) == before);
 }

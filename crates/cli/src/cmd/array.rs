@@ -25,7 +25,7 @@ use raidkit_cli::common::{
     print_json, random_uuid, report_notes, Insist, MembersArgs, RUN_HELP,
 };
 use raidkit_cli::server::control;
-use raidkit_cli::view::{print_detail, StatusView};
+use raidkit_cli::view::{layout_name, print_detail, StatusView};
 use raidkit_cli::{CliError, ExitCode};
 use raidkit_disk::Disk;
 use raidkit_engine::{Array, TaskKind};
@@ -411,7 +411,21 @@ fn print_reshape(r: &raidkit_engine::ReshapeStatus) {
         "   Raid Devices : {} (reshaping from {})",
         r.new_raid_devices, r.old_raid_devices
     );
+    // mdadm --detail's lines for a reshape: the new values next to the old.
+    if r.new_level != r.level {
+        println!("      New Level : raid{}", r.new_level);
+    }
+    let name = |level, layout| layout_name(level, layout).unwrap_or_else(|| layout.to_string());
+    if r.level != 4 {
+        println!("         Layout : {}", name(r.level, r.layout));
+    }
+    if (r.new_level, r.new_layout) != (r.level, r.layout) && r.new_level != 4 {
+        println!("     New Layout : {}", name(r.new_level, r.new_layout));
+    }
     println!("     Chunk Size : {}K", r.chunk_sectors / 2);
+    if r.new_chunk_sectors != r.chunk_sectors {
+        println!("  New Chunksize : {}K", r.new_chunk_sectors / 2);
+    }
     println!(
         "     Array Size : {:.2} MiB now, {:.2} MiB once reshaped",
         mib(r.old_array_bytes),

@@ -31,6 +31,14 @@ use std::time::{Duration, Instant};
 pub struct ReshapeReport {
     pub old_raid_devices: usize,
     pub new_raid_devices: usize,
+    /// Old and new geometry: md's level and layout numbers, chunk sizes (sectors). The old
+    /// is the level the reshape runs at (a RAID 5 becoming a RAID 6 runs as md's `*-6`).
+    pub old_level: i32,
+    pub new_level: i32,
+    pub old_layout: u32,
+    pub new_layout: u32,
+    pub old_chunk_sectors: u64,
+    pub new_chunk_sectors: u64,
     /// Spares that took the new slots: (name, slot).
     pub new_members: Vec<(String, usize)>,
     pub old_array_bytes: u64,
@@ -84,6 +92,11 @@ struct Shape {
     /// Slots without a member to read or write (missing, or failed during the reshape): the
     /// old layout's data there is rebuilt from parity, the new layout's is not written.
     lost: Vec<bool>,
+    /// Slots of the old layout whose member holds nothing of it yet: a RAID 5 becoming a
+    /// RAID 6 takes over with its Q on a new member (md's `*-6` layouts), which only the new
+    /// layout fills. Not read; written; recorded in md's way as a member being recovered up
+    /// to the reshape's position (`recovery_offset`).
+    fresh: Vec<bool>,
     /// Data offsets of each slot's member, old and new layout (0 for a missing member).
     old_offset: Vec<u64>,
     new_offset: Vec<u64>,
@@ -102,21 +115,70 @@ impl Shape {
             _ => None,
         }
     }
+
+    /// Whether the old layout's part on `slot` can be read.
+    fn old_readable(&self, slot: usize) -> bool {
+        !self.lost[slot] && !self.fresh[slot]
+    }
+
+    /// Slots of the old layout whose part cannot be read (lost or fresh).
+    fn old_unreadable(&self) -> usize {
+        (0..self.old.raid_disks)
+            .filter(|&s| !self.old_readable(s))
+            .count()
+    }
+}
+
+/// What a reshape changes (mdadm's `--grow` options); `None`: as it is, or as the level
+/// change needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReshapeTarget {
+    /// Members from now on (`--raid-devices`); a RAID 5 becoming a RAID 6 takes one more by
+    /// default, as mdadm.
+    pub raid_devices: Option<usize>,
+    /// md's level number (`--level`): 4 to 5, 4 or 5 to 6, or the same.
+    pub level: Option<i32>,
+    /// md's layout number (`--layout`), of the new level.
+    pub layout: Option<u32>,
+    /// Chunk size in sectors (`--chunk`).
+    pub chunk_sectors: Option<u64>,
+}
+
+impl ReshapeTarget {
+    /// Only the number of members changes.
+    pub fn members(raid_devices: usize) -> Self {
+        ReshapeTarget {
+            raid_devices: Some(raid_devices),
+            ..Default::default()
+        }
+    }
 }
 
 impl Array {
     /// Adds members to the stopped RAID 4/5/6 on `members` until it has `raid_devices`
-    /// slots: spares among `members` take the new slots and every stripe is rewritten in the
-    /// wider layout (see the module's notes), as `ctl` steers. Refuses, writing nothing, with
-    /// [`EngineError::CannotGrow`].
+    /// slots (see [`Array::reshape`]).
     pub fn grow_members(
         members: Vec<Box<dyn Disk>>,
         raid_devices: usize,
         opts: &AssembleOptions,
         ctl: &ReshapeControl,
     ) -> Result<ReshapeReport> {
+        Array::reshape(members, &ReshapeTarget::members(raid_devices), opts, ctl)
+    }
+
+    /// Reshapes the stopped RAID 4/5/6 on `members` to `target`: more members (the spares
+    /// among `members` take the new slots), another chunk size or layout, RAID 4 to 5 and
+    /// RAID 4 or 5 to 6 (the new Q on a spare). Every stripe is rewritten in the new layout
+    /// (see the module's notes), as `ctl` steers. Refuses, writing nothing, with
+    /// [`EngineError::CannotGrow`].
+    pub fn reshape(
+        members: Vec<Box<dyn Disk>>,
+        target: &ReshapeTarget,
+        opts: &AssembleOptions,
+        ctl: &ReshapeControl,
+    ) -> Result<ReshapeReport> {
         let (found, names, a) = decide_stopped(&members, opts)?;
-        let (shape, sbs, new_members) = start_plan(&a, &names, &found, raid_devices)?;
+        let (shape, sbs, new_members) = start_plan(&a, &names, &found, target)?;
         let start = Start::Fresh;
         let mut report = run(&members, &found, &a, shape, sbs, start, ctl)?;
         report.new_members = new_members;
@@ -140,9 +202,13 @@ impl Array {
 /// A reshape in progress as the superblocks record it (`raidkit detail`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReshapeStatus {
+    /// Old geometry (the superblocks' level, layout and chunk) and new (md's `new_*`).
     pub level: i32,
     pub layout: u32,
     pub chunk_sectors: u64,
+    pub new_level: i32,
+    pub new_layout: u32,
+    pub new_chunk_sectors: u64,
     pub old_raid_devices: usize,
     pub new_raid_devices: usize,
     /// md's reshape_position: array sectors below it are in the new layout.
@@ -174,6 +240,9 @@ impl Array {
             level: a.nsb.level.to_md(),
             layout: a.nsb.layout,
             chunk_sectors: a.geo.chunk_sectors,
+            new_level: r.new_level,
+            new_layout: r.new_layout,
+            new_chunk_sectors: r.new_chunk_sectors as u64,
             old_raid_devices: old_count,
             new_raid_devices: a.geo.raid_disks,
             position_sectors: r.reshape_position_sectors,
@@ -187,6 +256,8 @@ impl Array {
         match resume_plan(&a, &found) {
             Ok((shape, _)) => {
                 status.old_array_bytes = shape.old.array_sectors() * SECTOR as u64;
+                status.new_array_bytes = shape.new.array_sectors() * SECTOR as u64;
+                status.end_sectors = shape.new.array_sectors();
                 status.old_data_offset = shape.old_offset[0];
                 status.new_data_offset = shape.new_offset[0];
             }
@@ -223,6 +294,54 @@ fn record(sb: &mut Superblock, shape: &Shape, i: usize, pos: u64) {
     sb.feature_map
         .set(FeatureMap::NEW_OFFSET, sb.reshape.new_offset_sectors != 0);
     sb.feature_map.remove(FeatureMap::RESHAPE_BACKWARDS);
+    // A fresh slot holds the new layout up to the position (md's reshape_request moves a
+    // recovering member's recovery_offset along with it).
+    if slot.is_some_and(|s| shape.fresh[s]) {
+        sb.set_recovery_offset(pos);
+    }
+}
+
+/// md's `*-6` layout of a RAID 5 layout: the same RAID 5 with Q on one more member, the last
+/// (mdadm's `analyse_change`); a RAID 4 is a RAID 5 with its parity last.
+fn raid6_takeover_layout(level: i32, layout: u32) -> Option<u32> {
+    match (level, layout) {
+        (4, _) | (5, 5) => Some(5),
+        (5, l @ 0..=4) => Some(16 + l),
+        _ => None,
+    }
+}
+
+/// How the level changes, as md does it: the level the reshape runs at (md's `re->level`),
+/// the old layout at that level, and how many parity members it adds.
+fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
+    let from = a.nsb.level.to_md();
+    let layout = a.nsb.layout;
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    match (from, to) {
+        (f, t) if f == t => Ok((f, layout, 0)),
+        // md first takes a RAID 4 over as a RAID 5 with its parity last.
+        (4, 5) => Ok((5, 5, 0)),
+        (4 | 5, 6) => match raid6_takeover_layout(from, layout) {
+            Some(l) => Ok((6, l, 1)),
+            None => refuse(GrowRefusal::LevelImpossible {
+                from,
+                to,
+                why: format!("layout {layout} has no RAID 6 form with Q last"),
+            }),
+        },
+        // md can, through parity-last layouts and a member less; raidkit not yet.
+        (5, 0 | 4) | (4, 0) | (6, 4 | 5) => refuse(GrowRefusal::ReshapeNotYet {
+            what: format!("RAID {from} to RAID {to}"),
+        }),
+        (5, 1) if a.geo.raid_disks == 2 => refuse(GrowRefusal::ReshapeNotYet {
+            what: "a two-member RAID 5 to RAID 1".into(),
+        }),
+        _ => refuse(GrowRefusal::LevelImpossible {
+            from,
+            to,
+            why: "md has no such reshape".into(),
+        }),
+    }
 }
 
 /// Decides the start of a reshape on an assembly's decision alone (no I/O): both layouts,
@@ -232,16 +351,17 @@ fn start_plan(
     a: &Assembly,
     names: &[String],
     found: &[FoundSuperblock],
-    new_count: usize,
+    target: &ReshapeTarget,
 ) -> Result<(Shape, Vec<Superblock>, Vec<(String, usize)>)> {
     let refuse = |why| Err(EngineError::CannotGrow(why));
-    let level = a.geo.level();
-    if !matches!(
-        level,
-        RaidLevel::Raid4 | RaidLevel::Raid5 | RaidLevel::Raid6
-    ) {
-        return refuse(GrowRefusal::CountNotMirror {
-            level: a.nsb.level.to_md(),
+    let level = a.nsb.level.to_md();
+    let only_count = target.level.is_none() && target.layout.is_none();
+    if !matches!(level, 4..=6) {
+        if only_count && target.chunk_sectors.is_none() {
+            return refuse(GrowRefusal::CountNotMirror { level });
+        }
+        return refuse(GrowRefusal::ReshapeNotYet {
+            what: format!("a level, layout or chunk change of a RAID {level}"),
         });
     }
     if a.reshape.is_some() {
@@ -249,18 +369,64 @@ fn start_plan(
             what: "a reshape (`raidkit grow --continue`)".into(),
         });
     }
+    let new_level = target.level.unwrap_or(level);
+    let (run_level, old_layout, added_parity) = level_change(a, new_level)?;
     let old_count = a.geo.raid_disks;
-    if new_count == old_count {
-        return refuse(GrowRefusal::SameCount {
-            raid_devices: old_count,
+    // The old layout at the level the reshape runs at: a new Q member is its last slot.
+    let run_count = old_count + added_parity;
+    let new_count = target.raid_devices.unwrap_or(run_count);
+    let old_chunk = a.geo.chunk_sectors;
+    let new_chunk = target.chunk_sectors.unwrap_or(old_chunk);
+    let new_layout = target.layout.unwrap_or(match (level, new_level) {
+        // md keeps the layout's number: left-symmetric stays left-symmetric.
+        (5, 6) => a.nsb.layout,
+        _ => old_layout,
+    });
+    if new_count < run_count {
+        return refuse(GrowRefusal::ReshapeNotYet {
+            what: format!("removing members from a RAID {level}"),
         });
     }
-    if new_count < old_count {
-        return refuse(GrowRefusal::ReshapeNotYet {
-            what: format!("removing members from a RAID {}", a.nsb.level.to_md()),
+    if new_count == run_count && new_layout == old_layout && new_chunk == old_chunk {
+        if run_level != level {
+            return refuse(GrowRefusal::ReshapeNotYet {
+                what: format!(
+                    "RAID {level} to RAID {new_level} keeping the layout (md changes only the level, then rebuilds; give a layout to restripe instead)"
+                ),
+            });
+        }
+        return refuse(match (target.raid_devices, only_count) {
+            (Some(n), true) if target.chunk_sectors.is_none() => {
+                GrowRefusal::SameCount { raid_devices: n }
+            }
+            _ => GrowRefusal::NothingToChange,
         });
     }
     common_refusals(a, 0)?;
+    let used = a.geo.member_data_sectors;
+    if !new_chunk.is_power_of_two() || new_chunk < 8 {
+        return Err(EngineError::Invalid(format!(
+            "chunk size {} KiB: md needs a power of two of 4 KiB or more",
+            new_chunk / 2
+        )));
+    }
+    if !used.is_multiple_of(new_chunk) {
+        return refuse(GrowRefusal::ChunkNotDividing {
+            chunk_sectors: new_chunk,
+            member_sectors: used,
+        });
+    }
+    let invalid = |e: crate::geometry::GeoError| EngineError::Invalid(e.to_string());
+    let old = Geo::new(run_level, old_layout, run_count, old_chunk, used).map_err(invalid)?;
+    let new = Geo::new(new_level, new_layout, new_count, new_chunk, used).map_err(invalid)?;
+    let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
+    if nd < od {
+        return refuse(GrowRefusal::ReshapeNotYet {
+            what: format!(
+                "going from {od} to {nd} data members (md's backwards reshape, which shrinks the array)"
+            ),
+        });
+    }
     let spares: Vec<usize> = (0..found.len())
         .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
         .filter(|&i| !a.slot_member.iter().any(|m| *m == Some(MemberId(i))))
@@ -281,15 +447,9 @@ fn start_plan(
         .enumerate()
         .map(|(k, &i)| (names[i].clone(), old_count + k))
         .collect();
-    let (c, used) = (a.geo.chunk_sectors, a.geo.member_data_sectors);
-    let old = a.geo.clone();
-    let new = Geo::new(a.nsb.level.to_md(), a.nsb.layout, new_count, c, used)
-        .map_err(|e| EngineError::Invalid(e.to_string()))?;
-    let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
-    let min = rules::min_offset_change(c, od, c, nd);
+    let min = rules::min_offset_change(old_chunk, od, new_chunk, nd);
     // Every member must have room for its data to move down by `min` (md's head-space).
-    let mut old_offset = Vec::with_capacity(new_count);
-    let mut new_offset = Vec::with_capacity(new_count);
+    let mut before = u64::MAX;
     for &i in slot_member.iter().flatten() {
         let sb = &found[i].sb;
         let room = rules::space_before(
@@ -304,30 +464,57 @@ fn start_plan(
                 needed_sectors: min,
             });
         }
-        old_offset.push(sb.data_offset_sectors);
-        new_offset.push(sb.data_offset_sectors - min);
+        before = before.min(room);
     }
+    let mut old_offset = Vec::with_capacity(new_count);
+    let mut new_offset = Vec::with_capacity(new_count);
+    for &i in slot_member.iter().flatten() {
+        let off = found[i].sb.data_offset_sectors;
+        old_offset.push(off);
+        // mdadm: more data members move by the least; the same number by about half the
+        // room there is (each step may then move that much before progress is recorded).
+        new_offset.push(if nd > od {
+            off - min
+        } else {
+            rules::choose_offset(off - before, off, off - before, off - min)
+        });
+    }
+    let diff = old_offset
+        .iter()
+        .zip(&new_offset)
+        .map(|(o, n)| o - n)
+        .min()
+        .unwrap_or(0);
     let forward = Forward {
-        old_chunk: c,
+        old_chunk,
         old_data: od,
-        new_chunk: c,
+        new_chunk,
         new_data: nd,
-        diff: min,
+        diff,
         end: new.array_sectors(),
     };
+    let mut fresh = vec![false; new_count];
+    if added_parity == 1 {
+        fresh[old_count] = true;
+    }
     let shape = Shape {
         old,
         new,
         forward,
-        lost: vec![false; slot_member.len()],
+        lost: vec![false; new_count],
+        fresh,
         slot_member,
         old_offset,
         new_offset,
     };
     // Every member's superblock: the new members take their slots (in sync at once, as md
-    // marks members beyond the old count: the reshape writes all of them).
+    // marks members beyond the old count: the reshape writes all of them; a new Q member is
+    // recorded being recovered, see `record`), and the level and layout the reshape runs at
+    // (md's takeover of a RAID 4 or 5).
     let mut sbs = a.sbs.to_vec();
     for sb in sbs.iter_mut() {
+        sb.level = raidkit_metadata::Level::from_md(run_level);
+        sb.layout = old_layout;
         for (k, &i) in spares[..adding].iter().enumerate() {
             sb.set_role(
                 found[i].sb.dev_number,
@@ -390,23 +577,39 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
             r.new_level
         ));
     }
-    if r.delta_disks <= 0 || old_count < 2 {
+    if r.delta_disks < 0 || old_count < 2 {
         return unsupported(format!("a reshape by {} members", r.delta_disks));
     }
-    if r.new_layout != a.nsb.layout || r.new_chunk_sectors != a.nsb.chunk_sectors {
-        return unsupported("a change of layout or chunk size".into());
-    }
-    let c = a.nsb.chunk_sectors as u64;
     let used = a.geo.member_data_sectors;
-    let old = Geo::new(md_level, a.nsb.layout, old_count as usize, c, used)
-        .map_err(|e| EngineError::Invalid(e.to_string()))?;
-    let new = a.geo.clone();
+    let invalid = |e: crate::geometry::GeoError| EngineError::Invalid(e.to_string());
+    let (old_chunk, new_chunk) = (a.nsb.chunk_sectors as u64, r.new_chunk_sectors as u64);
+    let old =
+        Geo::new(md_level, a.nsb.layout, old_count as usize, old_chunk, used).map_err(invalid)?;
+    let new = Geo::new(r.new_level, r.new_layout, new_count, new_chunk, used).map_err(invalid)?;
+    let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
+    if nd < od {
+        return unsupported(format!(
+            "going from {od} to {nd} data members (md's backwards reshape)"
+        ));
+    }
+    let pos = r.reshape_position_sectors;
     let slot_member: Vec<Option<usize>> = a.slot_member.iter().map(|m| m.map(|m| m.0)).collect();
-    let lost: Vec<bool> = a
-        .slot_state
-        .iter()
-        .map(|s| *s != MemberState::InSync)
-        .collect();
+    // A member being recovered in a slot of the old layout is one the reshape fills (md's new
+    // Q member): fresh, when it is recovered as far as the reshape went. One superblock round
+    // behind counts: every member was flushed up to the position before any recorded it.
+    let mut fresh = vec![false; new_count];
+    let mut lost = vec![false; new_count];
+    for (slot, state) in a.slot_state.iter().enumerate() {
+        let sb = slot_member[slot].map(|i| &found[i].sb);
+        let current = sb.is_some_and(|sb| {
+            sb.recovery_offset().is_some_and(|at| at >= pos) || sb.events + 1 >= a.nsb.events
+        });
+        match *state {
+            MemberState::InSync => {}
+            MemberState::Rebuilding if slot < old.raid_disks && current => fresh[slot] = true,
+            _ => lost[slot] = true,
+        }
+    }
     let mut old_offset = Vec::with_capacity(new_count);
     let mut new_offset = Vec::with_capacity(new_count);
     for (slot, m) in slot_member.iter().enumerate() {
@@ -416,8 +619,12 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
             continue;
         };
         let sb = &found[i].sb;
-        let moved = if sb.feature_map.contains(FeatureMap::NEW_OFFSET) {
-            sb.reshape.new_offset_sectors as i64
+        // A member one round behind the start records no reshape yet (nothing moved before
+        // every member recorded it): it moves as the newest does, which its room allows
+        // (every member had the room for the move chosen).
+        let own = if sb.reshape().is_some() { sb } else { &a.nsb };
+        let moved = if own.feature_map.contains(FeatureMap::NEW_OFFSET) {
+            own.reshape.new_offset_sectors as i64
         } else {
             0
         };
@@ -440,29 +647,33 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
         );
     }
     let forward = Forward {
-        old_chunk: c,
-        old_data: old.data_disks() as u64,
-        new_chunk: c,
-        new_data: new.data_disks() as u64,
+        old_chunk,
+        old_data: od,
+        new_chunk,
+        new_data: nd,
         diff: diff as u64,
         end: new.array_sectors(),
     };
-    let pos = r.reshape_position_sectors;
     if !forward.can_resume(pos) {
         return refuse(GrowRefusal::TooEarly { position: pos });
     }
-    Ok((
-        Shape {
-            old,
-            new,
-            forward,
-            slot_member,
-            lost,
-            old_offset,
-            new_offset,
-        },
-        pos,
-    ))
+    let shape = Shape {
+        old,
+        new,
+        forward,
+        slot_member,
+        lost,
+        fresh,
+        old_offset,
+        new_offset,
+    };
+    if shape.old_unreadable() > shape.old.geometry().max_degraded() as usize {
+        let slots = (0..shape.old.raid_disks)
+            .filter(|&s| !shape.old_readable(s))
+            .collect();
+        return refuse(GrowRefusal::NotWhole { slots });
+    }
+    Ok((shape, pos))
 }
 
 /// A reshape run's state: the members, who is written, the superblocks, what happened.
@@ -481,8 +692,14 @@ impl Run<'_> {
     /// md's answer to a member failing in a reshape: faulty, and the reshape goes on without
     /// it while the array survives (recorded at the next round of superblocks).
     fn lose(&mut self, slot: usize, err: EngineError) -> Result<()> {
+        // The new layout must survive the loss, and so must the old one still to be read
+        // (where a fresh slot already counts as lost).
         let lost = self.shape.lost.iter().filter(|&&l| l).count();
-        if lost >= self.shape.new.geometry().max_degraded() as usize {
+        let old_lost = self.shape.old_unreadable()
+            + usize::from(slot < self.shape.old.raid_disks && !self.shape.fresh[slot]);
+        if lost >= self.shape.new.geometry().max_degraded() as usize
+            || (old_lost > self.shape.old.geometry().max_degraded() as usize)
+        {
             return Err(err);
         }
         let i = self.shape.slot_member[slot].expect("a slot being written has a member");
@@ -581,6 +798,12 @@ fn run(
     let report = ReshapeReport {
         old_raid_devices: shape.old.raid_disks,
         new_raid_devices: shape.new.raid_disks,
+        old_level: shape.old.md_level(),
+        new_level: shape.new.md_level(),
+        old_layout: shape.old.md_layout(),
+        new_layout: shape.new.md_layout(),
+        old_chunk_sectors: shape.old.chunk_sectors,
+        new_chunk_sectors: shape.new.chunk_sectors,
         new_members: Vec::new(),
         old_array_bytes: old_end * SECTOR as u64,
         new_array_bytes: total,
@@ -656,6 +879,9 @@ fn run(
     run.checkpoint(f.end)?;
     let shape = &run.shape;
     for (i, sb) in run.sbs.iter_mut().enumerate() {
+        sb.level = raidkit_metadata::Level::from_md(shape.new.md_level());
+        sb.layout = shape.new.md_layout();
+        sb.chunk_sectors = shape.new.chunk_sectors as u32;
         let Some(slot) = shape.slot_of(i) else {
             // Spares stay spares; their placement stays their own.
             finish_fields(sb);
@@ -664,6 +890,9 @@ fn run(
         let moved = shape.old_offset[slot] - shape.new_offset[slot];
         sb.data_offset_sectors = shape.new_offset[slot];
         sb.data_size_sectors += moved;
+        if shape.fresh[slot] {
+            sb.clear_recovery_offset();
+        }
         finish_fields(sb);
     }
     // A member failing now is recorded faulty by the round made without it.
@@ -715,19 +944,18 @@ fn move_step(
     to: u64,
     old_end: u64,
 ) -> std::result::Result<(u64, u64), StepError> {
-    let c = shape.new.chunk_sectors;
+    let (oc, nc) = (shape.old.chunk_sectors, shape.new.chunk_sectors);
     let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
-    let chunk_bytes = (c * SECTOR as u64) as usize;
     // Old stripes [os0, os1) hold the data; new stripes [ns0, ns1) receive it.
-    let (ns0, ns1) = (from / (c * nd), to / (c * nd));
+    let (ns0, ns1) = (from / (nc * nd), to / (nc * nd));
     let data_end = to.min(old_end);
     let (os0, os1) = if from < old_end {
-        (from / (c * od), data_end.div_ceil(c * od))
+        (from / (oc * od), data_end.div_ceil(oc * od))
     } else {
         (0, 0)
     };
-    let old_len = ((os1 - os0) * c) as usize * SECTOR;
-    let new_len = ((ns1 - ns0) * c) as usize * SECTOR;
+    let old_len = ((os1 - os0) * oc) as usize * SECTOR;
+    let new_len = ((ns1 - ns0) * nc) as usize * SECTOR;
     bufs.old.resize_with(shape.old.raid_disks, Vec::new);
     bufs.new.resize_with(shape.new.raid_disks, Vec::new);
     for b in &mut bufs.old {
@@ -740,21 +968,24 @@ fn move_step(
     }
     // Read every old member's range at once; rebuild a lost slot's.
     let read = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
-        let Some(disk) = shape.member(members, slot) else {
+        let Some(disk) = shape.member(members, slot).filter(|_| !shape.fresh[slot]) else {
             return Ok(());
         };
-        let at = (shape.old_offset[slot] + os0 * c) * SECTOR as u64;
+        let at = (shape.old_offset[slot] + os0 * oc) * SECTOR as u64;
         disk.read_at(buf, at)
             .map_err(|e| StepError::Member(slot, EngineError::from(e)))
     };
     if old_len > 0 {
         all_slots(&mut bufs.old, read)?;
-        let readable: Vec<bool> = (0..shape.old.raid_disks).map(|s| !shape.lost[s]).collect();
-        if readable.contains(&false) {
+        // A fresh slot holds only the old layout's Q, which nothing here needs.
+        if (0..shape.old.raid_disks).any(|s| shape.lost[s]) {
+            let readable: Vec<bool> = (0..shape.old.raid_disks)
+                .map(|s| shape.old_readable(s))
+                .collect();
             crate::recon::parity_recover(
                 &shape.old,
-                os0 * c,
-                (os1 - os0) * c,
+                os0 * oc,
+                (os1 - os0) * oc,
                 &mut bufs.old,
                 &readable,
             )
@@ -765,28 +996,34 @@ fn move_step(
             })?;
         }
     }
-    // Lay the data chunks out in the new stripes.
+    // Lay the data out in the new stripes, a piece of the smaller chunk at a time (chunks
+    // are powers of two: a piece never crosses a chunk of either layout).
+    let piece = oc.min(nc);
+    let piece_bytes = piece as usize * SECTOR;
     for ns in ns0..ns1 {
         let info = shape.new.stripe(ns);
         for (dd, &slot) in info.data_members.iter().enumerate() {
-            let chunk = ns * nd + dd as u64;
-            let dst = ((ns - ns0) as usize) * chunk_bytes;
-            if chunk * c >= old_end {
-                // Past the old array: zeros.
-                bufs.new[slot][dst..dst + chunk_bytes].fill(0);
-                continue;
+            let chunk_start = (ns * nd + dd as u64) * nc;
+            for at in (chunk_start..chunk_start + nc).step_by(piece as usize) {
+                let dst = ((ns - ns0) * nc + at % nc) as usize * SECTOR;
+                let dst = &mut bufs.new[slot][dst..dst + piece_bytes];
+                if at >= old_end {
+                    // Past the old array: zeros.
+                    dst.fill(0);
+                    continue;
+                }
+                let chunk = at / oc;
+                let (os, odd) = (chunk / od, (chunk % od) as usize);
+                let from_slot = shape.old.stripe(os).data_members[odd];
+                let src = ((os - os0) * oc + at % oc) as usize * SECTOR;
+                dst.copy_from_slice(&bufs.old[from_slot][src..src + piece_bytes]);
             }
-            let (os, odd) = (chunk / od, (chunk % od) as usize);
-            let from_slot = shape.old.stripe(os).data_members[odd];
-            let src = ((os - os0) as usize) * chunk_bytes;
-            let (old, new) = (&bufs.old[from_slot], &mut bufs.new[slot]);
-            new[dst..dst + chunk_bytes].copy_from_slice(&old[src..src + chunk_bytes]);
         }
     }
     crate::recon::parity_check(
         &shape.new,
-        ns0 * c,
-        (ns1 - ns0) * c,
+        ns0 * nc,
+        (ns1 - ns0) * nc,
         &mut bufs.new,
         true,
         &mut bufs.scratch,
@@ -800,14 +1037,16 @@ fn move_step(
         let Some(disk) = shape.member(members, slot) else {
             return Ok(());
         };
-        let at = (shape.new_offset[slot] + ns0 * c) * SECTOR as u64;
+        let at = (shape.new_offset[slot] + ns0 * nc) * SECTOR as u64;
         disk.write_at(buf, at)
             .map_err(|e| StepError::Member(slot, EngineError::from(e)))
     };
     all_slots(&mut bufs.new, write)?;
-    let n_old = shape.old.raid_disks as u64;
+    let n_read = (0..shape.old.raid_disks)
+        .filter(|&s| shape.old_readable(s))
+        .count() as u64;
     let n_new = shape.new.raid_disks as u64;
-    Ok((old_len as u64 * n_old, new_len as u64 * n_new))
+    Ok((old_len as u64 * n_read, new_len as u64 * n_new))
 }
 
 /// Runs `io` on every slot's buffer at once, one thread each; the first error wins.

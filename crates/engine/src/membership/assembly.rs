@@ -100,28 +100,51 @@ pub(crate) fn decide(
         .max_by_key(|&i| found[i].sb.events)
         .unwrap_or(0);
     // A member one superblock round behind the start of a reshape the newest records still
-    // has the old member count (nothing moves before every member records the start): it
-    // counts as having the newest's shape.
+    // has the old member count, and the old level and layout where the reshape takes a RAID
+    // 4 or 5 over (nothing moves before every member records the start): it counts as
+    // having the newest's shape. So does a member one round behind a reshape's end, which
+    // records the reshape finished (see `finished_behind`).
     let nsb0 = &found[newest].sb;
     let behind_start = |s: &Superblock| {
         nsb0.reshape().is_some_and(|r| {
+            let added_q = match (s.level.to_md(), nsb0.level.to_md()) {
+                (a, b) if a == b => Some(0),
+                (4, 5) => Some(0),
+                (4 | 5, 6) => Some(1),
+                _ => None,
+            };
             s.reshape().is_none()
                 && s.events + 1 == nsb0.events
-                && s.raid_disks as i64 == nsb0.raid_disks as i64 - r.delta_disks as i64
+                && added_q.is_some_and(|q| {
+                    s.raid_disks as i64 + q == nsb0.raid_disks as i64 - r.delta_disks as i64
+                })
         })
     };
     let shape = |f: &crate::meta::FoundSuperblock| {
-        (
-            f.sb.level.to_md(),
-            f.sb.layout,
-            f.sb.chunk_sectors,
-            if behind_start(&f.sb) {
-                nsb0.raid_disks
-            } else {
-                f.sb.raid_disks
-            },
-            f.version.name(),
-        )
+        let s = &f.sb;
+        match s.reshape() {
+            _ if behind_start(s) => (
+                nsb0.level.to_md(),
+                nsb0.layout,
+                nsb0.chunk_sectors,
+                nsb0.raid_disks,
+                f.version.name(),
+            ),
+            Some(r) if finished_behind(s, nsb0).is_some() => (
+                r.new_level,
+                r.new_layout,
+                r.new_chunk_sectors,
+                s.raid_disks,
+                f.version.name(),
+            ),
+            _ => (
+                s.level.to_md(),
+                s.layout,
+                s.chunk_sectors,
+                s.raid_disks,
+                f.version.name(),
+            ),
+        }
     };
     let count = |k: &(i32, u32, u32, u32, &str)| found.iter().filter(|f| shape(f) == *k).count();
     let mut reference = newest;
@@ -130,35 +153,20 @@ pub(crate) fn decide(
             reference = i;
         }
     }
-    let rsb = found[reference].sb.clone();
     let rname = names[reference].to_string();
+    let rshape = shape(&found[reference]);
     for (m, f) in names.iter().zip(found) {
-        let s = &f.sb;
-        if behind_start(s) {
-            continue;
-        }
+        let own = shape(f);
         let checks: [(&'static str, String, String); 5] = [
-            (
-                "level",
-                s.level.to_md().to_string(),
-                rsb.level.to_md().to_string(),
-            ),
-            ("layout", s.layout.to_string(), rsb.layout.to_string()),
+            ("level", own.0.to_string(), rshape.0.to_string()),
+            ("layout", own.1.to_string(), rshape.1.to_string()),
             (
                 "chunk size (sectors)",
-                s.chunk_sectors.to_string(),
-                rsb.chunk_sectors.to_string(),
+                own.2.to_string(),
+                rshape.2.to_string(),
             ),
-            (
-                "raid devices",
-                s.raid_disks.to_string(),
-                rsb.raid_disks.to_string(),
-            ),
-            (
-                "metadata version",
-                f.version.name().to_string(),
-                found[reference].version.name().to_string(),
-            ),
+            ("raid devices", own.3.to_string(), rshape.3.to_string()),
+            ("metadata version", own.4.to_string(), rshape.4.to_string()),
         ];
         for (field, a, b) in checks {
             if a != b {
@@ -325,7 +333,13 @@ pub(crate) fn decide(
                         slot,
                     });
                 }
-                if f.sb.events < nsb.events && f.sb.role() != DevRole::Active(slot as u16) {
+                // A spare one round behind the start of a reshape that gives it a slot: it
+                // takes the slot (nothing moved before every member recorded the start).
+                let joins_reshape = behind_start(&f.sb) && f.sb.role() == DevRole::Spare;
+                if f.sb.events < nsb.events
+                    && f.sb.role() != DevRole::Active(slot as u16)
+                    && !joins_reshape
+                {
                     report.excluded.push((
                         (*m).into(),
                         "its own superblock no longer gives it this slot".into(),
@@ -336,10 +350,22 @@ pub(crate) fn decide(
                 slot_member[Slot(slot)] = Some(i);
                 // mdadm's event margin: one event behind is an interrupted superblock
                 // update (they are written member by member), not missed data.
+                let old_slots = reshape.as_ref().map_or(raid_disks as i64, |r| {
+                    raid_disks as i64 - r.delta_disks as i64
+                });
                 if f.sb.events + 1 < nsb.events {
                     stale.push(i);
                     slot_state[Slot(slot)] = MemberState::Faulty;
-                } else if let Some(at) = f.sb.recovery_offset() {
+                } else if joins_reshape && (slot as i64) < old_slots {
+                    // A slot of the old layout given to a spare: a RAID 5's new Q, which
+                    // holds nothing yet (see the reshape's `fresh` slots).
+                    slot_state[Slot(slot)] = MemberState::Rebuilding;
+                } else if let Some(at) = f.sb.recovery_offset().filter(|&at| {
+                    // A reshape's new Q member that missed only the reshape's last round:
+                    // recovered to the reshape's end, so in sync.
+                    finished_behind(&f.sb, &nsb).is_none()
+                        || at < f.sb.reshape.reshape_position_sectors
+                }) {
                     report.events.push(ArrayEvent::RebuildResumes {
                         member: (*m).into(),
                         slot,

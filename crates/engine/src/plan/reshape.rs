@@ -45,6 +45,31 @@ pub fn space_before(data_offset: u64, super_offset: u64, bblog_end: Option<u64>)
     data_offset.saturating_sub(earliest)
 }
 
+/// mdadm's `choose_offset`: a value in `[min, max]` near the middle of `[lo, hi]`, rounded
+/// towards a 1 MiB boundary (sectors). mdadm moves the data offset this way when the number
+/// of data members stays (a chunk or layout change): by about half the room there is, so
+/// each step of the reshape can move that much before progress must be recorded.
+pub fn choose_offset(lo: u64, hi: u64, min: u64, max: u64) -> u64 {
+    let mut choice = (lo + hi) / 2;
+    let mut bit = 1u64;
+    while bit < 2 * 1024 {
+        if bit & choice != 0 {
+            let (bigger, smaller) = (choice + bit, choice - bit);
+            if bigger > max && smaller < min {
+                break;
+            }
+            // Up when down is out of range, or both are in and up is further from the edge.
+            choice = if bigger <= max && (smaller < min || hi - bigger > smaller - lo) {
+                bigger
+            } else {
+                smaller
+            };
+        }
+        bit <<= 1;
+    }
+    choice
+}
+
 /// A forward reshape's geometry in the numbers the safety rule needs (sectors).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Forward {
@@ -59,32 +84,31 @@ pub struct Forward {
 }
 
 impl Forward {
-    fn new_stripe(&self) -> u64 {
-        self.new_chunk * self.new_data
+    /// The unit a step covers and a position recorded falls on: whole new stripes of the
+    /// larger chunk (md's raid5_run insists: "reshape_position not on a stripe boundary").
+    fn unit(&self) -> u64 {
+        self.old_chunk.max(self.new_chunk) * self.new_data
     }
 
-    /// The furthest array sector a step from `pos` may reach, in whole new stripes and at
-    /// most `max_step` sectors, while the superblocks record `recorded`: its new layout must
-    /// end at or before the old layout's first stripe holding a sector at or above
-    /// `recorded` (offsets included). `pos` itself when no new stripe fits: the position
-    /// recorded must advance first.
+    /// The furthest array sector a step from `pos` may reach, in whole units (see
+    /// [`Forward::unit`]) and at most `max_step` sectors, while the superblocks record
+    /// `recorded`: its new layout must end at or before the old layout's first stripe holding
+    /// a sector at or above `recorded` (offsets included). `pos` itself when no unit fits:
+    /// the position recorded must advance first.
     pub fn step_end(&self, pos: u64, recorded: u64, max_step: u64) -> u64 {
         let old_stripe = self.old_chunk * self.old_data;
         let read_safe = recorded / old_stripe * self.old_chunk + self.diff;
-        let fits = read_safe / self.new_chunk * self.new_stripe();
-        let cap = pos.saturating_add(
-            (max_step / self.new_stripe())
-                .max(1)
-                .saturating_mul(self.new_stripe()),
-        );
+        let unit = self.unit();
+        // New member sectors per unit: the larger chunk.
+        let fits = read_safe / (unit / self.new_data) * unit;
+        let cap = pos.saturating_add((max_step / unit).max(1).saturating_mul(unit));
         fits.min(cap).min(self.end).max(pos)
     }
 
     /// Whether a reshape recorded at `pos` can go on (md's "reshape_position too early for
-    /// auto-recovery" test): `pos` is on a new stripe and the next stripe fits.
+    /// auto-recovery" test): `pos` is on a unit and the next unit fits.
     pub fn can_resume(&self, pos: u64) -> bool {
-        pos.is_multiple_of(self.new_stripe())
-            && (pos >= self.end || self.step_end(pos, pos, 1) > pos)
+        pos.is_multiple_of(self.unit()) && (pos >= self.end || self.step_end(pos, pos, 1) > pos)
     }
 }
 
@@ -101,6 +125,21 @@ mod tests {
         assert_eq!(min_offset_change(128, 3, 128, 4), 512);
         // A chunk change: 64 KiB -> 512 KiB over 3 data members.
         assert_eq!(unit_sectors(128, 3, 1024, 3), 3072);
+    }
+
+    #[test]
+    fn offsets_are_chosen_as_mdadm_chooses_them() {
+        // 2048 sectors of data offset, 1968 free in front, a move of at least 1024: mdadm
+        // goes as far as the room allows on a 1 MiB boundary (offset 0 is below `lo`, so the
+        // rounding stops at the bit that would cross it).
+        let (off, before, min) = (2048u64, 1968u64, 1024u64);
+        let new = choose_offset(off - before, off, off - before, off - min);
+        assert!((off - before..=off - min).contains(&new), "{new}");
+        // Wide room: the middle, on a 1 MiB boundary.
+        let (off, before, min) = (262144u64, 262000u64, 1024u64);
+        let new = choose_offset(off - before, off, off - before, off - min);
+        assert!((off - before..=off - min).contains(&new));
+        assert!(new.is_multiple_of(2048), "{new}");
     }
 
     #[test]
@@ -147,6 +186,34 @@ mod tests {
                 let write_end = to / 4;
                 let read_start = 4096 + recorded / 3072 * 1024;
                 assert!(write_end <= read_start, "{pos} {recorded} {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunk_change_steps_in_the_larger_chunk() {
+        // 512 KiB -> 64 KiB chunks over 3 data members: positions on 3 x 1024 sectors.
+        let f = Forward {
+            old_chunk: 1024,
+            old_data: 3,
+            new_chunk: 128,
+            new_data: 3,
+            diff: 1024,
+            end: 3 * 1024 * 64,
+        };
+        assert_eq!(f.step_end(0, 0, 1), 3072);
+        assert!(
+            !f.can_resume(384),
+            "a new stripe, but not of the larger chunk"
+        );
+        assert!(f.can_resume(3072));
+        // The rule holds for any position and cap.
+        for recorded in (0..f.end).step_by(3072) {
+            for cap in [1, 5000, 1 << 20] {
+                let to = f.step_end(recorded, recorded, cap);
+                if to > recorded {
+                    assert!(to / 3 <= 1024 + recorded / 3072 * 1024);
+                }
             }
         }
     }

@@ -11,13 +11,15 @@
 
 use super::tasks::{self, ProgressBar, SpeedArgs};
 use raidkit_cli::common::{
-    assemble_writable, engine_error, open_members, parse_size_bytes, print_json, report_notes,
-    MembersArgs,
+    assemble_writable, engine_error, open_members, parse_chunk_sectors, parse_layout, parse_level,
+    parse_size_bytes, print_json, report_notes, MembersArgs,
 };
+use raidkit_cli::view::layout_name;
 use raidkit_cli::CliError;
+use raidkit_engine::ReshapeReport;
 use raidkit_engine::{
-    Array, AssembleOptions, EngineError, GrowRefusal, GrowSize, ReshapeControl, TaskKind,
-    TaskOutcome,
+    Array, AssembleOptions, EngineError, GrowRefusal, GrowSize, ReshapeControl, ReshapeTarget,
+    TaskKind, TaskOutcome,
 };
 use std::sync::Mutex;
 use std::time::Instant;
@@ -33,8 +35,8 @@ pub struct GrowArgs {
         long,
         short = 'z',
         value_name = "SIZE|max",
-        required_unless_present_any = ["raid_devices", "continue_reshape"],
-        conflicts_with_all = ["raid_devices", "continue_reshape"]
+        required_unless_present_any = ["raid_devices", "continue_reshape", "level", "layout", "chunk"],
+        conflicts_with_all = ["raid_devices", "continue_reshape", "level", "layout", "chunk"]
     )]
     pub size: Option<String>,
     /// The number of members from now on. RAID 1: more slots, which the spares among the
@@ -50,6 +52,24 @@ pub struct GrowArgs {
         conflicts_with = "continue_reshape"
     )]
     pub raid_devices: Option<usize>,
+    /// RAID 4/5/6: the level from now on, as md changes it: 4 to 5 (give a --layout: a RAID 4
+    /// is a RAID 5 with its parity last), 4 or 5 to 6 (a spare becomes the new Q, one more
+    /// member unless --raid-devices says otherwise; the layout keeps its name, as mdadm's).
+    #[arg(long, value_name = "LEVEL", conflicts_with = "continue_reshape")]
+    pub level: Option<String>,
+    /// RAID 4/5/6: the layout from now on (mdadm's names: left-symmetric, right-asymmetric,
+    /// parity-last, ...); the data is restriped.
+    #[arg(long, value_name = "LAYOUT", conflicts_with = "continue_reshape")]
+    pub layout: Option<String>,
+    /// RAID 4/5/6: the chunk size from now on (K, M suffix; a bare number is KiB, as
+    /// mdadm's); the data is restriped. Each member's data must be a whole number of it.
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "SIZE",
+        conflicts_with = "continue_reshape"
+    )]
+    pub chunk: Option<String>,
     /// Go on with the reshape the members record (one a crash or Ctrl-C interrupted, or one
     /// md started), from where it was recorded.
     #[arg(long = "continue")]
@@ -63,12 +83,41 @@ pub struct GrowArgs {
 }
 
 pub fn grow(args: GrowArgs) -> Result<(), CliError> {
+    if args.level.is_some() || args.layout.is_some() || args.chunk.is_some() {
+        let target = target(&args)?;
+        return reshape(&args, Some(target));
+    }
     match (&args.size, args.raid_devices) {
         (Some(size), _) => grow_size(&args, size),
         (None, Some(n)) => grow_mirrors(&args, n),
         (None, None) if args.continue_reshape => reshape(&args, None),
-        (None, None) => Err(CliError::usage("give --size, --raid-devices or --continue")),
+        (None, None) => Err(CliError::usage(
+            "give --size, --raid-devices, --level, --layout, --chunk or --continue",
+        )),
     }
+}
+
+/// The reshape the flags ask for.
+fn target(args: &GrowArgs) -> Result<ReshapeTarget, CliError> {
+    let level = args.level.as_deref().map(parse_level).transpose()?;
+    let layout = match &args.layout {
+        None => None,
+        // The RAID 5 and RAID 6 layouts share their names and' numbers.
+        Some(text) => Some(match level {
+            Some(l) => parse_layout(l, text)?,
+            None => parse_layout(5, text).or_else(|_| parse_layout(6, text))?,
+        }),
+    };
+    let chunk_sectors = match &args.chunk {
+        Some(c) => Some(u64::from(parse_chunk_sectors(c)?)),
+        None => None,
+    };
+    Ok(ReshapeTarget {
+        raid_devices: args.raid_devices,
+        level,
+        layout,
+        chunk_sectors,
+    })
 }
 
 /// A progress bar (hidden for --quiet and --json), when it started, and how many bytes were
@@ -112,8 +161,8 @@ fn draw(bar: &Bar, label: &'static str, done: u64, total: u64) {
     }
 }
 
-/// Adds members to a RAID 4/5/6 (`raid_devices`) or continues a recorded reshape (`None`).
-fn reshape(args: &GrowArgs, raid_devices: Option<usize>) -> Result<(), CliError> {
+/// Reshapes a RAID 4/5/6 to `target` or continues a recorded reshape (`None`).
+fn reshape(args: &GrowArgs, target: Option<ReshapeTarget>) -> Result<(), CliError> {
     let members = open_members(&args.array.members, false)?;
     let opts = assemble_opts(args);
     let (bar, start) = progress_bar(args);
@@ -126,8 +175,8 @@ fn reshape(args: &GrowArgs, raid_devices: Option<usize>) -> Result<(), CliError>
             None => None,
         },
     };
-    let report = match raid_devices {
-        Some(n) => Array::grow_members(members, n, &opts, &ctl),
+    let report = match &target {
+        Some(t) => Array::reshape(members, t, &opts, &ctl),
         None => Array::continue_reshape(members, &opts, &ctl),
     }
     .map_err(|e| match e {
@@ -156,9 +205,8 @@ fn reshape(args: &GrowArgs, raid_devices: Option<usize>) -> Result<(), CliError>
     }
     let secs = start.elapsed().as_secs_f64().max(1e-3);
     println!(
-        "raidkit: reshaped from {} to {} members{}: {:.1} MiB now {:.1} MiB; data offset {} -> {} sectors; {:.1} MiB read and {:.1} MiB written on the members in {:.1} s ({:.0} MB/s written), progress recorded {} times",
-        report.old_raid_devices,
-        report.new_raid_devices,
+        "raidkit: reshaped {}{}: {:.1} MiB now {:.1} MiB; data offset {} -> {} sectors; {:.1} MiB read and {:.1} MiB written on the members in {:.1} s ({:.0} MB/s written), progress recorded {} times",
+        shape_change(&report),
         if report.started_at_sectors > 0 {
             format!(" (continued from array sector {})", report.started_at_sectors)
         } else {
@@ -188,13 +236,13 @@ fn assemble_opts(args: &GrowArgs) -> AssembleOptions {
 fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
     if args.pause_at.is_some() {
         // Only a reshape pauses: never change a mirror's slots ignoring it.
-        return reshape(args, Some(raid_devices));
+        return reshape(args, Some(ReshapeTarget::members(raid_devices)));
     }
     let members = open_members(&args.array.members, false)?;
     let opts = assemble_opts(args);
     let report = match Array::grow_mirrors(members, raid_devices, &opts) {
         Err(EngineError::CannotGrow(GrowRefusal::CountNotMirror { level: 4..=6 })) => {
-            return reshape(args, Some(raid_devices));
+            return reshape(args, Some(ReshapeTarget::members(raid_devices)));
         }
         other => other.map_err(engine_error)?,
     };
@@ -270,4 +318,34 @@ fn grow_size(args: &GrowArgs, size: &str) -> Result<(), CliError> {
         mib(report.zeroed_bytes),
     );
     Ok(())
+}
+
+/// "from 4 to 5 members", "RAID 6 left-symmetric-6 to left-symmetric", "chunk 64K to 512K".
+fn shape_change(r: &ReshapeReport) -> String {
+    let mut parts = Vec::new();
+    if r.old_raid_devices != r.new_raid_devices {
+        parts.push(format!(
+            "from {} to {} members",
+            r.old_raid_devices, r.new_raid_devices
+        ));
+    }
+    let name = |level, layout| layout_name(level, layout).unwrap_or_else(|| layout.to_string());
+    if r.old_level != r.new_level {
+        parts.push(format!("RAID {} to RAID {}", r.old_level, r.new_level));
+    }
+    if (r.old_level, r.old_layout) != (r.new_level, r.new_layout) && r.new_level != 4 {
+        parts.push(format!(
+            "layout {} to {}",
+            name(r.old_level, r.old_layout),
+            name(r.new_level, r.new_layout)
+        ));
+    }
+    if r.old_chunk_sectors != r.new_chunk_sectors {
+        parts.push(format!(
+            "chunk {}K to {}K",
+            r.old_chunk_sectors / 2,
+            r.new_chunk_sectors / 2
+        ));
+    }
+    parts.join(", ")
 }
