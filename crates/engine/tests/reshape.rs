@@ -417,6 +417,9 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
         (4, 4, 0, 16, target(Some(5), Some(LS), None), (5, LS, 16, 4)),
         (5, 4, 1, 16, target(Some(6), None, None), (6, LS, 16, 5)),
         (4, 3, 1, 16, target(Some(6), Some(LS), None), (6, LS, 16, 4)),
+        // RAID 0 -> 5 and 6 (md's takeover as parity-last on the spares, then a restripe).
+        (0, 3, 1, 16, target(Some(5), None, None), (5, LS, 16, 4)),
+        (0, 3, 2, 16, target(Some(6), None, None), (6, LS, 16, 5)),
         // RAID 5 -> 6 with one more data member too, and a new chunk.
         (
             5,
@@ -586,4 +589,34 @@ fn level_and_chunk_refusals_write_nothing() {
         other => panic!("{:?}", other.map(|r| r.finished)),
     }
     assert!(snapshot(&alive) == before);
+}
+
+#[test]
+fn a_level_change_that_moves_nothing_takes_over_and_rebuilds_the_new_parity() {
+    // RAID 0 -> 4, RAID 5 -> 6 keeping the layout (left-symmetric-6), RAID 4 -> 5 as
+    // parity-last: md changes only the level, then recovers the new parity member.
+    for (level, n, spares, t, want) in [
+        (0, 3, 1, target(Some(4), None, None), (4, 0, 16, 4)),
+        (5, 4, 1, target(Some(6), Some(18), None), (6, 18, 16, 5)),
+        (4, 4, 0, target(Some(5), None, None), (5, 5, 16, 4)),
+    ] {
+        let (disks, data) = written_array(level, n, spares, ConsistencyPolicy::Resync);
+        let report = reshape(&disks, &t).unwrap();
+        assert_eq!(report.rebuild_slots, (n..n + spares).collect::<Vec<_>>());
+        assert_eq!(report.written_bytes, 0, "nothing moves");
+        let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+        assert_eq!(array.status().degraded, spares > 0, "{t:?}");
+        let rebuilt = array
+            .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+            .unwrap();
+        use raidkit_engine::TaskOutcome;
+        let done = if spares > 0 {
+            TaskOutcome::Completed
+        } else {
+            TaskOutcome::Nothing
+        };
+        assert_eq!(rebuilt.outcome, done, "{t:?}");
+        array.stop().unwrap();
+        verify_shape(&disks, &data, want);
+    }
 }

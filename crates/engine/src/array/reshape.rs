@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 pub struct ReshapeReport {
     pub old_raid_devices: usize,
     pub new_raid_devices: usize,
-    /// Old and new geometry: md's level and layout numbers, chunk sizes (sectors). The old
-    /// is the level the reshape runs at (a RAID 5 becoming a RAID 6 runs as md's `*-6`).
+    /// Old and new geometry: md's level and layout numbers, chunk sizes (sectors). A run
+    /// that continues a reshape knows the old only as the level the reshape runs at (a RAID
+    /// 5 becoming a RAID 6 runs as md's `*-6`).
     pub old_level: i32,
     pub new_level: i32,
     pub old_layout: u32,
@@ -60,6 +61,9 @@ pub struct ReshapeReport {
     /// recorded there, to go on with [`Array::continue_reshape`].
     pub finished: bool,
     pub position_sectors: u64,
+    /// Slots a level change gave new parity to rebuild (md's takeover then recovery): the
+    /// array runs degraded until they are (`raidkit rebuild`).
+    pub rebuild_slots: Vec<usize>,
 }
 
 /// How a caller steers a reshape: progress, stop, pause.
@@ -178,11 +182,60 @@ impl Array {
         ctl: &ReshapeControl,
     ) -> Result<ReshapeReport> {
         let (found, names, a) = decide_stopped(&members, opts)?;
-        let (shape, sbs, new_members) = start_plan(&a, &names, &found, target)?;
-        let start = Start::Fresh;
-        let mut report = run(&members, &found, &a, shape, sbs, start, ctl)?;
-        report.new_members = new_members;
-        Ok(report)
+        match start_plan(&a, &names, &found, target)? {
+            Plan::Restripe {
+                shape,
+                sbs,
+                new_members,
+            } => {
+                let start = Start::Fresh;
+                let mut report = run(&members, &found, &a, shape, sbs, start, ctl)?;
+                report.new_members = new_members;
+                // As the user knew it (a level taken over runs as the new level).
+                report.old_raid_devices = a.geo.raid_disks;
+                report.old_level = a.nsb.level.to_md();
+                report.old_layout = a.nsb.layout;
+                Ok(report)
+            }
+            Plan::Takeover {
+                sbs,
+                new_members,
+                old,
+                rebuild,
+            } => {
+                for (i, sb) in sbs.iter().enumerate() {
+                    if a.use_member[MemberId(i)] {
+                        write_superblock(members[i].as_ref(), sb, found[i].version)?;
+                        members[i].flush()?;
+                    }
+                }
+                let bytes = old.array_sectors() * SECTOR as u64;
+                let offset = sbs[0].data_offset_sectors;
+                Ok(ReshapeReport {
+                    old_raid_devices: a.geo.raid_disks,
+                    new_raid_devices: old.raid_disks,
+                    old_level: a.nsb.level.to_md(),
+                    new_level: old.md_level(),
+                    old_layout: a.nsb.layout,
+                    new_layout: old.md_layout(),
+                    old_chunk_sectors: old.chunk_sectors,
+                    new_chunk_sectors: old.chunk_sectors,
+                    new_members,
+                    old_array_bytes: bytes,
+                    new_array_bytes: bytes,
+                    started_at_sectors: 0,
+                    checkpoints: 1,
+                    read_bytes: 0,
+                    written_bytes: 0,
+                    old_data_offset: offset,
+                    new_data_offset: offset,
+                    failed_members: Vec::new(),
+                    finished: true,
+                    position_sectors: 0,
+                    rebuild_slots: rebuild,
+                })
+            }
+        }
     }
 
     /// Goes on with the reshape recorded on the stopped array's `members` (started by
@@ -312,13 +365,23 @@ fn raid6_takeover_layout(level: i32, layout: u32) -> Option<u32> {
 }
 
 /// How the level changes, as md does it: the level the reshape runs at (md's `re->level`),
-/// the old layout at that level, and how many parity members it adds.
+/// the old layout at that level, and how many parity members it adds. md takes a RAID 0 over
+/// as a RAID 4, 5 or 6 with its parity last (`raid45_takeover_raid0`), on new members.
 fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
     let from = a.nsb.level.to_md();
     let layout = a.nsb.layout;
     let refuse = |why| Err(EngineError::CannotGrow(why));
     match (from, to) {
+        (0, 0) => refuse(GrowRefusal::ReshapeNotYet {
+            what: "a RAID 0's chunk size or member count".into(),
+        }),
         (f, t) if f == t => Ok((f, layout, 0)),
+        (0, 4) => Ok((4, 0, 1)),
+        (0, 5) => Ok((5, 5, 1)),
+        (0, 6) => Ok((6, 5, 2)),
+        (0, 10) => refuse(GrowRefusal::ReshapeNotYet {
+            what: "RAID 0 to RAID 10".into(),
+        }),
         // md first takes a RAID 4 over as a RAID 5 with its parity last.
         (4, 5) => Ok((5, 5, 0)),
         (4 | 5, 6) => match raid6_takeover_layout(from, layout) {
@@ -346,17 +409,16 @@ fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
 
 /// Decides the start of a reshape on an assembly's decision alone (no I/O): both layouts,
 /// the new slots' members, the new offsets, every member's superblock from now on.
-#[allow(clippy::type_complexity)]
 fn start_plan(
     a: &Assembly,
     names: &[String],
     found: &[FoundSuperblock],
     target: &ReshapeTarget,
-) -> Result<(Shape, Vec<Superblock>, Vec<(String, usize)>)> {
+) -> Result<Plan> {
     let refuse = |why| Err(EngineError::CannotGrow(why));
     let level = a.nsb.level.to_md();
     let only_count = target.level.is_none() && target.layout.is_none();
-    if !matches!(level, 4..=6) {
+    if !matches!(level, 4..=6) && !(level == 0 && target.level.is_some_and(|l| l != 0)) {
         if only_count && target.chunk_sectors.is_none() {
             return refuse(GrowRefusal::CountNotMirror { level });
         }
@@ -380,6 +442,8 @@ fn start_plan(
     let new_layout = target.layout.unwrap_or(match (level, new_level) {
         // md keeps the layout's number: left-symmetric stays left-symmetric.
         (5, 6) => a.nsb.layout,
+        // mdadm's defaults for the new level: left-symmetric.
+        (0, 5 | 6) => 2,
         _ => old_layout,
     });
     if new_count < run_count {
@@ -387,14 +451,8 @@ fn start_plan(
             what: format!("removing members from a RAID {level}"),
         });
     }
-    if new_count == run_count && new_layout == old_layout && new_chunk == old_chunk {
-        if run_level != level {
-            return refuse(GrowRefusal::ReshapeNotYet {
-                what: format!(
-                    "RAID {level} to RAID {new_level} keeping the layout (md changes only the level, then rebuilds; give a layout to restripe instead)"
-                ),
-            });
-        }
+    let takeover = new_count == run_count && new_layout == old_layout && new_chunk == old_chunk;
+    if takeover && run_level == level {
         return refuse(match (target.raid_devices, only_count) {
             (Some(n), true) if target.chunk_sectors.is_none() => {
                 GrowRefusal::SameCount { raid_devices: n }
@@ -404,6 +462,20 @@ fn start_plan(
     }
     common_refusals(a, 0)?;
     let used = a.geo.member_data_sectors;
+    if level == 0 {
+        // md takes over a RAID 0 of one zone only: members of one size.
+        let sizes = a.slot_member.iter().flatten().map(|m| {
+            let sb = &found[m.0].sb;
+            sb.data_size_sectors / old_chunk * old_chunk
+        });
+        if sizes.clone().min() != sizes.max() {
+            return refuse(GrowRefusal::LevelImpossible {
+                from: 0,
+                to: new_level,
+                why: "its members differ in size (md takes over a RAID 0 of one zone only)".into(),
+            });
+        }
+    }
     if !new_chunk.is_power_of_two() || new_chunk < 8 {
         return Err(EngineError::Invalid(format!(
             "chunk size {} KiB: md needs a power of two of 4 KiB or more",
@@ -447,6 +519,49 @@ fn start_plan(
         .enumerate()
         .map(|(k, &i)| (names[i].clone(), old_count + k))
         .collect();
+    // The new parity members (md's takeover): a RAID 5's new Q, a RAID 0's new P (and Q).
+    let fresh_slots = old_count..old_count + added_parity;
+    // Every member's superblock: the new members take their slots (in sync at once, as md
+    // marks members beyond the old count: the reshape writes all of them; new parity members
+    // are recorded being recovered, see `record`), and the level and layout the reshape runs
+    // at (md's takeover of a RAID 0, 4 or 5).
+    let mut sbs = a.sbs.to_vec();
+    for sb in sbs.iter_mut() {
+        sb.level = raidkit_metadata::Level::from_md(run_level);
+        sb.layout = old_layout;
+        // A RAID 0's superblocks record no size; the level taken over uses `used`.
+        sb.size_sectors = used;
+        for (k, &i) in spares[..adding].iter().enumerate() {
+            sb.set_role(
+                found[i].sb.dev_number,
+                DevRole::Active((old_count + k) as u16),
+            )
+            .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        }
+    }
+    if takeover {
+        // Nothing moves: the level changes now and the new parity is rebuilt (as md's
+        // takeover, then recovery).
+        let t = now();
+        for (i, sb) in sbs.iter_mut().enumerate() {
+            if slot_member
+                .iter()
+                .position(|&m| m == Some(i))
+                .is_some_and(|s| fresh_slots.contains(&s))
+            {
+                sb.set_recovery_offset(0);
+            }
+            sb.raid_disks = run_count as u32;
+            sb.events = a.nsb.events;
+            sb.bump_events(t);
+        }
+        return Ok(Plan::Takeover {
+            sbs,
+            new_members,
+            old,
+            rebuild: fresh_slots.collect(),
+        });
+    }
     let min = rules::min_offset_change(old_chunk, od, new_chunk, nd);
     // Every member must have room for its data to move down by `min` (md's head-space).
     let mut before = u64::MAX;
@@ -494,8 +609,8 @@ fn start_plan(
         end: new.array_sectors(),
     };
     let mut fresh = vec![false; new_count];
-    if added_parity == 1 {
-        fresh[old_count] = true;
+    for s in fresh_slots {
+        fresh[s] = true;
     }
     let shape = Shape {
         old,
@@ -507,23 +622,30 @@ fn start_plan(
         old_offset,
         new_offset,
     };
-    // Every member's superblock: the new members take their slots (in sync at once, as md
-    // marks members beyond the old count: the reshape writes all of them; a new Q member is
-    // recorded being recovered, see `record`), and the level and layout the reshape runs at
-    // (md's takeover of a RAID 4 or 5).
-    let mut sbs = a.sbs.to_vec();
-    for sb in sbs.iter_mut() {
-        sb.level = raidkit_metadata::Level::from_md(run_level);
-        sb.layout = old_layout;
-        for (k, &i) in spares[..adding].iter().enumerate() {
-            sb.set_role(
-                found[i].sb.dev_number,
-                DevRole::Active((old_count + k) as u16),
-            )
-            .map_err(|e| EngineError::Metadata(e.to_string()))?;
-        }
-    }
-    Ok((shape, sbs, new_members))
+    Ok(Plan::Restripe {
+        shape,
+        sbs,
+        new_members,
+    })
+}
+
+/// How a reshape starts.
+enum Plan {
+    /// Every stripe is rewritten in the new layout.
+    Restripe {
+        shape: Shape,
+        sbs: Vec<Superblock>,
+        new_members: Vec<(String, usize)>,
+    },
+    /// Only the level changes (md's takeover): the superblocks are written and the new
+    /// parity slots are rebuilt.
+    Takeover {
+        sbs: Vec<Superblock>,
+        new_members: Vec<(String, usize)>,
+        /// The geometry from now on.
+        old: Geo,
+        rebuild: Vec<usize>,
+    },
 }
 
 /// What refuses a reshape whether it starts or goes on: with more than `may_lose` slots not
@@ -816,6 +938,7 @@ fn run(
         failed_members: Vec::new(),
         finished: false,
         position_sectors: start_at,
+        rebuild_slots: Vec::new(),
     };
     let mut run = Run {
         members,

@@ -110,7 +110,8 @@ pub(crate) fn decide(
             let added_q = match (s.level.to_md(), nsb0.level.to_md()) {
                 (a, b) if a == b => Some(0),
                 (4, 5) => Some(0),
-                (4 | 5, 6) => Some(1),
+                (4 | 5, 6) | (0, 4 | 5) => Some(1),
+                (0, 6) => Some(2),
                 _ => None,
             };
             s.reshape().is_none()

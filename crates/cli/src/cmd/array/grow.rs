@@ -188,6 +188,20 @@ fn reshape(args: &GrowArgs, target: Option<ReshapeTarget>) -> Result<(), CliErro
     if let Ok(mut bar) = bar.lock() {
         bar.finish();
     }
+    if !report.rebuild_slots.is_empty() {
+        // md's takeover: the level changed; the new parity is rebuilt now.
+        if !args.array.json {
+            for (name, slot) in &report.new_members {
+                println!("raidkit: {name} takes slot {slot}");
+            }
+            println!(
+                "raidkit: now {}; slots {:?} hold the new parity and are rebuilt now (Ctrl-C stops; `raidkit rebuild` resumes)",
+                shape_change(&report),
+                report.rebuild_slots
+            );
+        }
+        return rebuild_now(args, &report);
+    }
     if args.array.json {
         return print_json(&report);
     }
@@ -270,6 +284,12 @@ fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
         }
         return Ok(());
     }
+    rebuild_now(args, &report)
+}
+
+/// Assembles the array and rebuilds its slots to rebuild now, with progress; `report` (what
+/// the grow did) goes into the JSON output.
+fn rebuild_now<T: serde::Serialize>(args: &GrowArgs, report: &T) -> Result<(), CliError> {
     let (array, assembled) =
         assemble_writable(&args.array.members, args.array.force, args.array.run)?;
     report_notes(&assembled);
