@@ -189,7 +189,7 @@ impl Array {
                 new_members,
             } => {
                 let start = Start::Fresh;
-                let mut report = run(&members, &found, &a, shape, sbs, start, ctl)?;
+                let mut report = run(&members, &found, &a, *shape, sbs, start, ctl)?;
                 report.new_members = new_members;
                 // As the user knew it (a level taken over runs as the new level).
                 report.old_raid_devices = a.geo.raid_disks;
@@ -418,7 +418,8 @@ fn start_plan(
     let refuse = |why| Err(EngineError::CannotGrow(why));
     let level = a.nsb.level.to_md();
     let only_count = target.level.is_none() && target.layout.is_none();
-    if !matches!(level, 4..=6) && !(level == 0 && target.level.is_some_and(|l| l != 0)) {
+    let takes_over_raid0 = level == 0 && target.level.is_some_and(|l| l != 0);
+    if !(matches!(level, 4..=6) || takes_over_raid0) {
         if only_count && target.chunk_sectors.is_none() {
             return refuse(GrowRefusal::CountNotMirror { level });
         }
@@ -623,7 +624,7 @@ fn start_plan(
         new_offset,
     };
     Ok(Plan::Restripe {
-        shape,
+        shape: Box::new(shape),
         sbs,
         new_members,
     })
@@ -633,7 +634,7 @@ fn start_plan(
 enum Plan {
     /// Every stripe is rewritten in the new layout.
     Restripe {
-        shape: Shape,
+        shape: Box<Shape>,
         sbs: Vec<Superblock>,
         new_members: Vec<(String, usize)>,
     },
