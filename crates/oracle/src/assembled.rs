@@ -63,6 +63,24 @@ const RESHAPE_CHANGES: [&str; 7] = [
     "Unused Space",
 ];
 
+/// Geometry fields of an examine report and the field giving their value once a reshape
+/// recorded there is done.
+const RESHAPE_GEOMETRY: [(&str, &str); 3] = [
+    ("Raid Level", "New Level"),
+    ("Layout", "New Layout"),
+    ("Chunk Size", "New Chunksize"),
+];
+
+/// `field` of an examine report as it is once the reshape the report records is done: the
+/// new level, layout or chunk where the reshape changes them.
+fn reshaped<'a>(pairs: &'a [(String, String)], field: &str) -> Option<&'a str> {
+    RESHAPE_GEOMETRY
+        .iter()
+        .find(|(f, _)| *f == field)
+        .and_then(|(_, new)| get(pairs, new))
+        .or_else(|| get(pairs, field))
+}
+
 /// Fields md may change when it runs and stops an array, left out of the after-md comparison.
 const CHANGED_BY_MD: [&str; 4] = ["Update Time", "Events", "Checksum", "State"];
 
@@ -247,6 +265,13 @@ fn describe(plan: &PlannedArray, e: Option<&RaidkitExpectation>) -> String {
             s += &format!(" (recovery_offset {} of {})", at.join(","), r.end_sectors);
         }
     }
+    if let Some(r) = &plan.reshape {
+        s += &format!(
+            ", reshape={r} (raidkit stopped at {} sectors)",
+            e.and_then(|e| e.reshape_position_sectors)
+                .map_or("?".to_string(), |p| p.to_string())
+        );
+    }
     match plan.journal {
         Some(crate::matrix::JournalMode::Clean) => s += ", write journal",
         Some(crate::matrix::JournalMode::Crash) => {
@@ -394,8 +419,18 @@ fn check_reshape(
             "reshape_position {other:?} right after assembly, want raidkit's {want} or past it"
         )),
     }
-    if a("degraded") != Some("0") {
-        f.push(format!("md runs degraded: {:?}", a("degraded")));
+    // A RAID 4 or 5 becoming a RAID 6 takes its Q on a spare that only the reshape fills
+    // (recorded recovering up to the position): md counts it missing from the old layout
+    // until the reshape is done (raid5_calc_degraded).
+    let fresh = plan
+        .reshape
+        .as_ref()
+        .map_or(0, |r| usize::from(r.level == Some(6)));
+    if a("degraded") != Some(fresh.to_string().as_str()) {
+        f.push(format!(
+            "md runs degraded: {:?} right after assembly, want {fresh}",
+            a("degraded")
+        ));
     }
     let done = |k: &str| report.rebuilt.get(k).map(String::as_str);
     for (k, want) in [
@@ -410,7 +445,7 @@ fn check_reshape(
             ));
         }
     }
-    let want_disks = plan.reshape.map(|(n, _)| n.to_string());
+    let want_disks = plan.reshape.as_ref().map(|r| r.devices.to_string());
     if done("raid_disks").map(str::to_string) != want_disks {
         f.push(format!(
             "after md's reshape: raid_disks {:?}, want {want_disks:?}",
@@ -746,7 +781,13 @@ fn check_detail(
         }
     };
     for (detail_field, examine_field) in DETAIL_FROM_EXAMINE {
-        let Some(want) = get(rk, examine_field) else {
+        // Reshape rows: md's detail once it finished, in the new geometry.
+        let want = if reshape {
+            reshaped(rk, examine_field)
+        } else {
+            get(rk, examine_field)
+        };
+        let Some(want) = want else {
             continue;
         };
         let got = detail(detail_field);
@@ -1002,8 +1043,11 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
         for (k, v) in before {
             // A recovery md finished changes these (checked below).
             let recovered = rebuild && RECOVERY_CHANGES.contains(&k.as_str());
-            let reshaped = plan.reshape.is_some() && RESHAPE_CHANGES.contains(&k.as_str());
-            if CHANGED_BY_MD.contains(&k.as_str()) || recovered || reshaped {
+            let reshape_change = plan.reshape.is_some()
+                && (RESHAPE_CHANGES.contains(&k.as_str())
+                    || RESHAPE_GEOMETRY.iter().any(|(f, n)| k == f || k == n)
+                    || k == "Recovery Offset");
+            if CHANGED_BY_MD.contains(&k.as_str()) || recovered || reshape_change {
                 continue;
             }
             // mdadm creates a partial parity log array with MD_FEATURE_PPL (0x400), as raidkit
@@ -1034,7 +1078,27 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
                     get(after, "Data Offset")
                 ));
             }
-            for k in ["New Offset", "Reshape pos'n", "Delta Devices"] {
+            // The new level, layout and chunk where the reshape changed them.
+            for (k, _) in RESHAPE_GEOMETRY {
+                let want = reshaped(before, k);
+                if get(after, k) != want {
+                    f.push(format!(
+                        "member {}: {k} {:?} after md's reshape, want {want:?} (before: {:?})",
+                        m.serial,
+                        get(after, k),
+                        get(before, k)
+                    ));
+                }
+            }
+            for k in [
+                "New Offset",
+                "Reshape pos'n",
+                "Delta Devices",
+                "New Level",
+                "New Layout",
+                "New Chunksize",
+                "Recovery Offset",
+            ] {
                 if let Some(v) = get(after, k) {
                     f.push(format!("member {}: {k} {v} after md's reshape", m.serial));
                 }

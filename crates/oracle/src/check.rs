@@ -150,7 +150,8 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
             .push("vm: no array size or sha256 reported".into());
         return out;
     };
-    if plan.reshape.is_some() {
+    if let Some(r) = &plan.reshape {
+        out.description += &format!(", reshape={r}");
         check_md_reshape(plan, report, size_bytes, md_sha, &mut out);
         return out;
     }
@@ -294,12 +295,26 @@ fn check_md_reshape(
             return;
         }
     };
+    let want_geo = reshape_target(plan);
+    let mut geo_failures = Vec::new();
     let result = (|| -> Result<(u64, u64, u64, String, u64), String> {
         let open = || crate::prepare::open_members(&copies, false).map_err(|e| e.to_string());
         let opts = AssembleOptions::default();
         let status = Array::reshape_status(&open()?, &opts)
             .map_err(|e| format!("reshape status: {e}"))?
             .ok_or("raidkit finds no reshape recorded on md's members")?;
+        // What md recorded, as raidkit reads it: the reshape the row asked md for.
+        let recorded = (
+            status.new_level,
+            status.new_layout,
+            status.new_chunk_sectors,
+            status.new_raid_devices,
+        );
+        if let Some(msg) =
+            geometry_mismatch("md's superblocks record a reshape to", recorded, want_geo)
+        {
+            geo_failures.push(msg);
+        }
         let never = std::sync::atomic::AtomicBool::new(false);
         let ctl = ReshapeControl {
             progress: &|_, _| {},
@@ -309,6 +324,15 @@ fn check_md_reshape(
         let done = Array::continue_reshape(open()?, &opts, &ctl)
             .map_err(|e| format!("continue md's reshape: {e}"))?;
         let (array, _) = Array::assemble(open()?, opts).map_err(|e| format!("assemble: {e}"))?;
+        let st = array.status();
+        let now = (st.level, st.layout, st.chunk_sectors, st.raid_disks);
+        if let Some(msg) = geometry_mismatch(
+            "raidkit's array once done is",
+            now,
+            (recorded.0, Some(recorded.1), recorded.2, recorded.3),
+        ) {
+            geo_failures.push(msg);
+        }
         let sha = crate::prepare::read_all(&array).map_err(|e| e.to_string())?;
         let mismatches = array
             .run_task(TaskKind::Check, &mut |_| {}, &never)
@@ -327,13 +351,21 @@ fn check_md_reshape(
     for c in &copies {
         let _ = fs::remove_file(&c.image);
     }
+    let frozen = md_frozen(report);
     let (from, end, new_bytes, sha, mismatches) = match result {
         Ok(r) => r,
         Err(e) => {
-            out.failures.push(format!("raidkit: {e}"));
+            out.failures
+                .push(format!("raidkit: {e} (md froze its reshape at {frozen})"));
             return;
         }
     };
+    for msg in &geo_failures {
+        out.failures.push(format!("geometry: {msg}"));
+    }
+    if geo_failures.is_empty() {
+        out.passed.push(format!("geometry(md froze {frozen})"));
+    }
     let Ok(new_size) = usize::try_from(new_bytes) else {
         out.failures.push("size: does not fit in memory".into());
         return;
@@ -354,6 +386,94 @@ fn check_md_reshape(
             "raidkit-continued(md's reshape from {from} of {end} sectors; data, zeros, check 0)"
         ));
     }
+}
+
+/// (level, layout, chunk sectors, members) of a reshape row once reshaped, as md numbers
+/// them; the layout `None` where the row keeps md's default and does not change it.
+type ReshapeGeometry = (i32, u32, u64, usize);
+
+fn reshape_target(plan: &PlannedArray) -> (i32, Option<u32>, u64, usize) {
+    let r = plan.reshape.as_ref();
+    let level = r.and_then(|r| r.level).unwrap_or(plan.level);
+    let name = r.and_then(|r| r.layout.as_deref());
+    let layout = match name {
+        Some(name) => crate::prepare::layout_number(level, Some(name))
+            .ok()
+            .flatten(),
+        // md keeps the RAID 5 layout's number when it becomes a RAID 6 (left-symmetric, 2,
+        // md's default, stays 2).
+        None => crate::prepare::layout_number(plan.level, plan.layout.as_deref())
+            .ok()
+            .flatten()
+            .or((plan.level == 5).then_some(2)),
+    };
+    let chunk_kib = r
+        .and_then(|r| r.chunk_kib)
+        .or(plan.chunk_kib)
+        .unwrap_or(512);
+    let devices = r.map_or(plan.raid_devices(), |r| r.devices);
+    (level as i32, layout, chunk_kib * 2, devices)
+}
+
+/// Why `got` (level, layout, chunk sectors, members) is not `want`, if it is not.
+fn geometry_mismatch(
+    what: &str,
+    got: ReshapeGeometry,
+    want: (i32, Option<u32>, u64, usize),
+) -> Option<String> {
+    let (level, layout, chunk, devices) = want;
+    let ok =
+        got.0 == level && layout.is_none_or(|l| l == got.1) && got.2 == chunk && got.3 == devices;
+    (!ok).then(|| {
+        format!(
+            "{what} raid{} layout {} chunk {}K on {} members, want raid{level} layout {} chunk {}K on {devices}",
+            got.0,
+            got.1,
+            got.2 / 2,
+            got.3,
+            layout.map_or("(md's default)".to_string(), |l| l.to_string()),
+            chunk / 2
+        )
+    })
+}
+
+/// md's reshape as its superblocks recorded it when frozen (`mdadm --examine` of the first
+/// member): "raid6 left-symmetric-6 -> left-symmetric, chunk 64K, ... at 54016K".
+fn md_frozen(report: &ArrayReport) -> String {
+    let Some(ex) = report.examine.values().next() else {
+        return "(no mdadm --examine)".into();
+    };
+    let get = |k: &str| {
+        ex.iter()
+            .find(|(f, _)| f == k)
+            .map(|(_, v)| v.split(" (").next().unwrap_or(v).trim().to_string())
+    };
+    let mut parts = Vec::new();
+    for (k, new) in [
+        ("Raid Level", "New Level"),
+        ("Layout", "New Layout"),
+        ("Chunk Size", "New Chunksize"),
+        ("Data Offset", "New Offset"),
+    ] {
+        match (get(k), get(new)) {
+            (Some(a), Some(b)) => parts.push(format!("{k} {a} -> {b}")),
+            (Some(a), None) => parts.push(format!("{k} {a}")),
+            _ => {}
+        }
+    }
+    for k in ["Raid Devices", "Delta Devices", "Reshape pos'n"] {
+        if let Some(v) = get(k) {
+            parts.push(format!("{k} {v}"));
+        }
+    }
+    if let Some(r) = report.held_dev.iter().find_map(|(serial, d)| {
+        d.get("recovery_start")
+            .filter(|v| v.as_str() != "none")
+            .map(|v| format!("{serial} recovering from {v}"))
+    }) {
+        parts.push(r);
+    }
+    parts.join(", ")
 }
 
 /// md rows with the partial parity log: raidkit assembles copies of md's members read-write

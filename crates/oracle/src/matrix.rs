@@ -19,7 +19,8 @@
 //! suffixes. Names must be unique, because records, member images and report lines are keyed by
 //! them.
 //!
-//! Options (raidkit rows only; a new raidkit-side scenario is a new option):
+//! Options (raidkit rows only, but for `reshape=`; a new raidkit-side scenario is a new
+//! option):
 //! - `meta=1.0|1.1|1.2`: superblock placement (default 1.2);
 //! - `fail=N` or `fail=N,M`: after writing, raidkit fails these members (`raidkit fail`); md
 //!   must assemble the array degraded and read the same data;
@@ -36,11 +37,18 @@
 //!   grows the array onto the new room (`raidkit grow --size max`: zeroed first, then the
 //!   size recorded); md must assemble the larger array, read the data and zeros beyond it,
 //!   and find parity and copies consistent. RAID 1, 4, 5, 6 and 10 (not far), alone.
-//! - `reshape=N@P` (RAID 4/5/6, alone, N above the member count): after writing and
-//!   stopping, raidkit adds one spare per new member and reshapes onto them (`raidkit grow
-//!   --raid-devices N --pause-at`), stopping once P percent of the old array is reshaped; md
-//!   assembles the array mid-reshape and finishes it, and raidkit finishes a copy of the same
-//!   images, whose contents must match.
+//! - `reshape=SPEC@P` (RAID 4/5/6, alone; md and raidkit rows, see [`ReshapeSpec`]): SPEC is a
+//!   comma list of what changes, as mdadm's `--grow` options: `N` (`--raid-devices`),
+//!   `chunk:SIZE` (`--chunk`), `layout:NAME` (`--layout`, at the new level) and `level:L`
+//!   (`--level`: 5 from 4, given a layout; 6 from 4 or 5, one member more by default, md's
+//!   `*-6` takeover). `reshape=5@40` adds a member, `reshape=chunk:512K@40` changes the chunk,
+//!   `reshape=level:6,5@40` makes a RAID 5 of 4 members a RAID 6 of 5. One spare is added per
+//!   new member. raidkit rows: after writing and stopping, raidkit reshapes (`raidkit grow
+//!   ... --pause-at`), stopping once P percent of the old array is reshaped; md assembles the
+//!   array mid-reshape and finishes it, and raidkit finishes a copy of the same images, whose
+//!   contents must match. md rows: md writes, `mdadm --grow` reshapes (moving the data offset,
+//!   no backup file), md stops at P percent of each member (sync_max) and is frozen there;
+//!   raidkit goes on with md's reshape (`raidkit grow --continue`) and must read md's data.
 //! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
 //!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
@@ -161,9 +169,121 @@ pub struct MatrixRow {
     /// raidkit RAID 1 rows: the slot count raidkit grows the mirror to, with a spare per new
     /// slot.
     pub mirrors: Option<usize>,
-    /// raidkit RAID 4/5/6 rows: (members, percent): raidkit adds a spare per new member and
-    /// reshapes onto them, stopping once that percent of the old array is reshaped; md goes on.
-    pub reshape: Option<(usize, u8)>,
+    /// RAID 4/5/6 rows: the reshape one side starts and stops part way, the other goes on.
+    pub reshape: Option<ReshapeSpec>,
+}
+
+/// What a reshape row changes (`reshape=SPEC@P`), as mdadm's `--grow` options: the member
+/// count, the level, the layout, the chunk; and where the side that starts it stops.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReshapeSpec {
+    /// Members once reshaped (`--raid-devices`): the row's, one more for a RAID 4 or 5 that
+    /// becomes a RAID 6 (its Q), or as the row says. One spare is added per new member.
+    pub devices: usize,
+    /// The new level (`--level`), when it changes: 5 (from 4) or 6 (from 4 or 5).
+    pub level: Option<u32>,
+    /// The new layout (`--layout`, mdadm's name at the new level), when given.
+    pub layout: Option<String>,
+    /// The new chunk in KiB (`--chunk`), when given.
+    pub chunk_kib: Option<u64>,
+    /// raidkit rows: stop once this percent of the old array is reshaped; md rows: freeze
+    /// md's reshape once it passed this percent of each member.
+    pub percent: u8,
+}
+
+impl ReshapeSpec {
+    /// Parses `SPEC@P` (the value of `reshape=`) for a row of `level` with `members`
+    /// members. SPEC is a comma list of `N` (members), `level:N`, `layout:NAME` and
+    /// `chunk:SIZE`; at least one of them must change the array.
+    pub fn parse(
+        v: &str,
+        level: u32,
+        members: usize,
+        chunk_kib: Option<u64>,
+    ) -> Result<ReshapeSpec, String> {
+        let (spec, percent) = v
+            .split_once('@')
+            .ok_or_else(|| "SPEC@PERCENT".to_string())?;
+        let percent = match percent.parse::<u8>() {
+            Ok(p @ 1..=99) => p,
+            _ => return Err(format!("@{percent}: use a percentage from 1 to 99")),
+        };
+        let (mut devices, mut new_level, mut layout, mut chunk) = (None, None, None, None);
+        for item in spec.split(',') {
+            match item.split_once(':') {
+                None => match item.parse::<usize>() {
+                    Ok(n) if devices.is_none() => devices = Some(n),
+                    _ => return Err(format!("{item}: a member count, once")),
+                },
+                Some(("level", l)) => match l.trim_start_matches("raid").parse::<u32>() {
+                    Ok(l) if new_level.is_none() => new_level = Some(l),
+                    _ => return Err(format!("{item}: a level number, once")),
+                },
+                Some(("layout", l)) if !l.is_empty() && layout.is_none() => {
+                    layout = Some(l.to_string())
+                }
+                Some(("chunk", c)) => match parse_size(c) {
+                    Some(b) if b >= 4096 && b.is_power_of_two() && chunk.is_none() => {
+                        chunk = Some(b / 1024)
+                    }
+                    _ => return Err(format!("{item}: a power of two of at least 4K, once")),
+                },
+                _ => return Err(format!("{item}: use N, level:N, layout:NAME or chunk:SIZE")),
+            }
+        }
+        if !matches!(level, 4..=6) {
+            return Err(format!("RAID {level}: reshapes are for RAID 4, 5 and 6"));
+        }
+        let new_level = new_level.filter(|&l| l != level);
+        // md's takeovers: a RAID 4 becomes a RAID 5 (given a layout), a RAID 4 or 5 becomes a
+        // RAID 6 with its Q on one more member.
+        let parity_added = match new_level {
+            None => 0,
+            Some(5) if level == 4 && layout.is_some() => 0,
+            Some(5) if level == 4 => return Err("level:5 from RAID 4 needs a layout".into()),
+            Some(6) if level != 6 => 1,
+            Some(l) => return Err(format!("level:{l}: RAID {level} reshapes to 5 or 6 only")),
+        };
+        let devices = devices.unwrap_or(members + parity_added);
+        if devices < members + parity_added {
+            return Err(format!(
+                "{devices} members: at least the row's {members}{}",
+                if parity_added > 0 {
+                    " and one for Q"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let chunk = chunk.filter(|&c| Some(c) != chunk_kib);
+        if devices == members && new_level.is_none() && layout.is_none() && chunk.is_none() {
+            return Err("nothing to change".into());
+        }
+        Ok(ReshapeSpec {
+            devices,
+            level: new_level,
+            layout,
+            chunk_kib: chunk,
+            percent,
+        })
+    }
+}
+
+impl fmt::Display for ReshapeSpec {
+    /// The option's value: `5@40`, `4,chunk:512K@40`, `5,level:6@40`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.devices)?;
+        if let Some(l) = self.level {
+            write!(f, ",level:{l}")?;
+        }
+        if let Some(l) = &self.layout {
+            write!(f, ",layout:{l}")?;
+        }
+        if let Some(c) = self.chunk_kib {
+            write!(f, ",chunk:{c}K")?;
+        }
+        write!(f, "@{}", self.percent)
+    }
 }
 
 /// A row that cannot be used, with its 1-based line number.
@@ -270,7 +390,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             let reshape_opt = opt.starts_with("reshape=");
             if by == Writer::Md && !journal_opt && !ppl_opt && !reshape_opt {
                 return Err(err(format!(
-                    "option {opt}: md rows take only journal options and ppl"
+                    "option {opt}: md rows take only journal options, ppl and reshape="
                 )));
             }
             match opt.split_once('=') {
@@ -318,25 +438,12 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     }
                 },
                 Some(("reshape", v)) => {
-                    let parsed = v
-                        .split_once('@')
-                        .and_then(|(n, p)| Some((n.parse::<usize>().ok()?, p.parse::<u8>().ok()?)));
-                    match parsed {
-                        Some((n, p))
-                            if matches!(level, 4..=6)
-                                && n > member_bytes.len()
-                                && (1..=99).contains(&p)
-                                && options.len() == 1 =>
-                        {
-                            reshape = Some((n, p))
-                        }
-                        _ => {
-                            return Err(err(format!(
-                                "reshape={v}: N@PERCENT, RAID 4, 5 or 6 alone, more members than its {}",
-                                member_bytes.len()
-                            )))
-                        }
+                    if options.len() != 1 {
+                        return Err(err(format!("reshape={v}: alone")));
                     }
+                    let spec = ReshapeSpec::parse(v, level, member_bytes.len(), chunk_kib)
+                        .map_err(|e| err(format!("reshape={v}: {e}")))?;
+                    reshape = Some(spec);
                 }
                 Some(("grow", v)) => match parse_size(v) {
                     Some(b) if b > 0 && b % 4096 == 0 => grow_bytes = Some(b),
@@ -508,6 +615,57 @@ mod tests {
     }
 
     #[test]
+    fn parses_reshape_options() {
+        let rows = parse_matrix(
+            "fast raidkit a 5 ls 64K 4x16M reshape=5@40
+             fast md b 5 ls 64K 4x16M reshape=chunk:512K@40
+             full raidkit c 5 ls 64K 4x16M reshape=level:6,5@40
+             full md d 5 ls 64K 4x16M reshape=level:6@30
+             full raidkit e 4 - 64K 3x16M reshape=level:5,layout:left-symmetric@25
+             full md f 6 - 64K 5x16M reshape=6,layout:right-symmetric,chunk:128K@50
+",
+        )
+        .unwrap();
+        let r: Vec<&ReshapeSpec> = rows.iter().map(|r| r.reshape.as_ref().unwrap()).collect();
+        assert_eq!(
+            *r[0],
+            ReshapeSpec {
+                devices: 5,
+                level: None,
+                layout: None,
+                chunk_kib: None,
+                percent: 40
+            }
+        );
+        assert_eq!(
+            (r[1].devices, r[1].chunk_kib, r[1].level),
+            (4, Some(512), None)
+        );
+        assert_eq!((r[2].devices, r[2].level), (5, Some(6)));
+        // A RAID 5 becoming a RAID 6 takes one more member unless the row says otherwise.
+        assert_eq!((r[3].devices, r[3].level, r[3].percent), (5, Some(6), 30));
+        assert_eq!((r[4].devices, r[4].level), (3, Some(5)));
+        assert_eq!(r[4].layout.as_deref(), Some("left-symmetric"));
+        assert_eq!(
+            (r[5].devices, r[5].layout.as_deref(), r[5].chunk_kib),
+            (6, Some("right-symmetric"), Some(128))
+        );
+        // The option's value as the row would spell it.
+        assert_eq!(r[0].to_string(), "5@40");
+        assert_eq!(r[1].to_string(), "4,chunk:512K@40");
+        assert_eq!(r[2].to_string(), "5,level:6@40");
+        for (row, spec) in rows.iter().zip(&r) {
+            let again = ReshapeSpec::parse(
+                &spec.to_string(),
+                row.level,
+                row.member_bytes.len(),
+                row.chunk_kib,
+            );
+            assert_eq!(again.as_ref(), Ok(*spec), "{spec}");
+        }
+    }
+
+    #[test]
     fn rejects_bad_rows() {
         for bad in [
             "fast md r5 5 ls 64K",
@@ -542,6 +700,22 @@ mod tests {
             "fast raidkit r5 5 ls 64K 4x8M ppl bitmap",
             "fast raidkit r5 5 ls 64K 4x8M ppl=crash fail=1",
             "fast raidkit r5 5 ls 64K 4x8M ppl=maybe",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=5",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=5@0",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=5@100",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=4@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=3@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=chunk:64K@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=chunk:48K@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=level:6,4@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=level:4@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=level:0@40",
+            "fast raidkit r4 4 - 64K 4x8M reshape=level:5@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=5,5@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=size:1M@40",
+            "fast raidkit r5 5 ls 64K 4x8M reshape=5@40 meta=1.0",
+            "fast raidkit r1 1 - - 2x8M reshape=3@40",
+            "fast md r10 10 n2 64K 4x8M reshape=5@40",
         ] {
             assert!(parse_matrix(bad).is_err(), "accepted: {bad}");
         }

@@ -13,7 +13,7 @@
 //! Invariants: serials are unique within the plan and at most 20 bytes (virtio-blk's limit);
 //! a batch never holds more than [`MAX_MEMBERS_PER_VM`] member disks (PCI slots).
 
-use crate::matrix::{JournalMode, MatrixRow, PplMode, Writer};
+use crate::matrix::{JournalMode, MatrixRow, PplMode, ReshapeSpec, Writer};
 use crate::prepare::{prepare_array, RaidkitExpectation};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -104,10 +104,10 @@ pub struct PlannedArray {
     /// are the spares that take the new slots).
     #[serde(default)]
     pub mirrors: Option<usize>,
-    /// RAID 4/5/6 rows: (members, percent): the member count raidkit reshapes to (the last
-    /// `spares` members take the new slots) and where it stops for md to go on.
+    /// RAID 4/5/6 rows: the reshape (the last `spares` members take the new slots) and where
+    /// the side that starts it stops for the other to go on.
     #[serde(default)]
-    pub reshape: Option<(usize, u8)>,
+    pub reshape: Option<ReshapeSpec>,
     /// Assemble: why raidkit could not prepare the members.
     #[serde(default)]
     pub prepare_error: Option<String>,
@@ -192,7 +192,7 @@ fn image_sizes(row: &MatrixRow) -> Vec<u64> {
     if row.rebuild_percent.is_some() {
         v.extend(row.fail_members.iter().map(|&m| row.member_bytes[m]));
     }
-    if let Some(m) = row.mirrors.or(row.reshape.map(|(n, _)| n)) {
+    if let Some(m) = row.mirrors.or(row.reshape.as_ref().map(|r| r.devices)) {
         v.extend((row.member_bytes.len()..m).map(|_| row.member_bytes[0]));
     }
     if row.journal.is_some() {
@@ -413,14 +413,14 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                     row.fail_members.len()
                 } else {
                     row.mirrors
-                        .or(row.reshape.map(|(n, _)| n))
+                        .or(row.reshape.as_ref().map(|r| r.devices))
                         .map_or(0, |m| m - row.member_bytes.len())
                 },
                 journal: row.journal,
                 ppl: row.ppl,
                 grow_bytes: row.grow_bytes,
                 mirrors: row.mirrors,
-                reshape: row.reshape,
+                reshape: row.reshape.clone(),
                 expect: None,
                 prepare_error: None,
             }
@@ -429,12 +429,32 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
     Plan { batches, arrays }
 }
 
+/// mdadm's `--grow` options of a reshape, for the VM job: a comma list of `option=value`
+/// (`raid-devices=5,level=6`), each passed as `--option=value`. The member count is given when
+/// it changes (mdadm's level change to 6 needs it), the chunk in KiB.
+pub fn grow_options(a: &PlannedArray, r: &ReshapeSpec) -> String {
+    let mut o = Vec::new();
+    if let Some(l) = r.level {
+        o.push(format!("level={l}"));
+    }
+    if r.devices != a.raid_devices() {
+        o.push(format!("raid-devices={}", r.devices));
+    }
+    if let Some(l) = &r.layout {
+        o.push(format!("layout={l}"));
+    }
+    if let Some(c) = r.chunk_kib {
+        o.push(format!("chunk={c}"));
+    }
+    o.join(",")
+}
+
 /// The job script lines of one array (none for an array raidkit could not prepare: its check
 /// reports why).
 pub fn job_lines(a: &PlannedArray) -> String {
     let serials: Vec<&str> = a.members.iter().map(|m| m.serial.as_str()).collect();
     // md rows that reshape: the array is created without the spares added for it.
-    let (created, spares) = match (a.kind, a.reshape) {
+    let (created, spares) = match (a.kind, &a.reshape) {
         (Scenario::Create, Some(_)) => serials.split_at(a.raid_devices()),
         _ => (&serials[..], &[][..]),
     };
@@ -485,11 +505,14 @@ pub fn job_lines(a: &PlannedArray) -> String {
                 // Then every member drops every write: md's stop is a crash.
                 let _ = writeln!(s, "dm_drop_writes {} - 0 {}", a.name, serials);
             }
-            if let Some((devices, percent)) = a.reshape {
+            if let Some(r) = &a.reshape {
                 let _ = writeln!(
                     s,
-                    "oracle_reshape {} {} {devices} {percent} {spares}",
-                    a.name, a.md_device
+                    "oracle_reshape {} {} {} {} {spares}",
+                    a.name,
+                    a.md_device,
+                    grow_options(a, r),
+                    r.percent
                 );
             }
         }
@@ -661,6 +684,47 @@ mod tests {
         assert!(job.contains("oracle_write r6 md0 1 0 rest\n"));
         assert!(job.contains("oracle_write r6 md0 2 163840 4096\n"));
         assert!(job.ends_with("oracle_report r6 md0 - rk0m0 rk0m1 rk0m2 rk0m3\n"));
+    }
+
+    #[test]
+    fn reshape_rows_add_their_spares_and_tell_mdadm_what_changes() {
+        let rows = parse_matrix(
+            "fast md a 5 left-symmetric 64K 4x16M reshape=5@40
+             fast md b 5 left-symmetric 64K 4x16M reshape=chunk:512K@40
+             full md c 5 left-symmetric 64K 4x32M reshape=level:6,5@40
+             full raidkit d 5 left-symmetric 64K 4x16M reshape=level:6@40
+",
+        )
+        .unwrap();
+        let plan = make_plan(&rows, Path::new("/w"), 1);
+        let spares: Vec<usize> = plan.arrays.iter().map(|a| a.spares).collect();
+        assert_eq!(spares, vec![1, 0, 1, 1]);
+        for a in &plan.arrays {
+            assert_eq!(a.raid_devices(), 4);
+        }
+        let line = |i: usize| {
+            job_lines(&plan.arrays[i])
+                .lines()
+                .find(|l| l.starts_with("oracle_reshape"))
+                .map(str::to_string)
+        };
+        assert_eq!(
+            line(0).as_deref(),
+            Some("oracle_reshape a md0 raid-devices=5 40 rk0m4")
+        );
+        assert_eq!(
+            line(1).as_deref(),
+            Some("oracle_reshape b md1 chunk=512 40 ")
+        );
+        assert_eq!(
+            line(2).as_deref(),
+            Some("oracle_reshape c md2 level=6,raid-devices=5 40 rk2m4")
+        );
+        // md creates the array without the spares, which oracle_reshape adds.
+        assert!(job_lines(&plan.arrays[2]).starts_with(
+            "oracle_create c md2 5 left-symmetric 64 reshape rk2m0 rk2m1 rk2m2 rk2m3\n"
+        ));
+        assert_eq!(plan.arrays[3].members.len(), 5);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::plan::{PlannedArray, PlannedMember, PlannedWrite};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
     Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, DirtyDegradedStart,
-    EngineConfig, EngineError, GrowSize, ReshapeControl, TaskKind, TaskOutcome,
+    EngineConfig, EngineError, GrowSize, ReshapeControl, ReshapeTarget, TaskKind, TaskOutcome,
 };
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
 use raidkit_metadata::{BitmapBits, BitmapSuper, ExamineReport, SuperblockVersion};
@@ -535,24 +535,35 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         status = grow_mirrors(a, slots)?;
     }
     let mut reshape_position_sectors = None;
-    if let Some((devices, percent)) = a.reshape {
-        // As `raidkit add` of a spare per new member, then `raidkit grow --raid-devices
-        // DEVICES --pause-at PERCENT%`: md finishes the reshape.
-        add_spares(a)?;
+    // Reshape rows: the geometry md must end with (level, layout, chunk, members).
+    let mut reshaped = None;
+    if let Some(r) = &a.reshape {
+        // As `raidkit add` of a spare per new member, then `raidkit grow [--raid-devices N]
+        // [--level L] [--layout NAME] [--chunk SIZE] --pause-at PERCENT%`: md finishes it.
+        if r.devices > n {
+            add_spares(a)?;
+        }
+        let new_level = r.level.unwrap_or(a.level);
+        let target = ReshapeTarget {
+            raid_devices: Some(r.devices),
+            level: r.level.map(|l| l as i32),
+            layout: layout_number(new_level, r.layout.as_deref())?,
+            chunk_sectors: r.chunk_kib.map(|k| k * 2),
+        };
         let never = AtomicBool::new(false);
         let ctl = ReshapeControl {
             progress: &|_, _| {},
             stop: &never,
-            pause_at_bytes: Some(size / 100 * percent as u64),
+            pause_at_bytes: Some(size / 100 * r.percent as u64),
         };
-        let report = Array::grow_members(
+        let report = Array::reshape(
             open_members(&a.members, false)?,
-            devices,
+            &target,
             &AssembleOptions::default(),
             &ctl,
         )
         .map_err(|e| err("reshape")(e.to_string()))?;
-        if report.finished || report.new_members.len() != devices - n {
+        if report.finished || report.new_members.len() != r.devices - n {
             return Err(err("reshape")(format!(
                 "finished {}, new members {:?}",
                 report.finished, report.new_members
@@ -560,6 +571,12 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         }
         size = report.new_array_bytes;
         reshape_position_sectors = Some(report.position_sectors);
+        reshaped = Some((
+            report.new_level,
+            report.new_layout,
+            report.new_chunk_sectors,
+            report.new_raid_devices,
+        ));
     }
     let mut member_data_sectors = status.member_data_sectors;
     if let Some(more) = a.grow_bytes {
@@ -655,10 +672,10 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         array_bytes: size,
         sha256,
         readback_sha256,
-        level: status.level,
-        layout: status.layout,
-        chunk_sectors: status.chunk_sectors,
-        raid_disks: a.reshape.map_or(status.raid_disks, |(n, _)| n),
+        level: reshaped.map_or(status.level, |r| r.0),
+        layout: reshaped.map_or(status.layout, |r| r.1),
+        chunk_sectors: reshaped.map_or(status.chunk_sectors, |r| r.2),
+        raid_disks: reshaped.map_or(status.raid_disks, |r| r.3),
         member_data_sectors,
         writes,
         examine,

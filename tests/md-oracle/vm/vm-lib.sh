@@ -140,45 +140,72 @@ oracle_create() {
     fi
 }
 
-# oracle_reshape NAME MD DEVICES PERCENT SERIAL...: (md rows) add the spares SERIAL... and
-# grow the array to DEVICES members; once the reshape has passed PERCENT of each member
-# (sync_completed), freeze it (md records the position in its superblocks) and record where
-# it stopped. What md reads is measured before (see there); oracle_report stops the array
+# oracle_reshape NAME MD GROW PERCENT [SERIAL...]: (md rows) add the spares SERIAL... and
+# reshape the array: mdadm --grow with GROW, a comma list of option=value
+# (raid-devices=5,level=6,layout=NAME,chunk=KIB), each given as --option=value, without a
+# backup file (mdadm moves the data offset instead). md stops once the reshape has passed
+# PERCENT of each member (sync_max, set before: mdadm --grow leaves it alone when it moves the
+# data offset), its position recorded there; the reshape is then frozen and where it stopped
+# recorded. What md reads is measured before (see there); oracle_report stops the array
 # without reading it, and the host goes on with the reshape with raidkit.
+#
+# A reshape frozen anywhere else is not safe to go on with when the number of data members
+# stays (chunk, layout and level changes): md then records its position only every 10 s
+# (it set its offset rule up before mdadm moved the offset) while its writes in the new
+# layout go on overwriting the old one beyond that position. Seen: md froze with RAID 5 ->
+# 6 recorded at 125184 sectors and the old layout overwritten up to 8064 sectors past it;
+# md itself, going on from there, read the same wrong data as raidkit did.
 oracle_reshape() {
-    name=$1 md=$2 n=$3 pct=$4
+    name=$1 md=$2 grow=$3 pct=$4
     shift 4
     sys=/sys/block/$md/md
-    devs=$(devs_of "$name" "$@") || return 1
     # What md reads, before the reshape: reads of the region a frozen reshape was moving
     # wait for it to move on, so nothing reads the array once it is frozen.
     md_measure "$name" "$md" reshape
-    # shellcheck disable=SC2086
-    if ! mdadm "/dev/$md" --add $devs > /tmp/mdadm.log 2>&1; then
-        emit "$name error mdadm --add failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
-        return 1
+    if [ $# -gt 0 ]; then
+        devs=$(devs_of "$name" "$@") || return 1
+        # shellcheck disable=SC2086
+        if ! mdadm "/dev/$md" --add $devs > /tmp/mdadm.log 2>&1; then
+            emit "$name error mdadm --add failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+            return 1
+        fi
     fi
-    chunk=$(($(cat "$sys/chunk_size") / 512))
+    # sync_max must be a multiple of the chunk (md's old one); md moves whole chunks of the
+    # larger of the old and the new.
+    chunk=$(($(cut -d' ' -f1 < "$sys/chunk_size") / 512))
+    set --
+    for opt in $(echo "$grow" | tr , ' '); do
+        set -- "$@" "--$opt"
+        case $opt in
+            chunk=*) c=$((${opt#chunk=} * 2)); [ "$c" -gt "$chunk" ] && chunk=$c ;;
+        esac
+    done
     max=$(($(cat "$sys/component_size") * 2 * pct / 100 / chunk * chunk))
-    if ! mdadm --grow "/dev/$md" --raid-devices="$n" > /tmp/mdadm.log 2>&1; then
-        emit "$name error mdadm --grow failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+    emit "$name held grow $*"
+    emit "$name held hold $max"
+    echo "$max" > "$sys/sync_max" || emit "$name error cannot set sync_max $max"
+    if ! mdadm --grow "/dev/$md" "$@" > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --grow $* failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+        emit_lines "$name" assemble_out < /tmp/mdadm.log
         return 1
     fi
     emit_lines "$name" assemble_out < /tmp/mdadm.log
-    # mdadm's monitor may lift sync_max again: hold it at the target until md gets there.
+    stamp "$name" grow
+    # Wait (up to 60 s) until md waits at sync_max: its last step recorded the position.
     i=0
     while [ "$i" -lt 1200 ]; do
-        echo "$max" > "$sys/sync_max" 2> /dev/null
         done_s=$(cut -d' ' -f1 < "$sys/sync_completed")
         [ "$(cat "$sys/sync_action")" = idle ] && break
         [ "$done_s" != none ] && [ "$done_s" -ge "$max" ] 2> /dev/null && break
         sleep 0.05
         i=$((i + 1))
     done
+    emit "$name held waiting $(cat "$sys/sync_completed")"
     echo frozen > "$sys/sync_action"
-    for f in sync_action sync_completed reshape_position raid_disks; do
+    for f in sync_action sync_completed reshape_position raid_disks level layout chunk_size; do
         emit "$name held $f $(cat "$sys/$f")"
     done
+    record_sync "$name" "$md" held
     stamp "$name" reshape
 }
 
