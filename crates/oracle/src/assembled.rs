@@ -432,6 +432,9 @@ fn check_reshape(
             a("degraded")
         ));
     }
+    if fresh > 0 {
+        check_new_q_recovery_offset(plan, expect, want, &mut f);
+    }
     let done = |k: &str| report.rebuilt.get(k).map(String::as_str);
     for (k, want) in [
         ("sync_action", "idle"),
@@ -468,6 +471,40 @@ fn check_reshape(
         out.passed.push(format!(
             "reshape(md went on from {} sectors, finished)",
             a("reshape_position").unwrap_or("?")
+        ));
+    }
+}
+
+/// A RAID 4 or 5 becoming a RAID 6: the spare that took the new Q slot is recorded
+/// recovering, and md keeps its recovery_offset in member sectors: reshape_request sets it to
+/// the member sector the reshape reached, the position over the new data members (seen on
+/// md's own RAID 5 -> 6, row r5-to-r6-reshape: Reshape pos'n 76032 sectors, the Q member's
+/// Recovery Offset 25344 over 3 data members). md trusts the Q of every stripe below it as in
+/// sync (analyse_stripe), also in the old layout.
+fn check_new_q_recovery_offset(
+    plan: &PlannedArray,
+    expect: &RaidkitExpectation,
+    position: u64,
+    f: &mut Failures,
+) {
+    let Some(r) = &plan.reshape else {
+        return;
+    };
+    let Some(q) = plan.members.get(plan.raid_devices()) else {
+        return;
+    };
+    let data = r.devices as u64 - 2;
+    let want = position / data;
+    let got = expect
+        .examine
+        .get(&q.serial)
+        .and_then(|p| get(p, "Recovery Offset"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
+    if got != Some(want) {
+        f.push(format!(
+            "the new Q member {}: raidkit's Recovery Offset {} sectors at reshape position {position}, md's would be {want} (the position over {data} data members: md records the member sector the reshape reached)",
+            q.serial,
+            got.map_or("(none)".to_string(), |g| g.to_string()),
         ));
     }
 }
