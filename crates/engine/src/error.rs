@@ -108,7 +108,7 @@ pub enum GrowRefusal {
     },
     /// The members already use every sector they have (or the size asked for).
     AlreadyThatSize { sectors: u64 },
-    /// Changing the number of members is done here for RAID 1 (slots) and RAID 4/5/6
+    /// Changing the number of members is done here for RAID 1 (slots) and RAID 0/4/5/6
     /// (adding members) only so far.
     CountNotMirror { level: i32 },
     /// The array already has that many slots.
@@ -184,7 +184,7 @@ impl fmt::Display for GrowRefusal {
             ),
             GrowRefusal::CountNotMirror { level } => write!(
                 f,
-                "changing the number of members of a RAID {level} moves its data in a way raidkit does not do yet (it changes a RAID 1's slots and adds members to RAID 4, 5 and 6)"
+                "changing the number of members of a RAID {level} moves its data in a way raidkit does not do yet (it changes a RAID 1's slots and adds members to RAID 0, 4, 5 and 6)"
             ),
             GrowRefusal::SameCount { raid_devices } => {
                 write!(f, "the array already has {raid_devices} slots; nothing to change")

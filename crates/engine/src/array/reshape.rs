@@ -101,6 +101,9 @@ struct Shape {
     /// layout fills. Not read; written; recorded in md's way as a member being recovered up
     /// to the reshape's position (`recovery_offset`).
     fresh: Vec<bool>,
+    /// The level, layout and member count at the end when they are not the new layout's: a
+    /// RAID 0 that grew as a RAID 4 without its parity member is a RAID 0 again.
+    finish_as: Option<(i32, u32, usize)>,
     /// Data offsets of each slot's member, old and new layout (0 for a missing member).
     old_offset: Vec<u64>,
     new_offset: Vec<u64>,
@@ -419,7 +422,19 @@ fn start_plan(
     let level = a.nsb.level.to_md();
     let only_count = target.level.is_none() && target.layout.is_none();
     let takes_over_raid0 = level == 0 && target.level.is_some_and(|l| l != 0);
-    if !(matches!(level, 4..=6) || takes_over_raid0) {
+    // More members for a RAID 0, as mdadm: taken over as a RAID 4 whose parity member is
+    // missing, reshaped, and a RAID 0 again at the end.
+    let raid0_grows = level == 0
+        && target.level.is_none_or(|l| l == 0)
+        && target.layout.is_none()
+        && target.chunk_sectors.is_none()
+        && target.raid_devices.is_some_and(|n| n > a.geo.raid_disks);
+    if level == 0 && only_count && target.raid_devices == Some(a.geo.raid_disks) {
+        return refuse(GrowRefusal::SameCount {
+            raid_devices: a.geo.raid_disks,
+        });
+    }
+    if !(matches!(level, 4..=6) || takes_over_raid0 || raid0_grows) {
         if only_count && target.chunk_sectors.is_none() {
             return refuse(GrowRefusal::CountNotMirror { level });
         }
@@ -432,12 +447,19 @@ fn start_plan(
             what: "a reshape (`raidkit grow --continue`)".into(),
         });
     }
-    let new_level = target.level.unwrap_or(level);
+    let new_level = if raid0_grows {
+        4
+    } else {
+        target.level.unwrap_or(level)
+    };
     let (run_level, old_layout, added_parity) = level_change(a, new_level)?;
     let old_count = a.geo.raid_disks;
     // The old layout at the level the reshape runs at: a new Q member is its last slot.
     let run_count = old_count + added_parity;
-    let new_count = target.raid_devices.unwrap_or(run_count);
+    // A RAID 0 growing runs with one slot more than its members: the missing parity.
+    let asked = target.raid_devices.unwrap_or(run_count);
+    let new_count = asked + usize::from(raid0_grows);
+    let finish_as = raid0_grows.then_some((0, a.nsb.layout, asked));
     let old_chunk = a.geo.chunk_sectors;
     let new_chunk = target.chunk_sectors.unwrap_or(old_chunk);
     let new_layout = target.layout.unwrap_or(match (level, new_level) {
@@ -504,7 +526,7 @@ fn start_plan(
         .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
         .filter(|&i| !a.slot_member.iter().any(|m| *m == Some(MemberId(i))))
         .collect();
-    let adding = new_count - old_count;
+    let adding = asked - old_count;
     if spares.len() < adding {
         return refuse(GrowRefusal::NoSpare {
             needed: adding,
@@ -515,6 +537,9 @@ fn start_plan(
     let mut slot_member: Vec<Option<usize>> =
         a.slot_member.iter().map(|m| m.map(|m| m.0)).collect();
     slot_member.extend(spares[..adding].iter().map(|&i| Some(i)));
+    if raid0_grows {
+        slot_member.push(None);
+    }
     let new_members: Vec<(String, usize)> = spares[..adding]
         .iter()
         .enumerate()
@@ -584,7 +609,13 @@ fn start_plan(
     }
     let mut old_offset = Vec::with_capacity(new_count);
     let mut new_offset = Vec::with_capacity(new_count);
-    for &i in slot_member.iter().flatten() {
+    for m in &slot_member {
+        let Some(i) = *m else {
+            // The missing parity of a RAID 0 growing.
+            old_offset.push(0);
+            new_offset.push(0);
+            continue;
+        };
         let off = found[i].sb.data_offset_sectors;
         old_offset.push(off);
         // mdadm: more data members move by the least; the same number by about half the
@@ -598,7 +629,9 @@ fn start_plan(
     let diff = old_offset
         .iter()
         .zip(&new_offset)
-        .map(|(o, n)| o - n)
+        .zip(&slot_member)
+        .filter(|(_, m)| m.is_some())
+        .map(|((o, n), _)| o - n)
         .min()
         .unwrap_or(0);
     let forward = Forward {
@@ -613,12 +646,14 @@ fn start_plan(
     for s in fresh_slots {
         fresh[s] = true;
     }
+    let lost = slot_member.iter().map(Option::is_none).collect();
     let shape = Shape {
         old,
         new,
         forward,
-        lost: vec![false; new_count],
+        lost,
         fresh,
+        finish_as,
         slot_member,
         old_offset,
         new_offset,
@@ -689,7 +724,8 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     let Some(r) = a.reshape else {
         return refuse(GrowRefusal::NoReshape);
     };
-    common_refusals(a, a.geo.geometry().max_degraded() as usize)?;
+    // The sections are counted apart below (md's raid5_calc_degraded).
+    common_refusals(a, usize::MAX)?;
     let md_level = a.nsb.level.to_md();
     let new_count = a.geo.raid_disks;
     let old_count = new_count as i64 - r.delta_disks as i64;
@@ -787,16 +823,29 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
         slot_member,
         lost,
         fresh,
+        finish_as: raid0_growing(a).then_some((0, 0, new_count - 1)),
         old_offset,
         new_offset,
     };
-    if shape.old_unreadable() > shape.old.geometry().max_degraded() as usize {
-        let slots = (0..shape.old.raid_disks)
-            .filter(|&s| !shape.old_readable(s))
+    let new_lost = shape.lost.iter().filter(|&&l| l).count();
+    if shape.old_unreadable() > shape.old.geometry().max_degraded() as usize
+        || new_lost > shape.new.geometry().max_degraded() as usize
+    {
+        let slots = (0..new_count)
+            .filter(|&s| shape.lost[s] || (s < shape.old.raid_disks && !shape.old_readable(s)))
             .collect();
         return refuse(GrowRefusal::NotWhole { slots });
     }
     Ok((shape, pos))
+}
+
+/// Whether a recorded reshape is a RAID 0 growing (mdadm's way: a RAID 4 whose parity slot,
+/// the last, no device was ever given), to be a RAID 0 again at its end.
+fn raid0_growing(a: &Assembly) -> bool {
+    let last = a.geo.raid_disks.saturating_sub(1) as u16;
+    a.nsb.level.to_md() == 4
+        && a.reshape.is_some_and(|r| r.delta_disks > 0)
+        && (0..a.nsb.max_dev()).all(|d| a.nsb.role_of(d) != DevRole::Active(last))
 }
 
 /// A reshape run's state: the members, who is written, the superblocks, what happened.
@@ -1002,9 +1051,15 @@ fn run(
     // below still says where its data is.
     run.checkpoint(f.end)?;
     let shape = &run.shape;
+    let (level, layout, count) = shape.finish_as.unwrap_or((
+        shape.new.md_level(),
+        shape.new.md_layout(),
+        shape.new.raid_disks,
+    ));
     for (i, sb) in run.sbs.iter_mut().enumerate() {
-        sb.level = raidkit_metadata::Level::from_md(shape.new.md_level());
-        sb.layout = shape.new.md_layout();
+        sb.level = raidkit_metadata::Level::from_md(level);
+        sb.layout = layout;
+        sb.raid_disks = count as u32;
         sb.chunk_sectors = shape.new.chunk_sectors as u32;
         let Some(slot) = shape.slot_of(i) else {
             // Spares stay spares; their placement stays their own.
@@ -1026,6 +1081,11 @@ fn run(
     }
     run.report.finished = true;
     run.report.position_sectors = f.end;
+    (
+        run.report.new_level,
+        run.report.new_layout,
+        run.report.new_raid_devices,
+    ) = (level, layout, count);
     Ok(run.report)
 }
 

@@ -124,18 +124,14 @@ pub(crate) fn decide(
     let shape = |f: &crate::meta::FoundSuperblock| {
         let s = &f.sb;
         match s.reshape() {
-            _ if behind_start(s) => (
+            // The shape the newest records: the start's, or the end's (which may differ
+            // from the reshape's new layout: a RAID 0 that grew as a RAID 4 is a RAID 0
+            // again).
+            _ if behind_start(s) || finished_behind(s, nsb0).is_some() => (
                 nsb0.level.to_md(),
                 nsb0.layout,
                 nsb0.chunk_sectors,
                 nsb0.raid_disks,
-                f.version.name(),
-            ),
-            Some(r) if finished_behind(s, nsb0).is_some() => (
-                r.new_level,
-                r.new_layout,
-                r.new_chunk_sectors,
-                s.raid_disks,
                 f.version.name(),
             ),
             _ => (
@@ -501,7 +497,21 @@ pub(crate) fn decide(
     // get I/O: only slots in sync are planned with.
     let failed = failed_now(slot_state.as_slice());
     let degraded = failed.iter().any(|&f| f);
-    if !geo.survives(&failed) {
+    // During a reshape that adds members, md counts the old and the new section apart
+    // (raid5_calc_degraded): a member the reshape is filling counts against the old section
+    // only.
+    let survives = match reshape.as_ref().filter(|r| r.delta_disks > 0) {
+        None => geo.survives(&failed),
+        Some(r) => {
+            let old = raid_disks.saturating_sub(r.delta_disks as usize);
+            let new_failed: Vec<bool> = (0..raid_disks)
+                .map(|s| failed[s] && slot_state[Slot(s)] != MemberState::Rebuilding)
+                .collect();
+            let old_failed = (0..old).filter(|&s| failed[s]).count();
+            geo.survives(&new_failed) && old_failed <= geo.geometry().max_degraded() as usize
+        }
+    };
+    if !survives {
         let missing: Vec<String> = (0..raid_disks)
             .filter(|&s| failed[s])
             .map(|s| s.to_string())
