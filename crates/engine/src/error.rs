@@ -156,7 +156,7 @@ impl fmt::Display for GrowRefusal {
             ),
             GrowRefusal::FarLayout => write!(
                 f,
-                "RAID 10 with a far layout keeps each far copy half a member away; its size cannot change (md refuses too)"
+                "RAID 10 with a far layout keeps each far copy half a member away; its size and member count cannot change (md refuses too)"
             ),
             GrowRefusal::Bitmap => write!(
                 f,

@@ -421,6 +421,16 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
         // RAID 0 -> 5 and 6 (md's takeover as parity-last on the spares, then a restripe).
         (0, 3, 1, 16, target(Some(5), None, None), (5, LS, 16, 4)),
         (0, 3, 2, 16, target(Some(6), None, None), (6, LS, 16, 5)),
+        // RAID 10, 2 near copies, from 4 to 6 members; a new chunk size.
+        (10, 4, 2, 16, ReshapeTarget::members(6), (10, 0x102, 16, 6)),
+        (
+            10,
+            4,
+            0,
+            16,
+            target(None, None, Some(64)),
+            (10, 0x102, 64, 4),
+        ),
         // RAID 0 from 3 to 5 members (md's way: a RAID 4 without its parity in between).
         (0, 3, 2, 16, ReshapeTarget::members(5), (0, 0, 16, 5)),
         // RAID 5 -> 6 with one more data member too, and a new chunk.

@@ -128,11 +128,18 @@ impl Shape {
         !self.lost[slot] && !self.fresh[slot]
     }
 
-    /// Slots of the old layout whose part cannot be read (lost or fresh).
-    fn old_unreadable(&self) -> usize {
-        (0..self.old.raid_disks)
-            .filter(|&s| !self.old_readable(s))
-            .count()
+    /// Whether both layouts still have all their data with `slot` lost too (`None`: as
+    /// things are): the new one without its lost slots, the old one without those it cannot
+    /// read.
+    fn survives_losing(&self, slot: Option<usize>) -> bool {
+        let gone = |s: usize| Some(s) == slot;
+        let new: Vec<bool> = (0..self.new.raid_disks)
+            .map(|s| self.lost[s] || gone(s))
+            .collect();
+        let old: Vec<bool> = (0..self.old.raid_disks)
+            .map(|s| !self.old_readable(s) || gone(s))
+            .collect();
+        self.new.survives(&new) && self.old.survives(&old)
     }
 }
 
@@ -410,6 +417,31 @@ fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
     }
 }
 
+/// What raidkit reshapes of a RAID 10 (`layout`, `raid_disks`): more members, or another
+/// chunk size, of a near layout whose member count is a whole number of its copies before
+/// and after (md also reshapes offset layouts and other counts; md refuses far layouts).
+fn raid10_reshapable(layout: u32, raid_disks: usize, target: &ReshapeTarget) -> Result<()> {
+    let (near, far, offset) = (layout & 0xff, (layout >> 8) & 0xff, layout & 0x10000 != 0);
+    let not_yet = |what: String| Err(EngineError::CannotGrow(GrowRefusal::ReshapeNotYet { what }));
+    if far > 1 && !offset {
+        return Err(EngineError::CannotGrow(GrowRefusal::FarLayout));
+    }
+    if offset || far > 1 {
+        return not_yet("a RAID 10 with an offset layout".into());
+    }
+    if target.layout.is_some_and(|l| l != layout) {
+        return not_yet("a RAID 10's layout change".into());
+    }
+    let n = target.raid_devices.unwrap_or(raid_disks);
+    let whole = |n: usize| near > 0 && n.is_multiple_of(near as usize);
+    if !whole(raid_disks) || !whole(n) {
+        return not_yet(format!(
+            "a RAID 10 of {near} near copies over {raid_disks} to {n} members (a count that is not a whole number of copies)"
+        ));
+    }
+    Ok(())
+}
+
 /// Decides the start of a reshape on an assembly's decision alone (no I/O): both layouts,
 /// the new slots' members, the new offsets, every member's superblock from now on.
 fn start_plan(
@@ -434,7 +466,11 @@ fn start_plan(
             raid_devices: a.geo.raid_disks,
         });
     }
-    if !(matches!(level, 4..=6) || takes_over_raid0 || raid0_grows) {
+    let raid10_grows = level == 10 && target.level.is_none_or(|l| l == 10);
+    if raid10_grows {
+        raid10_reshapable(a.nsb.layout, a.geo.raid_disks, target)?;
+    }
+    if !(matches!(level, 4..=6) || takes_over_raid0 || raid0_grows || raid10_grows) {
         if only_count && target.chunk_sectors.is_none() {
             return refuse(GrowRefusal::CountNotMirror { level });
         }
@@ -588,7 +624,12 @@ fn start_plan(
             rebuild: fresh_slots.collect(),
         });
     }
-    let min = rules::min_offset_change(old_chunk, od, new_chunk, nd);
+    // mdadm: a RAID 10 moves by one chunk (the larger), for it reads and writes whole rows.
+    let min = if level == 10 {
+        old_chunk.max(new_chunk)
+    } else {
+        rules::min_offset_change(old_chunk, od, new_chunk, nd)
+    };
     // Every member must have room for its data to move down by `min` (md's head-space).
     let mut before = u64::MAX;
     for &i in slot_member.iter().flatten() {
@@ -730,7 +771,7 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     let new_count = a.geo.raid_disks;
     let old_count = new_count as i64 - r.delta_disks as i64;
     let unsupported = |what: String| refuse(GrowRefusal::ReshapeNotYet { what });
-    if !matches!(md_level, 4..=6) || r.new_level != md_level {
+    if !matches!(md_level, 4..=6 | 10) || r.new_level != md_level {
         return unsupported(format!(
             "a reshape from RAID {md_level} to RAID {}",
             r.new_level
@@ -738,6 +779,14 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     }
     if r.delta_disks < 0 || old_count < 2 {
         return unsupported(format!("a reshape by {} members", r.delta_disks));
+    }
+    if md_level == 10 {
+        let target = ReshapeTarget {
+            raid_devices: Some(new_count),
+            layout: Some(r.new_layout),
+            ..Default::default()
+        };
+        raid10_reshapable(a.nsb.layout, old_count as usize, &target)?;
     }
     let used = a.geo.member_data_sectors;
     let invalid = |e: crate::geometry::GeoError| EngineError::Invalid(e.to_string());
@@ -827,10 +876,7 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
         old_offset,
         new_offset,
     };
-    let new_lost = shape.lost.iter().filter(|&&l| l).count();
-    if shape.old_unreadable() > shape.old.geometry().max_degraded() as usize
-        || new_lost > shape.new.geometry().max_degraded() as usize
-    {
+    if !shape.survives_losing(None) {
         let slots = (0..new_count)
             .filter(|&s| shape.lost[s] || (s < shape.old.raid_disks && !shape.old_readable(s)))
             .collect();
@@ -866,12 +912,7 @@ impl Run<'_> {
     fn lose(&mut self, slot: usize, err: EngineError) -> Result<()> {
         // The new layout must survive the loss, and so must the old one still to be read
         // (where a fresh slot already counts as lost).
-        let lost = self.shape.lost.iter().filter(|&&l| l).count();
-        let old_lost = self.shape.old_unreadable()
-            + usize::from(slot < self.shape.old.raid_disks && !self.shape.fresh[slot]);
-        if lost >= self.shape.new.geometry().max_degraded() as usize
-            || (old_lost > self.shape.old.geometry().max_degraded() as usize)
-        {
+        if !self.shape.survives_losing(Some(slot)) {
             return Err(err);
         }
         let i = self.shape.slot_member[slot].expect("a slot being written has a member");
@@ -1031,7 +1072,12 @@ fn run(
                 )));
             }
         }
-        match move_step(members, &run.shape, &mut bufs, pos, to, old_end) {
+        let step = if run.shape.new.level() == RaidLevel::Raid10 {
+            move_step_mirrored(members, &run.shape, &mut bufs, pos, to, old_end)
+        } else {
+            move_step(members, &run.shape, &mut bufs, pos, to, old_end)
+        };
+        match step {
             Ok((r, w)) => {
                 run.report.read_bytes += r;
                 run.report.written_bytes += w;
@@ -1231,6 +1277,93 @@ fn move_step(
         .count() as u64;
     let n_new = shape.new.raid_disks as u64;
     Ok((old_len as u64 * n_read, new_len as u64 * n_new))
+}
+
+/// One step of a RAID 10 reshape (near copies): reads the old rows holding array sectors
+/// `[from, to)` from every member that can be read, takes each piece from one copy and
+/// writes it to every copy of the new rows (zeros past the old end), every member at once
+/// (but the lost). Returns (bytes read, bytes written).
+fn move_step_mirrored(
+    members: &[Box<dyn Disk>],
+    shape: &Shape,
+    bufs: &mut StepBuffers,
+    from: u64,
+    to: u64,
+    old_end: u64,
+) -> std::result::Result<(u64, u64), StepError> {
+    let (oc, nc) = (shape.old.chunk_sectors, shape.new.chunk_sectors);
+    let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
+    // Member sectors from the data offset: old rows [o0, o1), new rows [n0, n1).
+    let (n0, n1) = (from / nd, to / nd);
+    let (o0, o1) = if from < old_end {
+        (
+            from / (oc * od) * oc,
+            to.min(old_end).div_ceil(oc * od) * oc,
+        )
+    } else {
+        (0, 0)
+    };
+    let old_len = (o1 - o0) as usize * SECTOR;
+    let new_len = (n1 - n0) as usize * SECTOR;
+    bufs.old.resize_with(shape.old.raid_disks, Vec::new);
+    bufs.new.resize_with(shape.new.raid_disks, Vec::new);
+    for b in &mut bufs.old {
+        b.resize(old_len, 0);
+    }
+    for b in &mut bufs.new {
+        b.resize(new_len, 0);
+    }
+    let read = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
+        let Some(disk) = shape.member(members, slot).filter(|_| !shape.fresh[slot]) else {
+            return Ok(());
+        };
+        let at = (shape.old_offset[slot] + o0) * SECTOR as u64;
+        disk.read_at(buf, at)
+            .map_err(|e| StepError::Member(slot, EngineError::from(e)))
+    };
+    if old_len > 0 {
+        all_slots(&mut bufs.old, read)?;
+    }
+    let piece = oc.min(nc);
+    let piece_bytes = piece as usize * SECTOR;
+    for at in (from..to).step_by(piece as usize) {
+        let (targets, _) = shape.new.copies(at);
+        if at >= old_end {
+            for (slot, ms) in targets {
+                let dst = (ms - n0) as usize * SECTOR;
+                bufs.new[slot][dst..dst + piece_bytes].fill(0);
+            }
+            continue;
+        }
+        let (sources, _) = shape.old.copies(at);
+        let Some(&(src_slot, src_ms)) = sources.iter().find(|(s, _)| shape.old_readable(*s)) else {
+            return Err(StepError::Other(EngineError::Invalid(format!(
+                "reshape: no copy of array sector {at} left to read"
+            ))));
+        };
+        let src = (src_ms - o0) as usize * SECTOR;
+        for (slot, ms) in targets {
+            let dst = (ms - n0) as usize * SECTOR;
+            let (old, new) = (&bufs.old[src_slot], &mut bufs.new[slot]);
+            new[dst..dst + piece_bytes].copy_from_slice(&old[src..src + piece_bytes]);
+        }
+    }
+    let write = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
+        let Some(disk) = shape.member(members, slot) else {
+            return Ok(());
+        };
+        let at = (shape.new_offset[slot] + n0) * SECTOR as u64;
+        disk.write_at(buf, at)
+            .map_err(|e| StepError::Member(slot, EngineError::from(e)))
+    };
+    all_slots(&mut bufs.new, write)?;
+    let n_read = (0..shape.old.raid_disks)
+        .filter(|&s| shape.old_readable(s))
+        .count() as u64;
+    Ok((
+        old_len as u64 * n_read,
+        new_len as u64 * shape.new.raid_disks as u64,
+    ))
 }
 
 /// Runs `io` on every slot's buffer at once, one thread each; the first error wins.

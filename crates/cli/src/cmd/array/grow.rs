@@ -255,7 +255,9 @@ fn grow_mirrors(args: &GrowArgs, raid_devices: usize) -> Result<(), CliError> {
     let members = open_members(&args.array.members, false)?;
     let opts = assemble_opts(args);
     let report = match Array::grow_mirrors(members, raid_devices, &opts) {
-        Err(EngineError::CannotGrow(GrowRefusal::CountNotMirror { level: 0 | 4..=6 })) => {
+        Err(EngineError::CannotGrow(GrowRefusal::CountNotMirror {
+            level: 0 | 4..=6 | 10,
+        })) => {
             return reshape(args, Some(ReshapeTarget::members(raid_devices)));
         }
         other => other.map_err(engine_error)?,
