@@ -515,7 +515,8 @@ fn a_raid5_becoming_raid6_records_its_new_q_as_md_does_and_survives_a_failure() 
     let r = sb.reshape().expect("recorded");
     assert_eq!((sb.level.to_md(), sb.layout, r.new_layout), (6, 18, 2));
     assert_eq!((sb.raid_disks, r.delta_disks), (5, 0));
-    assert_eq!(sb.recovery_offset(), Some(paused.position_sectors));
+    // In member sectors, as md: the position over the 3 data members.
+    assert_eq!(sb.recovery_offset(), Some(paused.position_sectors / 3));
     assert_eq!(
         raidkit_engine::read_superblock(&disks[0])
             .unwrap()

@@ -358,9 +358,10 @@ fn record(sb: &mut Superblock, shape: &Shape, i: usize, pos: u64) {
         .set(FeatureMap::NEW_OFFSET, sb.reshape.new_offset_sectors != 0);
     sb.feature_map.remove(FeatureMap::RESHAPE_BACKWARDS);
     // A fresh slot holds the new layout up to the position (md's reshape_request moves a
-    // recovering member's recovery_offset along with it).
+    // recovering member's recovery_offset along with it, in member sectors: the position
+    // over the new layout's data members).
     if slot.is_some_and(|s| shape.fresh[s]) {
-        sb.set_recovery_offset(pos);
+        sb.set_recovery_offset(pos / shape.new.data_disks() as u64);
     }
 }
 
@@ -810,7 +811,7 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     for (slot, state) in a.slot_state.iter().enumerate() {
         let sb = slot_member[slot].map(|i| &found[i].sb);
         let current = sb.is_some_and(|sb| {
-            sb.recovery_offset().is_some_and(|at| at >= pos) || sb.events + 1 >= a.nsb.events
+            sb.recovery_offset().is_some_and(|at| at >= pos / nd) || sb.events + 1 >= a.nsb.events
         });
         match *state {
             MemberState::InSync => {}

@@ -357,12 +357,13 @@ pub(crate) fn decide(
                     // A slot of the old layout given to a spare: a RAID 5's new Q, which
                     // holds nothing yet (see the reshape's `fresh` slots).
                     slot_state[Slot(slot)] = MemberState::Rebuilding;
-                } else if let Some(at) = f.sb.recovery_offset().filter(|&at| {
-                    // A reshape's new Q member that missed only the reshape's last round:
-                    // recovered to the reshape's end, so in sync.
-                    finished_behind(&f.sb, &nsb).is_none()
-                        || at < f.sb.reshape.reshape_position_sectors
-                }) {
+                } else if let Some(at) =
+                    f.sb.recovery_offset()
+                        // A reshape's new parity member that missed only the reshape's last
+                        // round: its own superblock records the reshape at its end, every member
+                        // flushed up to there, so it is in sync.
+                        .filter(|_| finished_behind(&f.sb, &nsb).is_none())
+                {
                     report.events.push(ArrayEvent::RebuildResumes {
                         member: (*m).into(),
                         slot,
