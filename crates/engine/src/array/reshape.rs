@@ -1,20 +1,33 @@
-//! Adding members to a stopped RAID 4, 5 or 6 (md's `mdadm --grow --raid-devices` on a
-//! parity level): every stripe is rewritten in the wider layout, as md's reshape does, and
-//! the array's size grows by the new members' share.
+//! Reshapes of a stopped array, as md's (`mdadm --grow`): more members for RAID 0, 4, 5, 6
+//! and 10 (near copies), another chunk size or layout, and level changes through md's
+//! takeovers (RAID 0 to 4/5/6, 4 to 5, 4 or 5 to 6). Every stripe is rewritten in the new
+//! layout; a level change that moves nothing only writes superblocks and leaves the new
+//! parity to rebuild.
 //!
 //! Crash-safe without a backup file, as md with `new_offset`: the new layout is written
-//! below the old one (each member's data offset moves down by mdadm's `min_offset_change`),
-//! and progress is recorded in md's own superblock fields (`reshape_position`, `delta_disks`,
-//! `new_offset`, `MD_FEATURE_RESHAPE_ACTIVE`/`NEW_OFFSET`). A step writes only where the old
-//! layout holds no sector at or above the position the superblocks record
-//! ([`plan::reshape::Forward::step_end`]); when the next step needs more room, every member
-//! is flushed and the position recorded first. After a crash, `continue_reshape` (or md,
-//! which reads the same fields) starts again from the recorded position; md's own reshapes
-//! resume here the same way. The last position recorded is the end, before the superblocks
-//! take the new data offset, so members a crash leaves one round behind still assemble.
+//! below the old one (each member's data offset moves down by mdadm's `min_offset_change`,
+//! or about half the room there is when the number of data members stays), and progress is
+//! recorded in md's own superblock fields (`reshape_position`, `new_level`, `new_layout`,
+//! `new_chunk`, `delta_disks`, `new_offset`, `MD_FEATURE_RESHAPE_ACTIVE`/`NEW_OFFSET`). A
+//! step writes only where the old layout holds no sector at or above the position the
+//! superblocks record ([`plan::reshape::Forward::step_end`]); when the next step needs more
+//! room, every member is flushed and the position recorded first. After a crash,
+//! `continue_reshape` (or md, which reads the same fields) starts again from the recorded
+//! position; md's own reshapes resume here the same way. The last position recorded is the
+//! end, before the superblocks take the new data offset and shape, so members a crash leaves
+//! one round behind still assemble.
 //!
-//! Not yet: reshapes while the array serves I/O, a member failing during one (refused before
-//! it starts: every slot must be in sync), fewer members, level, chunk and layout changes.
+//! md's takeovers, recorded as md records them: a RAID 5 becoming a RAID 6 runs as a RAID 6
+//! of md's `*-6` layout (Q on the last member, a spare) and a RAID 0 as a RAID 4/5/6 with its
+//! parity last on spares; those new members hold nothing of the old layout ("fresh" slots:
+//! not read, written, their `recovery_offset` following the position in member sectors). A
+//! RAID 0 growing runs as a RAID 4 whose parity member is missing and is a RAID 0 again at
+//! the end. A member failing during a reshape is recorded faulty and the reshape goes on
+//! while both layouts still have every sector.
+//!
+//! Not yet: reshapes while the array serves I/O, fewer data members (md's backwards
+//! reshapes), RAID 6 to 5, RAID 0 to 10, RAID 10 offset layouts or counts that are not a
+//! whole number of copies.
 
 use super::grow::{decide_stopped, read_and_decide};
 use super::*;
