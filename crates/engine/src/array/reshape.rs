@@ -100,6 +100,7 @@ const MAX_STEP_BYTES: u64 = 64 << 20;
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 
 /// A reshape of a stopped array: both layouts, members by new slot, offsets.
+#[derive(Clone)]
 struct Shape {
     old: Geo,
     new: Geo,
@@ -1066,46 +1067,110 @@ fn run(
     let mut bufs = StepBuffers::default();
     progress(pos * SECTOR as u64, total);
     let pause = ctl.pause_at_bytes.map_or(u64::MAX, |b| b / SECTOR as u64);
-    while pos < f.end {
-        if ctl.stop.load(Ordering::Relaxed) || pos >= pause {
-            run.checkpoint(pos)?;
-            run.report.position_sectors = pos;
-            return Ok(run.report);
-        }
-        // Up to the pause at most (a step moves one new stripe at least).
-        let max_step = max_step.min(pause - pos);
-        let mut to = f.step_end(pos, recorded, max_step);
-        if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
-            run.checkpoint(pos)?;
-            (recorded, last) = (pos, Instant::now());
-            to = f.step_end(pos, recorded, max_step);
-            if to == pos {
-                return Err(EngineError::Invalid(format!(
-                    "reshape: no new stripe fits at array sector {pos} (data offsets moved by {} sectors)",
-                    f.diff
-                )));
-            }
-        }
-        let step = if run.shape.new.level() == RaidLevel::Raid10 {
-            move_step_mirrored(members, &run.shape, &mut bufs, pos, to, old_end)
-        } else {
-            move_step(members, &run.shape, &mut bufs, pos, to, old_end)
+    // Two sets of old-layout buffers: this step's, and the next step's, read while this one
+    // is laid out and written (the drives stay busy; the read is of old rows at or past
+    // this step's end, which no write of this step reaches).
+    let (mut old, mut spare): (Vec<Vec<u8>>, Vec<Vec<u8>>) = Default::default();
+    type Ahead<'s> = std::thread::ScopedJoinHandle<'s, (Vec<Vec<u8>>, StepRead)>;
+    let stopped = std::thread::scope(|sc| -> Result<bool> {
+        // The read of the next step: its range, the slots lost when it began, its thread.
+        let mut ahead: Option<(u64, u64, Vec<bool>, Ahead<'_>)> = None;
+        let join = |h: Ahead<'_>| {
+            h.join().unwrap_or_else(|_| {
+                let panicked = EngineError::Invalid("a reshape read thread panicked".into());
+                (Vec::new(), Err(StepError::Other(panicked)))
+            })
         };
-        match step {
-            Ok((r, w)) => {
-                run.report.read_bytes += r;
-                run.report.written_bytes += w;
-                pos = to;
-                progress(pos * SECTOR as u64, total);
+        while pos < f.end {
+            if ctl.stop.load(Ordering::Relaxed) || pos >= pause {
+                if let Some((.., h)) = ahead.take() {
+                    // Its data is not used.
+                    let _ = join(h);
+                }
+                run.checkpoint(pos)?;
+                return Ok(true);
             }
-            Err(StepError::Other(e)) => return Err(e),
-            Err(StepError::Member(slot, e)) => {
-                // Recorded before the step runs again from `pos`.
-                run.lose(slot, e)?;
+            // Up to the pause at most (a step moves one unit at least).
+            let cap = max_step.min(pause - pos);
+            let mut to = f.step_end(pos, recorded, cap);
+            if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
                 run.checkpoint(pos)?;
                 (recorded, last) = (pos, Instant::now());
+                to = f.step_end(pos, recorded, cap);
+                if to == pos {
+                    return Err(EngineError::Invalid(format!(
+                        "reshape: no new stripe fits at array sector {pos} (data offsets moved by {} sectors)",
+                        f.diff
+                    )));
+                }
+            }
+            // This step's old data: the read ahead when it read this range with the same
+            // slots lost, else read now.
+            let mut read = None;
+            if let Some((a, b, lost, h)) = ahead.take() {
+                let (got, r) = join(h);
+                if (a, b) == (pos, to) && lost == run.shape.lost {
+                    (old, read) = (got, Some(r));
+                } else {
+                    spare = got;
+                }
+            }
+            let read = match read {
+                Some(r) => r,
+                None => read_old(members, &run.shape, &mut old, pos, to, old_end),
+            };
+            let result = read.and_then(|r| {
+                // The next step's read, on its way while this step is written.
+                let next_cap = max_step.min(pause.saturating_sub(to));
+                if to < f.end && next_cap > 0 {
+                    let rec = if f.step_end(to, recorded, next_cap) > to {
+                        recorded
+                    } else {
+                        to
+                    };
+                    let next = f.step_end(to, rec, next_cap);
+                    if next > to {
+                        let shape = run.shape.clone();
+                        let mut into = std::mem::take(&mut spare);
+                        let h = sc.spawn(move || {
+                            let r = read_old(members, &shape, &mut into, to, next, old_end);
+                            (into, r)
+                        });
+                        ahead = Some((to, next, run.shape.lost.clone(), h));
+                    }
+                }
+                let w = write_new(members, &run.shape, &old, &mut bufs, pos, to, old_end)?;
+                Ok((r, w))
+            });
+            match result {
+                Ok((r, w)) => {
+                    run.report.read_bytes += r;
+                    run.report.written_bytes += w;
+                    pos = to;
+                    progress(pos * SECTOR as u64, total);
+                    // This step's buffers take the read after next.
+                    if spare.is_empty() {
+                        spare = std::mem::take(&mut old);
+                    }
+                }
+                Err(StepError::Other(e)) => return Err(e),
+                Err(StepError::Member(slot, e)) => {
+                    // Recorded before the step runs again from `pos` (the read ahead, made
+                    // with the member, is not used).
+                    run.lose(slot, e)?;
+                    run.checkpoint(pos)?;
+                    (recorded, last) = (pos, Instant::now());
+                }
             }
         }
+        if let Some((.., h)) = ahead.take() {
+            let _ = join(h);
+        }
+        Ok(false)
+    })?;
+    if stopped {
+        run.report.position_sectors = pos;
+        return Ok(run.report);
     }
     // Everything moved: recorded as such first, so a member that misses the last round
     // below still says where its data is.
@@ -1161,13 +1226,16 @@ fn finish_fields(sb: &mut Superblock) {
     }
 }
 
-/// Buffers reused from one step to the next: the old layout's member ranges and the new.
+/// Buffers reused from one step to the next: the new layout's member ranges and parity
+/// scratch (the old layout's ranges travel between the reader and the step, see `run`).
 #[derive(Default)]
 struct StepBuffers {
-    old: Vec<Vec<u8>>,
     new: Vec<Vec<u8>>,
     scratch: (Vec<u8>, Vec<u8>),
 }
+
+/// What reading a step's old data gave: the bytes read.
+type StepRead = std::result::Result<u64, StepError>;
 
 /// Why a step stopped.
 enum StepError {
@@ -1176,156 +1244,37 @@ enum StepError {
     Other(EngineError),
 }
 
-/// One step: reads the old layout's stripes holding array sectors `[from, to)` (whole new
-/// stripes; a lost slot's part rebuilt from parity), lays them out in new stripes with fresh
-/// parity (zeros past the old end) and writes them, every member at once (but the lost).
-/// Returns (bytes read, bytes written).
-fn move_step(
-    members: &[Box<dyn Disk>],
-    shape: &Shape,
-    bufs: &mut StepBuffers,
-    from: u64,
-    to: u64,
-    old_end: u64,
-) -> std::result::Result<(u64, u64), StepError> {
-    let (oc, nc) = (shape.old.chunk_sectors, shape.new.chunk_sectors);
-    let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
-    // Old stripes [os0, os1) hold the data; new stripes [ns0, ns1) receive it.
-    let (ns0, ns1) = (from / (nc * nd), to / (nc * nd));
-    let data_end = to.min(old_end);
-    let (os0, os1) = if from < old_end {
-        (from / (oc * od), data_end.div_ceil(oc * od))
-    } else {
-        (0, 0)
-    };
-    let old_len = ((os1 - os0) * oc) as usize * SECTOR;
-    let new_len = ((ns1 - ns0) * nc) as usize * SECTOR;
-    bufs.old.resize_with(shape.old.raid_disks, Vec::new);
-    bufs.new.resize_with(shape.new.raid_disks, Vec::new);
-    for b in &mut bufs.old {
-        b.resize(old_len, 0);
+/// The old layout's member sectors (from the data offset) holding array sectors
+/// `[from, to)`: whole old stripes (rows), none past the old end.
+fn old_range(shape: &Shape, from: u64, to: u64, old_end: u64) -> (u64, u64) {
+    let (oc, od) = (shape.old.chunk_sectors, shape.old.data_disks() as u64);
+    if from >= old_end {
+        return (0, 0);
     }
-    // Every byte of a new buffer is written below (data, zeros past the old end, parity),
-    // so what the last step left there is not cleared.
-    for b in &mut bufs.new {
-        b.resize(new_len, 0);
-    }
-    // Read every old member's range at once; rebuild a lost slot's.
-    let read = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
-        let Some(disk) = shape.member(members, slot).filter(|_| !shape.fresh[slot]) else {
-            return Ok(());
-        };
-        let at = (shape.old_offset[slot] + os0 * oc) * SECTOR as u64;
-        disk.read_at(buf, at)
-            .map_err(|e| StepError::Member(slot, EngineError::from(e)))
-    };
-    if old_len > 0 {
-        all_slots(&mut bufs.old, read)?;
-        // A fresh slot holds only the old layout's Q, which nothing here needs.
-        if (0..shape.old.raid_disks).any(|s| shape.lost[s]) {
-            let readable: Vec<bool> = (0..shape.old.raid_disks)
-                .map(|s| shape.old_readable(s))
-                .collect();
-            crate::recon::parity_recover(
-                &shape.old,
-                os0 * oc,
-                (os1 - os0) * oc,
-                &mut bufs.old,
-                &readable,
-            )
-            .map_err(|e| {
-                StepError::Other(EngineError::Invalid(format!(
-                    "reshape: rebuilding a lost member: {e}"
-                )))
-            })?;
-        }
-    }
-    // Lay the data out in the new stripes, a piece of the smaller chunk at a time (chunks
-    // are powers of two: a piece never crosses a chunk of either layout).
-    let piece = oc.min(nc);
-    let piece_bytes = piece as usize * SECTOR;
-    for ns in ns0..ns1 {
-        let info = shape.new.stripe(ns);
-        for (dd, &slot) in info.data_members.iter().enumerate() {
-            let chunk_start = (ns * nd + dd as u64) * nc;
-            for at in (chunk_start..chunk_start + nc).step_by(piece as usize) {
-                let dst = ((ns - ns0) * nc + at % nc) as usize * SECTOR;
-                let dst = &mut bufs.new[slot][dst..dst + piece_bytes];
-                if at >= old_end {
-                    // Past the old array: zeros.
-                    dst.fill(0);
-                    continue;
-                }
-                let chunk = at / oc;
-                let (os, odd) = (chunk / od, (chunk % od) as usize);
-                let from_slot = shape.old.stripe(os).data_members[odd];
-                let src = ((os - os0) * oc + at % oc) as usize * SECTOR;
-                dst.copy_from_slice(&bufs.old[from_slot][src..src + piece_bytes]);
-            }
-        }
-    }
-    crate::recon::parity_check(
-        &shape.new,
-        ns0 * nc,
-        (ns1 - ns0) * nc,
-        &mut bufs.new,
-        true,
-        &mut bufs.scratch,
-    )
-    .map_err(|e| {
-        StepError::Other(EngineError::Invalid(format!(
-            "reshape: parity of the new stripes: {e}"
-        )))
-    })?;
-    let write = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
-        let Some(disk) = shape.member(members, slot) else {
-            return Ok(());
-        };
-        let at = (shape.new_offset[slot] + ns0 * nc) * SECTOR as u64;
-        disk.write_at(buf, at)
-            .map_err(|e| StepError::Member(slot, EngineError::from(e)))
-    };
-    all_slots(&mut bufs.new, write)?;
-    let n_read = (0..shape.old.raid_disks)
-        .filter(|&s| shape.old_readable(s))
-        .count() as u64;
-    let n_new = shape.new.raid_disks as u64;
-    Ok((old_len as u64 * n_read, new_len as u64 * n_new))
+    let unit = oc * od;
+    (from / unit * oc, to.min(old_end).div_ceil(unit) * oc)
 }
 
-/// One step of a RAID 10 reshape (near copies): reads the old rows holding array sectors
-/// `[from, to)` from every member that can be read, takes each piece from one copy and
-/// writes it to every copy of the new rows (zeros past the old end), every member at once
-/// (but the lost). Returns (bytes read, bytes written).
-fn move_step_mirrored(
+/// Reads the old layout's part of array sectors `[from, to)` from every slot that can be
+/// read, all at once, into `old` (one buffer per old slot); a lost slot's part of a parity
+/// level is rebuilt from parity (a fresh slot's, only the old Q, is not needed). Returns the
+/// bytes read.
+fn read_old(
     members: &[Box<dyn Disk>],
     shape: &Shape,
-    bufs: &mut StepBuffers,
+    old: &mut Vec<Vec<u8>>,
     from: u64,
     to: u64,
     old_end: u64,
-) -> std::result::Result<(u64, u64), StepError> {
-    let (oc, nc) = (shape.old.chunk_sectors, shape.new.chunk_sectors);
-    let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
-    // Member sectors from the data offset: old rows [o0, o1), new rows [n0, n1).
-    let (n0, n1) = (from / nd, to / nd);
-    let (o0, o1) = if from < old_end {
-        (
-            from / (oc * od) * oc,
-            to.min(old_end).div_ceil(oc * od) * oc,
-        )
-    } else {
-        (0, 0)
-    };
-    let old_len = (o1 - o0) as usize * SECTOR;
-    let new_len = (n1 - n0) as usize * SECTOR;
-    bufs.old.resize_with(shape.old.raid_disks, Vec::new);
-    bufs.new.resize_with(shape.new.raid_disks, Vec::new);
-    for b in &mut bufs.old {
-        b.resize(old_len, 0);
+) -> std::result::Result<u64, StepError> {
+    let (o0, o1) = old_range(shape, from, to, old_end);
+    let len = (o1 - o0) as usize * SECTOR;
+    old.resize_with(shape.old.raid_disks, Vec::new);
+    for b in old.iter_mut() {
+        b.resize(len, 0);
     }
-    for b in &mut bufs.new {
-        b.resize(new_len, 0);
+    if len == 0 {
+        return Ok(0);
     }
     let read = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
         let Some(disk) = shape.member(members, slot).filter(|_| !shape.fresh[slot]) else {
@@ -1335,32 +1284,110 @@ fn move_step_mirrored(
         disk.read_at(buf, at)
             .map_err(|e| StepError::Member(slot, EngineError::from(e)))
     };
-    if old_len > 0 {
-        all_slots(&mut bufs.old, read)?;
+    all_slots(old, read)?;
+    let parity = shape.old.level() != RaidLevel::Raid10;
+    if parity && (0..shape.old.raid_disks).any(|s| shape.lost[s]) {
+        let readable: Vec<bool> = (0..shape.old.raid_disks)
+            .map(|s| shape.old_readable(s))
+            .collect();
+        crate::recon::parity_recover(&shape.old, o0, o1 - o0, old, &readable).map_err(|e| {
+            StepError::Other(EngineError::Invalid(format!(
+                "reshape: rebuilding a lost member: {e}"
+            )))
+        })?;
     }
+    let readable = (0..shape.old.raid_disks)
+        .filter(|&s| shape.old_readable(s))
+        .count();
+    Ok(len as u64 * readable as u64)
+}
+
+/// Lays array sectors `[from, to)` out in the new layout from `old` (as [`read_old`] read
+/// it; zeros past the old end), with fresh parity or every copy, and writes the new
+/// layout's rows, every member at once (but the lost). Returns the bytes written.
+fn write_new(
+    members: &[Box<dyn Disk>],
+    shape: &Shape,
+    old: &[Vec<u8>],
+    bufs: &mut StepBuffers,
+    from: u64,
+    to: u64,
+    old_end: u64,
+) -> std::result::Result<u64, StepError> {
+    let (oc, nc) = (shape.old.chunk_sectors, shape.new.chunk_sectors);
+    let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
+    // New rows [n0, n1) in member sectors from the data offset; old rows from `o0`.
+    let (n0, n1) = (from / nd, to / nd);
+    let (o0, _) = old_range(shape, from, to, old_end);
+    let new_len = (n1 - n0) as usize * SECTOR;
+    bufs.new.resize_with(shape.new.raid_disks, Vec::new);
+    // Every byte of a new buffer is written below (data, zeros past the old end, parity),
+    // so what the last step left there is not cleared.
+    for b in &mut bufs.new {
+        b.resize(new_len, 0);
+    }
+    // A piece of the smaller chunk at a time (chunks are powers of two: a piece never
+    // crosses a chunk of either layout).
     let piece = oc.min(nc);
     let piece_bytes = piece as usize * SECTOR;
-    for at in (from..to).step_by(piece as usize) {
-        let (targets, _) = shape.new.copies(at);
-        if at >= old_end {
+    if shape.new.level() == RaidLevel::Raid10 {
+        for at in (from..to).step_by(piece as usize) {
+            let (targets, _) = shape.new.copies(at);
+            if at >= old_end {
+                for (slot, ms) in targets {
+                    let dst = (ms - n0) as usize * SECTOR;
+                    bufs.new[slot][dst..dst + piece_bytes].fill(0);
+                }
+                continue;
+            }
+            let (sources, _) = shape.old.copies(at);
+            let Some(&(src_slot, src_ms)) = sources.iter().find(|(s, _)| shape.old_readable(*s))
+            else {
+                return Err(StepError::Other(EngineError::Invalid(format!(
+                    "reshape: no copy of array sector {at} left to read"
+                ))));
+            };
+            let src = (src_ms - o0) as usize * SECTOR;
             for (slot, ms) in targets {
                 let dst = (ms - n0) as usize * SECTOR;
-                bufs.new[slot][dst..dst + piece_bytes].fill(0);
+                bufs.new[slot][dst..dst + piece_bytes]
+                    .copy_from_slice(&old[src_slot][src..src + piece_bytes]);
             }
-            continue;
         }
-        let (sources, _) = shape.old.copies(at);
-        let Some(&(src_slot, src_ms)) = sources.iter().find(|(s, _)| shape.old_readable(*s)) else {
-            return Err(StepError::Other(EngineError::Invalid(format!(
-                "reshape: no copy of array sector {at} left to read"
-            ))));
-        };
-        let src = (src_ms - o0) as usize * SECTOR;
-        for (slot, ms) in targets {
-            let dst = (ms - n0) as usize * SECTOR;
-            let (old, new) = (&bufs.old[src_slot], &mut bufs.new[slot]);
-            new[dst..dst + piece_bytes].copy_from_slice(&old[src..src + piece_bytes]);
+    } else {
+        let os0 = o0 / oc;
+        for ns in from / (nc * nd)..to / (nc * nd) {
+            let info = shape.new.stripe(ns);
+            for (dd, &slot) in info.data_members.iter().enumerate() {
+                let chunk_start = (ns * nd + dd as u64) * nc;
+                for at in (chunk_start..chunk_start + nc).step_by(piece as usize) {
+                    let dst = (ns * nc - n0 + at % nc) as usize * SECTOR;
+                    let dst = &mut bufs.new[slot][dst..dst + piece_bytes];
+                    if at >= old_end {
+                        dst.fill(0);
+                        continue;
+                    }
+                    let chunk = at / oc;
+                    let (os, odd) = (chunk / od, (chunk % od) as usize);
+                    let from_slot = shape.old.stripe(os).data_members[odd];
+                    let src = ((os - os0) * oc + at % oc) as usize * SECTOR;
+                    dst.copy_from_slice(&old[from_slot][src..src + piece_bytes]);
+                }
+            }
         }
+        crate::recon::parity_check(
+            &shape.new,
+            n0,
+            n1 - n0,
+            &mut bufs.new,
+            true,
+            &mut bufs.scratch,
+        )
+        .map_err(|e| {
+            StepError::Other(EngineError::Invalid(format!(
+                "reshape: parity of the new stripes: {e}"
+            )))
+        })?;
     }
     let write = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
         let Some(disk) = shape.member(members, slot) else {
@@ -1371,13 +1398,7 @@ fn move_step_mirrored(
             .map_err(|e| StepError::Member(slot, EngineError::from(e)))
     };
     all_slots(&mut bufs.new, write)?;
-    let n_read = (0..shape.old.raid_disks)
-        .filter(|&s| shape.old_readable(s))
-        .count() as u64;
-    Ok((
-        old_len as u64 * n_read,
-        new_len as u64 * shape.new.raid_disks as u64,
-    ))
+    Ok(new_len as u64 * shape.new.raid_disks as u64)
 }
 
 /// Runs `io` on every slot's buffer at once, one thread each; the first error wins.
