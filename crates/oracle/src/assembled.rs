@@ -200,7 +200,7 @@ pub fn check_assembled(plan: &PlannedArray, report: Option<&ArrayReport>) -> Che
             check_recovery(plan, expect, report, &mut out);
             check_rebuilt(plan, expect, report, &mut out);
         }
-        check_data(expect, report, &mut out);
+        check_data(plan, expect, report, &mut out);
         check_detail(plan, expect, report, &mut out);
         check_geometry(plan, expect, report, &mut out);
         check_md_check(plan, expect, report, &mut out);
@@ -217,7 +217,7 @@ pub fn check_assembled(plan: &PlannedArray, report: Option<&ArrayReport>) -> Che
         check_bitmap(plan, expect, report, &mut out);
     }
     if report.ended {
-        check_roundtrip(plan, expect, &mut out);
+        check_roundtrip(plan, expect, report, &mut out);
     }
     if !report.dmesg.is_empty() && !out.ok() {
         let lines = report.dmesg.iter().take(12);
@@ -420,12 +420,14 @@ fn check_reshape(
         )),
     }
     // A RAID 4 or 5 becoming a RAID 6 takes its Q on a spare that only the reshape fills
-    // (recorded recovering up to the position): md counts it missing from the old layout
-    // until the reshape is done (raid5_calc_degraded).
-    let fresh = plan
-        .reshape
-        .as_ref()
-        .map_or(0, |r| usize::from(r.level == Some(6)));
+    // (recorded recovering up to the position), as does a RAID 0 becoming a RAID 4, 5 or 6
+    // its parity, and a RAID 0 growing (a RAID 4 whose parity slot is empty) its spare in the
+    // old layout's parity slot: md counts them missing from the old layout until the reshape
+    // is done (raid5_calc_degraded).
+    let Some(r) = plan.reshape.as_ref() else {
+        return;
+    };
+    let fresh = r.fresh_members(plan.level);
     if a("degraded") != Some(fresh.to_string().as_str()) {
         f.push(format!(
             "md runs degraded: {:?} right after assembly, want {fresh}",
@@ -433,13 +435,17 @@ fn check_reshape(
         ));
     }
     if fresh > 0 {
-        check_new_q_recovery_offset(plan, expect, want, &mut f);
+        check_fresh_recovery_offset(plan, expect, want, &mut f);
     }
+    // Once done md runs every slot, but the parity slot of a RAID 0 that grew: md, finishing
+    // the reshape without mdadm (whose --grow would make it a RAID 0 again), leaves it a RAID
+    // 4 without its parity member, raid disks one more than the RAID 0's.
+    let missing = r.missing_after(plan.level).to_string();
     let done = |k: &str| report.rebuilt.get(k).map(String::as_str);
     for (k, want) in [
         ("sync_action", "idle"),
         ("reshape_position", "none"),
-        ("degraded", "0"),
+        ("degraded", missing.as_str()),
     ] {
         if done(k) != Some(want) {
             f.push(format!(
@@ -448,11 +454,18 @@ fn check_reshape(
             ));
         }
     }
-    let want_disks = plan.reshape.as_ref().map(|r| r.devices.to_string());
-    if done("raid_disks").map(str::to_string) != want_disks {
+    let want_disks = r.md_raid_devices(plan.level).to_string();
+    if done("raid_disks") != Some(want_disks.as_str()) {
         f.push(format!(
-            "after md's reshape: raid_disks {:?}, want {want_disks:?}",
+            "after md's reshape: raid_disks {:?}, want {want_disks}",
             done("raid_disks")
+        ));
+    }
+    let want_level = format!("raid{}", r.md_level(plan.level));
+    if done("level").is_some_and(|l| l != want_level) {
+        f.push(format!(
+            "after md's reshape: level {:?}, want {want_level}",
+            done("level")
         ));
     }
     if !report
@@ -462,26 +475,47 @@ fn check_reshape(
     {
         f.push("md did not announce the reshape (\"reshape of RAID array\")".into());
     }
+    // md's RAID 10 reshape resyncs the room it added once done (raid10_finish_reshape).
+    let new_room = (!r.md_zeroes_new_room(plan.level)).then_some(RESYNC_MESSAGES[1]);
+    let mut resynced = false;
     for l in &report.dmesg {
+        if new_room.is_some_and(|m| l.contains(m)) {
+            resynced = true;
+            continue;
+        }
         if RESYNC_MESSAGES[..3].iter().any(|m| l.contains(m)) {
             f.push(format!("kernel: {l}"));
         }
     }
     if f.finish() {
+        let end = if r.missing_after(plan.level) > 0 {
+            format!(
+                ", finished as {} of {} raid disks, degraded {}",
+                done("level").unwrap_or("?"),
+                done("raid_disks").unwrap_or("?"),
+                done("degraded").unwrap_or("?")
+            )
+        } else if resynced {
+            ", finished, resynced the new room".to_string()
+        } else {
+            ", finished".to_string()
+        };
         out.passed.push(format!(
-            "reshape(md went on from {} sectors, finished)",
+            "reshape(md went on from {} sectors{end})",
             a("reshape_position").unwrap_or("?")
         ));
     }
 }
 
-/// A RAID 4 or 5 becoming a RAID 6: the spare that took the new Q slot is recorded
-/// recovering, and md keeps its recovery_offset in member sectors: reshape_request sets it to
-/// the member sector the reshape reached, the position over the new data members (seen on
-/// md's own RAID 5 -> 6, row r5-to-r6-reshape: Reshape pos'n 76032 sectors, the Q member's
-/// Recovery Offset 25344 over 3 data members). md trusts the Q of every stripe below it as in
-/// sync (analyse_stripe), also in the old layout.
-fn check_new_q_recovery_offset(
+/// The members a reshape fills in a slot of the old layout (a RAID 4 or 5 becoming a RAID 6:
+/// its new Q; a RAID 0 becoming a RAID 4, 5 or 6: its parity; a RAID 0 growing: the spare in
+/// the old layout's parity slot) are recorded recovering, and md keeps their recovery_offset
+/// in member sectors: reshape_request sets it to the member sector the reshape reached, the
+/// position over the new data members (seen on md's own RAID 5 -> 6, row r5-to-r6-reshape:
+/// Reshape pos'n 76032 sectors, the Q member's Recovery Offset 25344 over 3 data members).
+/// md trusts them below it as in sync (analyse_stripe), also in the old layout. They are the
+/// first spares (the new slots in order).
+fn check_fresh_recovery_offset(
     plan: &PlannedArray,
     expect: &RaidkitExpectation,
     position: u64,
@@ -490,22 +524,27 @@ fn check_new_q_recovery_offset(
     let Some(r) = &plan.reshape else {
         return;
     };
-    let Some(q) = plan.members.get(plan.raid_devices()) else {
-        return;
-    };
-    let data = r.devices as u64 - 2;
+    let first = plan.raid_devices();
+    let fresh = plan
+        .members
+        .iter()
+        .skip(first)
+        .take(r.fresh_members(plan.level));
+    let data = r.new_data_members(plan.level) as u64;
     let want = position / data;
-    let got = expect
-        .examine
-        .get(&q.serial)
-        .and_then(|p| get(p, "Recovery Offset"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
-    if got != Some(want) {
-        f.push(format!(
-            "the new Q member {}: raidkit's Recovery Offset {} sectors at reshape position {position}, md's would be {want} (the position over {data} data members: md records the member sector the reshape reached)",
-            q.serial,
-            got.map_or("(none)".to_string(), |g| g.to_string()),
-        ));
+    for m in fresh {
+        let got = expect
+            .examine
+            .get(&m.serial)
+            .and_then(|p| get(p, "Recovery Offset"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
+        if got != Some(want) {
+            f.push(format!(
+                "the member {} the reshape fills: raidkit's Recovery Offset {} sectors at reshape position {position}, md's would be {want} (the position over {data} data members: md records the member sector the reshape reached)",
+                m.serial,
+                got.map_or("(none)".to_string(), |g| g.to_string()),
+            ));
+        }
     }
 }
 
@@ -704,7 +743,25 @@ fn check_rebuilt(
     }
 }
 
-fn check_data(expect: &RaidkitExpectation, report: &ArrayReport, out: &mut CheckOutcome) {
+/// Where md's data is md's own: the room a RAID 10 reshape adds (from the array's old size),
+/// which md does not write but resyncs from what the members held there (see
+/// [`crate::matrix::ReshapeSpec::md_zeroes_new_room`]); raidkit wrote zeros there.
+fn md_new_room(plan: &PlannedArray, expect: &RaidkitExpectation) -> Option<u64> {
+    let r = plan.reshape.as_ref()?;
+    if r.md_zeroes_new_room(plan.level) {
+        return None;
+    }
+    expect
+        .reshape_old_array_bytes
+        .filter(|&old| old < expect.array_bytes)
+}
+
+fn check_data(
+    plan: &PlannedArray,
+    expect: &RaidkitExpectation,
+    report: &ArrayReport,
+    out: &mut CheckOutcome,
+) {
     let (Some(size), Some(sha)) = (report.size_bytes, report.sha256.as_deref()) else {
         out.failures
             .push("vm: no array size or sha256 reported".into());
@@ -720,6 +777,10 @@ fn check_data(expect: &RaidkitExpectation, report: &ArrayReport, out: &mut Check
     }
     if sha == expect.sha256 {
         out.passed.push("sha256".into());
+        return;
+    }
+    if let Some(old) = md_new_room(plan, expect) {
+        check_data_below(expect, report, old, out);
         return;
     }
     let mut f = Failures::new("sha256", &mut out.failures);
@@ -761,6 +822,53 @@ fn check_data(expect: &RaidkitExpectation, report: &ArrayReport, out: &mut Check
         }
     }
     f.finish();
+}
+
+/// md's data below `old` bytes (the array before a reshape that adds room md does not write)
+/// against raidkit's, by the VM's per-MiB hashes; past it md's is md's own.
+fn check_data_below(
+    expect: &RaidkitExpectation,
+    report: &ArrayReport,
+    old: u64,
+    out: &mut CheckOutcome,
+) {
+    let mut f = Failures::new("sha256", &mut out.failures);
+    let Ok(size) = usize::try_from(expect.array_bytes) else {
+        f.push("raidkit's array does not fit in memory".into());
+        f.finish();
+        return;
+    };
+    let data = expected_contents(size, &expect.pattern_writes());
+    let mut covered = 0;
+    for (off, len, md_sha) in &report.region_sha256 {
+        if *off >= old {
+            continue;
+        }
+        if off + len > old {
+            f.push(format!(
+                "md region at {off} of {len} bytes straddles the old size {old}: cannot tell"
+            ));
+            continue;
+        }
+        let lo = *off as usize;
+        if hex(&Sha256::digest(&data[lo..lo + *len as usize])) != *md_sha {
+            f.push(format!(
+                "array bytes {off}..{}: md's data differs from raidkit's below the old size {old}",
+                off + len
+            ));
+        }
+        covered += len;
+    }
+    if covered != old {
+        f.push(format!(
+            "md's region hashes cover {covered} of the {old} bytes below the old size"
+        ));
+    }
+    if f.finish() {
+        out.passed.push(format!(
+            "sha256(below the old size {old}; past it md's RAID 10 reshape leaves what the members held and resyncs it, raidkit wrote zeros)"
+        ));
+    }
 }
 
 /// 2^32 - 1 seconds as ctime() prints it: the value md reports for a time it clamped.
@@ -1455,12 +1563,26 @@ fn check_ppl(
     }
 }
 
-fn check_roundtrip(plan: &PlannedArray, e: &RaidkitExpectation, out: &mut CheckOutcome) {
+fn check_roundtrip(
+    plan: &PlannedArray,
+    e: &RaidkitExpectation,
+    report: &ArrayReport,
+    out: &mut CheckOutcome,
+) {
+    // Past a RAID 10 reshape's old size md's data is md's own: raidkit must read what md
+    // read there.
+    let want = match (md_new_room(plan, e), report.sha256.as_deref()) {
+        (Some(_), Some(md)) => md,
+        _ => e.sha256.as_str(),
+    };
     match readback_sha256(plan) {
-        Ok(sha) if sha == e.sha256 => out.passed.push("roundtrip".into()),
+        Ok(sha) if sha == want => out.passed.push(if want == e.sha256 {
+            "roundtrip".into()
+        } else {
+            "roundtrip(md's data, new room included)".into()
+        }),
         Ok(sha) => out.failures.push(format!(
-            "roundtrip: after md, raidkit reads sha256 {sha}, want {}",
-            e.sha256
+            "roundtrip: after md, raidkit reads sha256 {sha}, want {want}"
         )),
         Err(x) => out
             .failures

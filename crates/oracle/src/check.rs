@@ -326,19 +326,25 @@ fn check_md_reshape(
         let (array, _) = Array::assemble(open()?, opts).map_err(|e| format!("assemble: {e}"))?;
         let st = array.status();
         let now = (st.level, st.layout, st.chunk_sectors, st.raid_disks);
-        if let Some(msg) = geometry_mismatch(
-            "raidkit's array once done is",
-            now,
-            (recorded.0, Some(recorded.1), recorded.2, recorded.3),
-        ) {
+        // A RAID 0 growing is a RAID 0 again at the end (mdadm's, after md's RAID 4 reshape).
+        let want_done = match plan.reshape.as_ref() {
+            Some(r) if r.raid0_grows(plan.level) => (0, None, recorded.2, r.devices),
+            _ => (recorded.0, Some(recorded.1), recorded.2, recorded.3),
+        };
+        if let Some(msg) = geometry_mismatch("raidkit's array once done is", now, want_done) {
             geo_failures.push(msg);
         }
         let sha = crate::prepare::read_all(&array).map_err(|e| e.to_string())?;
-        let mismatches = array
-            .run_task(TaskKind::Check, &mut |_| {}, &never)
-            .map_err(|e| format!("check: {e}"))?
-            .progress
-            .mismatch_sectors;
+        // A RAID 0 (one that grew) has no redundancy to check.
+        let mismatches = if st.level == 0 {
+            0
+        } else {
+            array
+                .run_task(TaskKind::Check, &mut |_| {}, &never)
+                .map_err(|e| format!("check: {e}"))?
+                .progress
+                .mismatch_sectors
+        };
         array.stop().map_err(|e| format!("stop: {e}"))?;
         Ok((
             status.position_sectors,
@@ -382,8 +388,17 @@ fn check_md_reshape(
         ));
     }
     if sha == want && mismatches == 0 {
+        let check = if plan
+            .reshape
+            .as_ref()
+            .is_some_and(|r| r.raid0_grows(plan.level))
+        {
+            "a RAID 0 again"
+        } else {
+            "check 0"
+        };
         out.passed.push(format!(
-            "raidkit-continued(md's reshape from {from} of {end} sectors; data, zeros, check 0)"
+            "raidkit-continued(md's reshape from {from} of {end} sectors; data, zeros, {check})"
         ));
     }
 }
@@ -392,14 +407,19 @@ fn check_md_reshape(
 /// them; the layout `None` where the row keeps md's default and does not change it.
 type ReshapeGeometry = (i32, u32, u64, usize);
 
+/// What md's superblocks record a row's reshape to: the row's new geometry; for a RAID 0
+/// growing the RAID 4 md runs it as (mdadm's takeover), with one slot more for its parity.
 fn reshape_target(plan: &PlannedArray) -> (i32, Option<u32>, u64, usize) {
     let r = plan.reshape.as_ref();
-    let level = r.and_then(|r| r.level).unwrap_or(plan.level);
+    let level = r.map_or(plan.level, |r| r.md_level(plan.level));
     let name = r.and_then(|r| r.layout.as_deref());
     let layout = match name {
         Some(name) => crate::prepare::layout_number(level, Some(name))
             .ok()
             .flatten(),
+        // A RAID 4 has the one layout (parity last), whatever number md keeps; a RAID 0
+        // becoming a RAID 5 or 6 takes mdadm's default, left-symmetric (2).
+        None if plan.level == 0 => (level != 4).then_some(2),
         // md keeps the RAID 5 layout's number when it becomes a RAID 6 (left-symmetric, 2,
         // md's default, stays 2).
         None => crate::prepare::layout_number(plan.level, plan.layout.as_deref())
@@ -411,7 +431,7 @@ fn reshape_target(plan: &PlannedArray) -> (i32, Option<u32>, u64, usize) {
         .and_then(|r| r.chunk_kib)
         .or(plan.chunk_kib)
         .unwrap_or(512);
-    let devices = r.map_or(plan.raid_devices(), |r| r.devices);
+    let devices = r.map_or(plan.raid_devices(), |r| r.md_raid_devices(plan.level));
     (level as i32, layout, chunk_kib * 2, devices)
 }
 
@@ -449,6 +469,20 @@ fn md_frozen(report: &ArrayReport) -> String {
             .map(|(_, v)| v.split(" (").next().unwrap_or(v).trim().to_string())
     };
     let mut parts = Vec::new();
+    // A RAID 0's takeover, made before the reshape (vm-lib.sh oracle_reshape).
+    if let Some(t) = report.held.get("takeover") {
+        let h = |k: &str| report.held.get(k).map_or("?", String::as_str);
+        parts.push(format!(
+            "after mdadm --grow {t} md ran {} layout {} on {} raid disks, degraded {}",
+            h("takeover_level"),
+            h("takeover_layout"),
+            h("takeover_raid_disks"),
+            h("takeover_degraded")
+        ));
+    }
+    if report.held.contains_key("stopped") {
+        parts.push("mdadm's --grow process waiting to make it a RAID 0 stopped first".into());
+    }
     for (k, new) in [
         ("Raid Level", "New Level"),
         ("Layout", "New Layout"),

@@ -37,13 +37,17 @@
 //!   grows the array onto the new room (`raidkit grow --size max`: zeroed first, then the
 //!   size recorded); md must assemble the larger array, read the data and zeros beyond it,
 //!   and find parity and copies consistent. RAID 1, 4, 5, 6 and 10 (not far), alone.
-//! - `reshape=SPEC@P` (RAID 4/5/6, alone; md and raidkit rows, see [`ReshapeSpec`]): SPEC is a
-//!   comma list of what changes, as mdadm's `--grow` options: `N` (`--raid-devices`),
-//!   `chunk:SIZE` (`--chunk`), `layout:NAME` (`--layout`, at the new level) and `level:L`
-//!   (`--level`: 5 from 4, given a layout; 6 from 4 or 5, one member more by default, md's
-//!   `*-6` takeover). `reshape=5@40` adds a member, `reshape=chunk:512K@40` changes the chunk,
-//!   `reshape=level:6,5@40` makes a RAID 5 of 4 members a RAID 6 of 5. One spare is added per
-//!   new member. raidkit rows: after writing and stopping, raidkit reshapes (`raidkit grow
+//! - `reshape=SPEC@P` (RAID 0/4/5/6/10, alone; md and raidkit rows, see [`ReshapeSpec`]):
+//!   SPEC is a comma list of what changes, as mdadm's `--grow` options: `N`
+//!   (`--raid-devices`), `chunk:SIZE` (`--chunk`), `layout:NAME` (`--layout`, at the new
+//!   level) and `level:L` (`--level`: 5 from 4, given a layout; 6 from 4 or 5, one member
+//!   more by default, md's `*-6` takeover; 4, 5 or 6 from 0, one (two) members more by
+//!   default, md's takeover with the parity last on the spares). `reshape=5@40` adds a
+//!   member, `reshape=chunk:512K@40` changes the chunk, `reshape=level:6,5@40` makes a RAID
+//!   5 of 4 members a RAID 6 of 5, `reshape=level:5@40` a RAID 0 of 3 members a RAID 5 of 4.
+//!   A RAID 0 otherwise only gets more members (`reshape=4@40`: mdadm runs it as a RAID 4
+//!   whose parity member is missing); a RAID 10 more members or another chunk, its layout
+//!   kept. One spare is added per new member. raidkit rows: after writing and stopping, raidkit reshapes (`raidkit grow
 //!   ... --pause-at`), stopping once P percent of the old array is reshaped; md assembles the
 //!   array mid-reshape and finishes it, and raidkit finishes a copy of the same images, whose
 //!   contents must match. md rows: md writes, `mdadm --grow` reshapes (moving the data offset,
@@ -169,7 +173,8 @@ pub struct MatrixRow {
     /// raidkit RAID 1 rows: the slot count raidkit grows the mirror to, with a spare per new
     /// slot.
     pub mirrors: Option<usize>,
-    /// RAID 4/5/6 rows: the reshape one side starts and stops part way, the other goes on.
+    /// RAID 0/4/5/6/10 rows: the reshape one side starts and stops part way, the other goes
+    /// on.
     pub reshape: Option<ReshapeSpec>,
 }
 
@@ -178,9 +183,11 @@ pub struct MatrixRow {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReshapeSpec {
     /// Members once reshaped (`--raid-devices`): the row's, one more for a RAID 4 or 5 that
-    /// becomes a RAID 6 (its Q), or as the row says. One spare is added per new member.
+    /// becomes a RAID 6 (its Q) or a RAID 0 that becomes a RAID 4 or 5 (two for a RAID 6),
+    /// or as the row says. One spare is added per new member.
     pub devices: usize,
-    /// The new level (`--level`), when it changes: 5 (from 4) or 6 (from 4 or 5).
+    /// The new level (`--level`), when it changes: 5 (from 4), 6 (from 4 or 5), 4, 5 or 6
+    /// (from 0).
     pub level: Option<u32>,
     /// The new layout (`--layout`, mdadm's name at the new level), when given.
     pub layout: Option<String>,
@@ -231,18 +238,40 @@ impl ReshapeSpec {
                 _ => return Err(format!("{item}: use N, level:N, layout:NAME or chunk:SIZE")),
             }
         }
-        if !matches!(level, 4..=6) {
-            return Err(format!("RAID {level}: reshapes are for RAID 4, 5 and 6"));
+        if !matches!(level, 0 | 4..=6 | 10) {
+            return Err(format!(
+                "RAID {level}: reshapes are for RAID 0, 4, 5, 6 and 10"
+            ));
         }
         let new_level = new_level.filter(|&l| l != level);
         // md's takeovers: a RAID 4 becomes a RAID 5 (given a layout), a RAID 4 or 5 becomes a
-        // RAID 6 with its Q on one more member.
+        // RAID 6 with its Q on one more member, a RAID 0 a RAID 4, 5 or 6 with its parity on
+        // one (two) more. A RAID 0 otherwise only grows (mdadm runs it as a RAID 4 without
+        // its parity member), a RAID 10 keeps its level and layout.
         let parity_added = match new_level {
+            None if level == 0 && layout.is_some() => {
+                return Err("RAID 0: more members, or level:4, 5 or 6".into())
+            }
+            None if level == 10 && layout.is_some() => {
+                return Err("RAID 10: more members or chunk:SIZE (the layout stays)".into())
+            }
             None => 0,
+            Some(4) if level == 0 && layout.is_some() => return Err("level:4 has no layout".into()),
+            Some(4 | 5) if level == 0 => 1,
+            Some(6) if level == 0 => 2,
             Some(5) if level == 4 && layout.is_some() => 0,
             Some(5) if level == 4 => return Err("level:5 from RAID 4 needs a layout".into()),
-            Some(6) if level != 6 => 1,
-            Some(l) => return Err(format!("level:{l}: RAID {level} reshapes to 5 or 6 only")),
+            Some(6) if matches!(level, 4 | 5) => 1,
+            Some(l) => {
+                return Err(format!(
+                    "level:{l}: RAID {level} reshapes to {}",
+                    match level {
+                        0 => "4, 5 or 6",
+                        4 | 5 => "5 or 6",
+                        _ => "no other level",
+                    }
+                ))
+            }
         };
         let devices = devices.unwrap_or(members + parity_added);
         if devices < members + parity_added {
@@ -259,6 +288,9 @@ impl ReshapeSpec {
         if devices == members && new_level.is_none() && layout.is_none() && chunk.is_none() {
             return Err("nothing to change".into());
         }
+        if level == 0 && new_level.is_none() && chunk.is_some() {
+            return Err("RAID 0: more members, or level:4, 5 or 6".into());
+        }
         Ok(ReshapeSpec {
             devices,
             level: new_level,
@@ -266,6 +298,70 @@ impl ReshapeSpec {
             chunk_kib: chunk,
             percent,
         })
+    }
+}
+
+impl ReshapeSpec {
+    /// A RAID 0 (`level`, the row's) getting more members and staying a RAID 0: mdadm runs it
+    /// as a RAID 4 whose parity member is missing (md takes the RAID 0 over so), the spares in
+    /// the new slots, and makes it a RAID 0 again at the end.
+    pub fn raid0_grows(&self, level: u32) -> bool {
+        level == 0 && self.level.is_none()
+    }
+
+    /// Members md counts missing from the old layout until the reshape has filled them
+    /// (recorded recovering up to the reshape position): the new parity of a level change
+    /// (md's takeover puts it on spares), and the spare of a RAID 0 growing (it takes the
+    /// RAID 4's missing parity slot of the old layout and is a data member of the new).
+    pub fn fresh_members(&self, level: u32) -> usize {
+        match (level, self.level) {
+            (0, None) => 1,
+            (0, Some(6)) => 2,
+            (0, Some(_)) => 1,
+            (4 | 5, Some(6)) => 1,
+            _ => 0,
+        }
+    }
+
+    /// Slots md runs without a member once the reshape is done: the parity of a RAID 0 that
+    /// grew (md, finishing the reshape without mdadm, leaves it a RAID 4).
+    pub fn missing_after(&self, level: u32) -> usize {
+        usize::from(self.raid0_grows(level))
+    }
+
+    /// The raid devices md's superblocks record while it runs: the row's count, and the
+    /// missing parity slot of a RAID 0 growing.
+    pub fn md_raid_devices(&self, level: u32) -> usize {
+        self.devices + self.missing_after(level)
+    }
+
+    /// The level md runs the reshape at: the new one, or (a RAID 0 growing) a RAID 4.
+    pub fn md_level(&self, level: u32) -> u32 {
+        match self.level {
+            Some(l) => l,
+            None if level == 0 => 4,
+            None => level,
+        }
+    }
+
+    /// Whether md's reshape leaves zeros in the room it adds. md's RAID 4/5/6 reshape writes
+    /// zeros there (reshape_request clears the blocks past the old size); its RAID 10 reshape
+    /// moves the old data only, and once done resyncs the new room (raid10_finish_reshape sets
+    /// recovery_cp to the old size) from whatever the members held there: old-layout data
+    /// the move left behind, zeros on new members.
+    pub fn md_zeroes_new_room(&self, level: u32) -> bool {
+        self.md_level(level) != 10
+    }
+
+    /// Data members of the new layout of a RAID 4, 5 or 6 (a RAID 0 growing counted as the
+    /// RAID 4 md runs).
+    pub fn new_data_members(&self, level: u32) -> usize {
+        let n = self.md_raid_devices(level);
+        match self.md_level(level) {
+            4 | 5 => n - 1,
+            6 => n - 2,
+            _ => n,
+        }
     }
 }
 
@@ -666,6 +762,56 @@ mod tests {
     }
 
     #[test]
+    fn parses_raid0_and_raid10_reshapes() {
+        let rows = parse_matrix(
+            "fast raidkit a 10 n2 64K 4x4M reshape=6@40
+             full md b 10 n2 64K 4x16M reshape=6,chunk:128K@40
+             full raidkit c 0 - 64K 3x16M reshape=level:5@40
+             full md d 0 - 64K 3x16M reshape=level:5,4@40
+             full raidkit e 0 - 64K 3x16M reshape=4@40
+             full raidkit f 0 - 64K 3x16M reshape=level:6@40
+",
+        )
+        .unwrap();
+        let r: Vec<&ReshapeSpec> = rows.iter().map(|r| r.reshape.as_ref().unwrap()).collect();
+        assert_eq!((r[0].devices, r[0].level, r[0].chunk_kib), (6, None, None));
+        assert_eq!((r[1].devices, r[1].chunk_kib), (6, Some(128)));
+        // A RAID 0 becoming a RAID 5 takes one more member (its parity) by default.
+        assert_eq!((r[2].devices, r[2].level), (4, Some(5)));
+        assert_eq!(r[2], r[3]);
+        assert_eq!((r[4].devices, r[4].level), (4, None));
+        assert_eq!((r[5].devices, r[5].level), (5, Some(6)));
+        // What md records and counts while it runs them.
+        let md = |i: usize| {
+            let (spec, level) = (r[i], rows[i].level);
+            (
+                spec.md_level(level),
+                spec.md_raid_devices(level),
+                spec.fresh_members(level),
+                spec.missing_after(level),
+            )
+        };
+        assert_eq!(md(0), (10, 6, 0, 0));
+        assert_eq!(md(2), (5, 4, 1, 0));
+        // A RAID 0 growing runs as a RAID 4 with its parity slot empty, its spare recovering
+        // in the old layout's parity slot; md leaves the parity slot empty at the end.
+        assert_eq!(md(4), (4, 5, 1, 1));
+        assert!(r[4].raid0_grows(0) && !r[2].raid0_grows(0) && !r[0].raid0_grows(10));
+        assert_eq!(r[4].new_data_members(0), 4);
+        assert_eq!(r[2].new_data_members(0), 3);
+        assert_eq!(md(5), (6, 5, 2, 0));
+        for (row, spec) in rows.iter().zip(&r) {
+            let again = ReshapeSpec::parse(
+                &spec.to_string(),
+                row.level,
+                row.member_bytes.len(),
+                row.chunk_kib,
+            );
+            assert_eq!(again.as_ref(), Ok(*spec), "{spec}");
+        }
+    }
+
+    #[test]
     fn rejects_bad_rows() {
         for bad in [
             "fast md r5 5 ls 64K",
@@ -715,7 +861,15 @@ mod tests {
             "fast raidkit r5 5 ls 64K 4x8M reshape=size:1M@40",
             "fast raidkit r5 5 ls 64K 4x8M reshape=5@40 meta=1.0",
             "fast raidkit r1 1 - - 2x8M reshape=3@40",
-            "fast md r10 10 n2 64K 4x8M reshape=5@40",
+            "fast md r10 10 n2 64K 4x8M reshape=3@40",
+            "fast md r10 10 n2 64K 4x8M reshape=level:5,5@40",
+            "fast md r10 10 n2 64K 4x8M reshape=layout:f2,6@40",
+            "fast md r0 0 - 64K 3x8M reshape=3@40",
+            "fast md r0 0 - 64K 3x8M reshape=chunk:128K,4@40",
+            "fast md r0 0 - 64K 3x8M reshape=layout:left-symmetric,4@40",
+            "fast md r0 0 - 64K 3x8M reshape=level:5,3@40",
+            "fast md r0 0 - 64K 3x8M reshape=level:4,layout:parity-last@40",
+            "fast md r0 0 - 64K 3x8M reshape=level:10,6@40",
         ] {
             assert!(parse_matrix(bad).is_err(), "accepted: {bad}");
         }

@@ -104,8 +104,8 @@ pub struct PlannedArray {
     /// are the spares that take the new slots).
     #[serde(default)]
     pub mirrors: Option<usize>,
-    /// RAID 4/5/6 rows: the reshape (the last `spares` members take the new slots) and where
-    /// the side that starts it stops for the other to go on.
+    /// RAID 0/4/5/6/10 rows: the reshape (the last `spares` members take the new slots) and
+    /// where the side that starts it stops for the other to go on.
     #[serde(default)]
     pub reshape: Option<ReshapeSpec>,
     /// Assemble: why raidkit could not prepare the members.
@@ -141,9 +141,12 @@ impl PlannedArray {
             .collect()
     }
 
-    /// Slots md must find without a member (failed and not being rebuilt).
+    /// Slots md must find without a member once done (failed and not being rebuilt; the
+    /// parity slot of a RAID 0 md grew as a RAID 4).
     pub fn expected_missing(&self) -> usize {
-        if self.rebuild_percent.is_some() {
+        if let Some(r) = &self.reshape {
+            r.missing_after(self.level)
+        } else if self.rebuild_percent.is_some() {
             0
         } else {
             self.fail_members.len()
@@ -432,8 +435,40 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
 /// mdadm's `--grow` options of a reshape, for the VM job: a comma list of `option=value`
 /// (`raid-devices=5,level=6`), each passed as `--option=value`. The member count is given when
 /// it changes (mdadm's level change to 6 needs it), the chunk in KiB.
+///
+/// A RAID 0 reshapes in two `mdadm --grow` runs, `TAKEOVER/RESHAPE`: mdadm's single run takes
+/// the RAID 0 over (a RAID 4, or a RAID 5 parity-last, with its parity slot empty) and
+/// reshapes it at once, but a RAID 0 has no `sync_max` to hold md at, so the VM first has
+/// mdadm make only the takeover (`--level=4`, `--level=5 --layout=parity-last`: mdadm
+/// changes the level then and nothing else), sets `sync_max`, and asks for the rest (for a
+/// RAID 0 growing `--level=0` and the RAID 0's new count, what mdadm's single run asks md
+/// for after its takeover; the layout of a new RAID 5 named, mdadm's default
+/// left-symmetric, for after the takeover mdadm would keep parity-last).
 pub fn grow_options(a: &PlannedArray, r: &ReshapeSpec) -> String {
     let mut o = Vec::new();
+    if a.level == 0 {
+        let (takeover, layout) = match r.level {
+            None => ("level=4".to_string(), None),
+            Some(4) => ("level=4".to_string(), None),
+            Some(5) => (
+                "level=5,layout=parity-last".to_string(),
+                Some(r.layout.as_deref().unwrap_or("left-symmetric")),
+            ),
+            Some(l) => (
+                format!("level={l},layout=parity-last"),
+                Some(r.layout.as_deref().unwrap_or("left-symmetric")),
+            ),
+        };
+        o.push(format!("level={}", r.level.unwrap_or(0)));
+        o.push(format!("raid-devices={}", r.devices));
+        if let Some(l) = layout {
+            o.push(format!("layout={l}"));
+        }
+        if let Some(c) = r.chunk_kib {
+            o.push(format!("chunk={c}"));
+        }
+        return format!("{takeover}/{}", o.join(","));
+    }
     if let Some(l) = r.level {
         o.push(format!("level={l}"));
     }
@@ -725,6 +760,41 @@ mod tests {
             "oracle_create c md2 5 left-symmetric 64 reshape rk2m0 rk2m1 rk2m2 rk2m3\n"
         ));
         assert_eq!(plan.arrays[3].members.len(), 5);
+    }
+
+    #[test]
+    fn raid0_and_raid10_reshape_rows() {
+        let rows = parse_matrix(
+            "full md a 0 - 64K 3x16M reshape=level:5@40
+             full md b 0 - 64K 3x16M reshape=4@40
+             full md c 10 n2 64K 4x16M reshape=6@40
+             full raidkit d 0 - 64K 3x16M reshape=4@40
+",
+        )
+        .unwrap();
+        let plan = make_plan(&rows, Path::new("/w"), 1);
+        let spares: Vec<usize> = plan.arrays.iter().map(|a| a.spares).collect();
+        assert_eq!(spares, vec![1, 1, 2, 1]);
+        let line = |i: usize| {
+            job_lines(&plan.arrays[i])
+                .lines()
+                .find(|l| l.starts_with("oracle_reshape"))
+                .map(str::to_string)
+        };
+        // A RAID 0: the takeover alone, then the reshape (its spares added with it).
+        assert_eq!(
+            line(0).as_deref(),
+            Some("oracle_reshape a md0 level=5,layout=parity-last/level=5,raid-devices=4,layout=left-symmetric 40 rk0m3")
+        );
+        assert_eq!(
+            line(1).as_deref(),
+            Some("oracle_reshape b md1 level=4/level=0,raid-devices=4 40 rk1m3")
+        );
+        assert_eq!(
+            line(2).as_deref(),
+            Some("oracle_reshape c md2 raid-devices=6 40 rk2m4 rk2m5")
+        );
+        assert_eq!(plan.arrays[3].members.len(), 4);
     }
 
     #[test]

@@ -91,6 +91,9 @@ pub struct RaidkitExpectation {
     /// on from.
     #[serde(default)]
     pub reshape_position_sectors: Option<u64>,
+    /// Reshape rows: the array's size before the reshape (bytes); past it is the new room.
+    #[serde(default)]
+    pub reshape_old_array_bytes: Option<u64>,
 }
 
 /// What raidkit says about its own partial parity log.
@@ -535,6 +538,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         status = grow_mirrors(a, slots)?;
     }
     let mut reshape_position_sectors = None;
+    let mut reshape_old_array_bytes = None;
     // Reshape rows: the geometry md must end with (level, layout, chunk, members).
     let mut reshaped = None;
     if let Some(r) = &a.reshape {
@@ -571,6 +575,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         }
         size = report.new_array_bytes;
         reshape_position_sectors = Some(report.position_sectors);
+        reshape_old_array_bytes = Some(report.old_array_bytes);
         reshaped = Some((
             report.new_level,
             report.new_layout,
@@ -685,6 +690,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         journal,
         ppl,
         reshape_position_sectors,
+        reshape_old_array_bytes,
     })
 }
 

@@ -140,14 +140,28 @@ oracle_create() {
     fi
 }
 
+# grow_args GROW: the mdadm options of GROW, a comma list of option=value: --option=value ...
+grow_args() {
+    for opt in $(echo "$1" | tr , ' '); do
+        printf ' --%s' "$opt"
+    done
+}
+
 # oracle_reshape NAME MD GROW PERCENT [SERIAL...]: (md rows) add the spares SERIAL... and
 # reshape the array: mdadm --grow with GROW, a comma list of option=value
 # (raid-devices=5,level=6,layout=NAME,chunk=KIB), each given as --option=value, without a
 # backup file (mdadm moves the data offset instead). md stops once the reshape has passed
-# PERCENT of each member (sync_max, set before: mdadm --grow leaves it alone when it moves the
-# data offset), its position recorded there; the reshape is then frozen and where it stopped
-# recorded. What md reads is measured before (see there); oracle_report stops the array
-# without reading it, and the host goes on with the reshape with raidkit.
+# PERCENT of each member (of the array for a RAID 10, whose reshape counts array sectors)
+# (sync_max, set before: mdadm --grow leaves it alone when it moves the data offset), its
+# position recorded there; the reshape is then frozen and where it stopped recorded. What md
+# reads is measured before (see there); oracle_report stops the array without reading it,
+# and the host goes on with the reshape with raidkit.
+#
+# GROW of a RAID 0 is TAKEOVER/RESHAPE: a RAID 0 has no sync_max (md gives an array one with
+# redundancy) and cannot hold spares, so mdadm --grow TAKEOVER first makes it a RAID 4 or a
+# RAID 5 parity-last with its parity slot empty (md's takeover, nothing else: mdadm asks md
+# for the level alone), sync_max is set, and mdadm --grow RESHAPE --add SERIAL... adds the
+# spares and reshapes, as mdadm's single --grow does after its takeover.
 #
 # A reshape frozen anywhere else is not safe to go on with when the number of data members
 # stays (chunk, layout and level changes): md then records its position only every 10 s
@@ -162,10 +176,32 @@ oracle_reshape() {
     # What md reads, before the reshape: reads of the region a frozen reshape was moving
     # wait for it to move on, so nothing reads the array once it is frozen.
     md_measure "$name" "$md" reshape
+    spares=""
     if [ $# -gt 0 ]; then
-        devs=$(devs_of "$name" "$@") || return 1
+        spares=$(devs_of "$name" "$@") || return 1
+    fi
+    takeover=""
+    case $grow in
+        */*) takeover=${grow%%/*} grow=${grow#*/} ;;
+    esac
+    add=""
+    if [ -n "$takeover" ]; then
+        args=$(grow_args "$takeover")
+        emit "$name held takeover$args"
+        # shellcheck disable=SC2086 # args holds options without spaces
+        if ! mdadm --grow "/dev/$md" $args > /tmp/mdadm.log 2>&1; then
+            emit "$name error mdadm --grow$args failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+            emit_lines "$name" assemble_out < /tmp/mdadm.log
+            return 1
+        fi
+        emit_lines "$name" assemble_out < /tmp/mdadm.log
+        for f in level layout raid_disks degraded sync_action; do
+            emit "$name held takeover_$f $(cat "$sys/$f" 2> /dev/null)"
+        done
+        [ -n "$spares" ] && add="--add$spares"
+    elif [ -n "$spares" ]; then
         # shellcheck disable=SC2086
-        if ! mdadm "/dev/$md" --add $devs > /tmp/mdadm.log 2>&1; then
+        if ! mdadm "/dev/$md" --add $spares > /tmp/mdadm.log 2>&1; then
             emit "$name error mdadm --add failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
             return 1
         fi
@@ -173,34 +209,68 @@ oracle_reshape() {
     # sync_max must be a multiple of the chunk (md's old one); md moves whole chunks of the
     # larger of the old and the new.
     chunk=$(($(cut -d' ' -f1 < "$sys/chunk_size") / 512))
-    set --
     for opt in $(echo "$grow" | tr , ' '); do
-        set -- "$@" "--$opt"
         case $opt in
             chunk=*) c=$((${opt#chunk=} * 2)); [ "$c" -gt "$chunk" ] && chunk=$c ;;
         esac
     done
-    max=$(($(cat "$sys/component_size") * 2 * pct / 100 / chunk * chunk))
-    emit "$name held grow $*"
+    level=$(cat "$sys/level")
+    if [ "$level" = raid10 ]; then
+        total=$(blockdev --getsz "/dev/$md")
+    else
+        total=$(($(cat "$sys/component_size") * 2))
+    fi
+    max=$((total * pct / 100 / chunk * chunk))
+    args=$(grow_args "$grow")
+    emit "$name held grow${args}${add:+ $add}"
     emit "$name held hold $max"
     echo "$max" > "$sys/sync_max" || emit "$name error cannot set sync_max $max"
-    if ! mdadm --grow "/dev/$md" "$@" > /tmp/mdadm.log 2>&1; then
-        emit "$name error mdadm --grow $* failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+    # shellcheck disable=SC2086 # args and add hold options and /dev paths without spaces
+    if ! mdadm --grow "/dev/$md" $args $add > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --grow$args $add failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
         emit_lines "$name" assemble_out < /tmp/mdadm.log
         return 1
     fi
     emit_lines "$name" assemble_out < /tmp/mdadm.log
     stamp "$name" grow
     # Wait (up to 60 s) until md waits at sync_max: its last step recorded the position.
-    i=0
+    # md's RAID 10 reshape records its position at its own checkpoints only, so sync_completed
+    # stays there: it waits at sync_max once its live position (/proc/mdstat, KiB) is there,
+    # or (should mdstat not say) once sync_completed has not moved for 3 s; a position md
+    # recorded is one md itself goes on from after a crash.
+    i=0 last="" still=0
     while [ "$i" -lt 1200 ]; do
         done_s=$(cut -d' ' -f1 < "$sys/sync_completed")
         [ "$(cat "$sys/sync_action")" = idle ] && break
         [ "$done_s" != none ] && [ "$done_s" -ge "$max" ] 2> /dev/null && break
+        if [ "$level" = raid10 ]; then
+            live=$(sed -n "/^$md :/,/^\$/s/.*reshape *= *[0-9.]*% (\([0-9]*\)\/.*/\1/p" /proc/mdstat)
+            [ -n "$live" ] && [ $((live * 2)) -ge "$max" ] && break
+            if [ "$done_s" = "$last" ]; then still=$((still + 1)); else still=0 last=$done_s; fi
+            [ "$still" -ge 60 ] && break
+        fi
         sleep 0.05
         i=$((i + 1))
     done
     emit "$name held waiting $(cat "$sys/sync_completed")"
+    grep -A3 "^$md :" /proc/mdstat | emit_lines "$name" held_mdstat
+    # mdadm --grow leaves a process behind when the level changes at the end (a RAID 0
+    # growing, a RAID 4 reshape for mdadm: it makes it a RAID 0 again once sync_action is no
+    # longer "reshape"). Frozen, the reshape looks over to it: it sets sync_action idle and
+    # fails the members it takes for parity (seen: the spare in slot 3, "Cannot continue
+    # operation (2/5 failed)"). It goes first, as on a machine stopped part way.
+    for p in /proc/[0-9]*; do
+        cmd=$(tr '\0' ' ' < "$p/cmdline" 2> /dev/null) || continue
+        case $cmd in
+            *mdadm*--grow*" /dev/$md "*)
+                kill "${p#/proc/}" 2> /dev/null && emit "$name held stopped mdadm ${p#/proc/}: $cmd"
+                i=0
+                while [ -e "$p" ] && [ "$i" -lt 100 ]; do
+                    sleep 0.05
+                    i=$((i + 1))
+                done ;;
+        esac
+    done
     echo frozen > "$sys/sync_action"
     for f in sync_action sync_completed reshape_position raid_disks level layout chunk_size; do
         emit "$name held $f $(cat "$sys/$f")"
@@ -387,6 +457,9 @@ oracle_assemble() {
     has_flag "$flags" bitmap && examine_bitmaps "$name" pre_bitmap "$@"
     ro=""
     has_flag "$flags" rebuild && ro=--readonly
+    # A reshape too: md goes on with it only once read-write (finish_reshape), so what md
+    # read from the superblocks is recorded first, however fast md finishes it then.
+    has_flag "$flags" reshape && ro=--readonly
     dmesg -c > /dev/null 2>&1
     # shellcheck disable=SC2086
     if ! mdadm --assemble "/dev/$md" --run $ro $devs > /tmp/mdadm.log 2>&1; then
@@ -410,14 +483,18 @@ oracle_assemble() {
 finish_reshape() {
     name=$1 md=$2
     sys=/sys/block/$md/md
-    # An array md started auto-read-only reshapes only once written; let it run now.
-    [ "$(cat "$sys/array_state")" = read-auto ] && mdadm --readwrite "/dev/$md" > /dev/null 2>&1
+    # md assembled the array read-only (oracle_assemble); it reshapes once read-write.
+    case $(cat "$sys/array_state") in
+        readonly | read-auto)
+            mdadm --readwrite "/dev/$md" > /tmp/mdadm.log 2>&1 \
+                || emit "$name error mdadm --readwrite failed: $(tr '\n' ' ' < /tmp/mdadm.log)" ;;
+    esac
     i=0
     while [ "$(cat "$sys/sync_action")" != idle ] && [ "$i" -lt 3000 ]; do
         sleep 0.2
         i=$((i + 1))
     done
-    for f in sync_action reshape_position raid_disks degraded; do
+    for f in sync_action reshape_position raid_disks degraded level; do
         emit "$name rebuilt $f $(cat "$sys/$f")"
     done
     mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" rebuilt_detail
