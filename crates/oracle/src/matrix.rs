@@ -51,8 +51,10 @@
 //!   ... --pause-at`), stopping once P percent of the old array is reshaped; md assembles the
 //!   array mid-reshape and finishes it, and raidkit finishes a copy of the same images, whose
 //!   contents must match. md rows: md writes, `mdadm --grow` reshapes (moving the data offset,
-//!   no backup file), md stops at P percent of each member (sync_max) and is frozen there;
-//!   raidkit goes on with md's reshape (`raidkit grow --continue`) and must read md's data.
+//!   no backup file), md stops at P percent of each member (of the array for a RAID 10:
+//!   sync_max) and is frozen there; raidkit goes on with md's reshape (`raidkit grow
+//!   --continue`) and must read md's data. A RAID 0 is taken over by one `mdadm --grow` and
+//!   reshaped by a second (see `plan::grow_options`).
 //! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
 //!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.

@@ -16,9 +16,10 @@
 #            md read, start the recovery held at its first step to record where it starts
 #            (sync_completed, each member's recovery_start, md_do_sync's "resuming" debug
 #            message), then let it finish (resume_recovery);
-#   reshape  raidkit rows: md goes on with a reshape raidkit stopped part way and finishes
-#            it (finish_reshape); md rows: md's reshape is stopped part way
-#            (oracle_reshape) for raidkit to go on, measured (without md's check) before;
+#   reshape  raidkit rows: md assembles read-only, then goes on with a reshape raidkit
+#            stopped part way and finishes it (finish_reshape); md rows: md's reshape is
+#            stopped part way (oracle_reshape) for raidkit to go on, measured (without md's
+#            check) before;
 #   journal  the last serial is the array's write journal (mdadm --write-journal); md rows
 #            also record mdadm --detail before the stop;
 #   crash    (with journal, md rows) md runs on device-mapper maps of its devices, so that
