@@ -535,7 +535,10 @@ impl Array {
         }
         self.skip_resync_when_fully_degraded(&mut st);
         let resync = st.resync_from;
-        if st.dirty || resync.is_some() {
+        // The superblocks may record a resync cursor the array finished since (assembled
+        // after a clean stop part-way through a resync): they are written clean then too.
+        let recorded_unclean = st.roster.sbs.iter().any(|sb| !sb.is_clean());
+        if st.dirty || resync.is_some() || recorded_unclean {
             self.update_superblocks(&mut st, |sb| match resync {
                 Some(at) => sb.mark_dirty(at),
                 None => sb.mark_clean(),

@@ -51,6 +51,7 @@ pub struct Totals {
     pub scrubs: u64,
     pub patrols: u64,
     pub member_checks: u64,
+    pub reshapes: u64,
     pub over_budget: u64,
     /// Seeds where part of the schedule was left out as write-hole class.
     pub write_hole_excluded: u64,
@@ -69,6 +70,7 @@ impl Totals {
         self.scrubs += r.scrubs;
         self.patrols += r.patrols;
         self.member_checks += r.member_checks;
+        self.reshapes += r.reshapes;
         self.over_budget += r.over_budget as u64;
         self.write_hole_excluded += !r.excluded.is_empty() as u64;
         if let Some(f) = &r.failure {

@@ -87,6 +87,8 @@ pub struct SeedReport {
     /// Patrol reads run.
     pub patrols: u64,
     pub member_checks: u64,
+    /// Reshapes finished (after a power cut in some: crash, then continued).
+    pub reshapes: u64,
     pub over_budget: bool,
     /// Why parts of the schedule were left out (write-hole class), empty when nothing was.
     pub excluded: Vec<String>,
@@ -353,6 +355,8 @@ struct Run<'a> {
     scratch: Vec<u8>,
     rng: Rng,
     uuid_rng: Rng,
+    /// Reshape decisions draw from their own stream, so seeds without one run as before.
+    reshape_rng: Rng,
 }
 
 type Step = Result<(), String>;
@@ -1028,8 +1032,185 @@ impl Run<'_> {
             80..=91 => self.op_flush(),
             92..=94 => self.maybe_add_spare(),
             95..=96 => self.op_background(),
-            _ => self.quiet_check("quiet point"),
+            _ => {
+                self.quiet_check("quiet point")?;
+                if self.reshape_rng.chance(200) {
+                    self.reshape()?;
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// A reshape that keeps the array's size, as an operator would run it (`raidkit grow` on
+    /// the stopped array): a RAID 4/5/6's chunk size or layout, a RAID 10's chunk, or a RAID 5
+    /// becoming a RAID 6 on a spare. Sometimes the power is cut at one of its writes (then a
+    /// crash, and the reshape continued, or started again when the cut came before it was
+    /// recorded); a member fault during it degrades it. The data must read back the same, and
+    /// the members match the independent encoding of the new geometry.
+    fn reshape(&mut self) -> Step {
+        let Some(array) = self.array.as_ref() else {
+            return Ok(());
+        };
+        let st = array.status();
+        let near10 = self.sc.level == 10
+            && self.sc.layout & 0x1ff00 == 0x100
+            && self
+                .sc
+                .raid_disks
+                .is_multiple_of((self.sc.layout & 0xff) as usize);
+        if st.degraded
+            || st.failed
+            || self.journal
+            || self.ppl
+            || self.world.power_cut_armed()
+            || !(self.parity() || near10)
+        {
+            return Ok(());
+        }
+        let r = &mut self.reshape_rng;
+        let mut target = raidkit_engine::ReshapeTarget::default();
+        let (level, layout, chunk) = (self.sc.level, self.sc.layout, self.sc.chunk_sectors);
+        match r.below(3) {
+            0 if level == 5 && self.sc.spares > 0 => target.level = Some(6),
+            1 if level == 5 => target.layout = Some(*r.pick(&[0, 1, 2, 3, 4, 5])),
+            1 if level == 6 => target.layout = Some(*r.pick(&[0, 1, 2, 3, 4, 5, 16, 17, 18, 19])),
+            _ => target.chunk_sectors = Some(8u64 << r.below(5)),
+        }
+        let same = target.layout == Some(layout) || target.chunk_sectors == Some(chunk as u64);
+        if same
+            || target
+                .chunk_sectors
+                .is_some_and(|c| !self.sc.size_sectors.is_multiple_of(c))
+        {
+            return Ok(());
+        }
+        let cut = self.reshape_rng.chance(500);
+        self.trace(|| {
+            format!(
+                "  reshape to {target:?}{}",
+                if cut {
+                    ", power cut at one of its writes"
+                } else {
+                    ""
+                }
+            )
+        });
+        if target.level == Some(6) {
+            let disk = self.world.add_disk(self.device_bytes());
+            let uuid = self.uuid();
+            let added = self
+                .array
+                .as_ref()
+                .map(|a| a.add_spare(Box::new(disk), uuid));
+            if let Some(Err(e)) = added {
+                return if self.in_budget() {
+                    Err(format!("adding a spare for a reshape failed: {e}"))
+                } else {
+                    Ok(())
+                };
+            }
+            self.sc.spares -= 1;
+        }
+        let Some(array) = self.array.take() else {
+            return Ok(());
+        };
+        if let Err(e) = array.stop() {
+            return if self.in_budget() {
+                Err(format!(
+                    "clean stop before a reshape failed within the fault budget: {e}"
+                ))
+            } else {
+                Ok(())
+            };
+        }
+        drop(array);
+        self.model.flushed();
+        if cut {
+            // The power goes at the first write into a random range of a random disk
+            // (superblocks, the old data, the new: wherever the reshape writes first).
+            let disks = self.world.disks().len();
+            let d = self.reshape_rng.below(disks as u64) as usize;
+            let sectors = self.world.disk(d).size_bytes() / SECTOR as u64;
+            let at = self.reshape_rng.below(sectors);
+            let span = 1 + self.reshape_rng.below(sectors / 4);
+            let ranges: Vec<Option<(u64, u64)>> = (0..disks)
+                .map(|i| (i == d).then_some((at * SECTOR as u64, (at + span) * SECTOR as u64)))
+                .collect();
+            self.world.arm_power_cut(&ranges);
+        }
+        let never = std::sync::atomic::AtomicBool::new(false);
+        let ctl = raidkit_engine::ReshapeControl {
+            progress: &|_, _| {},
+            stop: &never,
+            pause_at_bytes: None,
+        };
+        let members = |run: &Self| -> Vec<Box<dyn Disk>> {
+            run.world
+                .surviving_disks()
+                .into_iter()
+                .filter(|d| !run.detached.contains(d.name()))
+                .map(|d| Box::new(d) as Box<dyn Disk>)
+                .collect()
+        };
+        let opts = AssembleOptions {
+            run: true,
+            config: self.engine_config(),
+            ..AssembleOptions::default()
+        };
+        let mut result = Array::reshape(members(self), &target, &opts, &ctl);
+        if self.world.power_was_cut() {
+            self.trace(|| {
+                format!(
+                    "  power cut in the reshape: {:?}",
+                    result.as_ref().map(|r| r.position_sectors)
+                )
+            });
+            self.world.crash(&[]);
+            self.world.power_on();
+            self.model.crashed();
+            result = match Array::continue_reshape(members(self), &opts, &ctl) {
+                // Cut before the start was recorded, or after the end: once more.
+                Err(EngineError::CannotGrow(raidkit_engine::GrowRefusal::NoReshape)) => {
+                    Array::reshape(members(self), &target, &opts, &ctl)
+                }
+                r => r,
+            };
+        } else if self.world.power_cut_armed() {
+            self.world.disarm_power_cut();
+        }
+        match &result {
+            Ok(rep) => {
+                self.trace(|| format!("  reshaped: {rep:?}"));
+                self.report.reshapes += 1;
+            }
+            Err(EngineError::CannotGrow(why)) => self.trace(|| format!("  reshape refused: {why}")),
+            Err(e) if self.in_budget() => {
+                return Err(format!("reshape failed within the fault budget: {e}"))
+            }
+            Err(e) => self.trace(|| format!("  reshape failed (over budget): {e}")),
+        }
+        self.assemble("after a reshape")?;
+        if let Some(a) = self.array.as_ref() {
+            let g = a.geometry();
+            (
+                self.sc.level,
+                self.sc.layout,
+                self.sc.raid_disks,
+                self.sc.chunk_sectors,
+            ) = (
+                g.md_level(),
+                g.md_layout(),
+                g.raid_disks,
+                g.chunk_sectors as u32,
+            );
+            self.geo = layout_geometry(&self.sc)?;
+            if result.is_ok() {
+                // Every stripe was rewritten with fresh parity.
+                self.unsynced.clear();
+            }
+        }
+        self.quiet_check("check after a reshape")
     }
 
     /// Runs the array's pending background work (rebuild onto spares, resync after a crash),
@@ -1276,6 +1457,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         scratch: vec![0u8; SECTOR],
         rng: rng.fork(3),
         uuid_rng: rng.fork(4),
+        reshape_rng: rng.fork(6),
     };
     let mut result = run.create();
     if result.is_ok() {

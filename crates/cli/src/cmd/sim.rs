@@ -81,7 +81,7 @@ fn print_failure(r: &SeedReport) {
 
 fn summary(t: &Totals, elapsed: Duration, opts: &SimOptions) -> Result<(), CliError> {
     println!(
-        "seeds {}  ops {}  faults injected {}  crashes {} (at a superblock write {})  rebuilds {}  resyncs {}  checks {}  patrols {}  member checks {}  over-budget seeds {}  seeds with write-hole exclusions {}{}  failures {}  time {:.1}s",
+        "seeds {}  ops {}  faults injected {}  crashes {} (at a superblock write {})  rebuilds {}  resyncs {}  checks {}  patrols {}  member checks {}  reshapes {}  over-budget seeds {}  seeds with write-hole exclusions {}{}  failures {}  time {:.1}s",
         t.seeds,
         t.ops,
         t.faults,
@@ -92,6 +92,7 @@ fn summary(t: &Totals, elapsed: Duration, opts: &SimOptions) -> Result<(), CliEr
         t.scrubs,
         t.patrols,
         t.member_checks,
+        t.reshapes,
         t.over_budget,
         t.write_hole_excluded,
         if opts.write_hole { " (--write-hole: none excluded)" } else { "" },

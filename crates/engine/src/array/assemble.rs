@@ -56,7 +56,11 @@ impl Array {
             sbs,
             slot_member,
             slot_state,
-            report.was_dirty,
+            // A resync stopped cleanly part-way is recorded at its cursor; the first write
+            // records the array dirty from 0 again (md's super_1_sync writes resync_offset 0
+            // while the array is not in sync), or a crash would leave writes below the
+            // cursor unresynced.
+            report.was_dirty && nsb.resync_offset_sectors == 0,
         )?;
         if nsb.bitmap_offset().is_some() {
             let disk = lock(&array.state).members[newest].clone();

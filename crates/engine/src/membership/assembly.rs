@@ -154,6 +154,18 @@ pub(crate) fn decide(
     let rshape = shape(&found[reference]);
     for (m, f) in names.iter().zip(found) {
         let own = shape(f);
+        // An older member the newest superblock does not give a slot, or whose device
+        // number a newer member holds now (failed or removed before a reshape changed the
+        // shape), is left out below by its role, not refused here: the array it left is not
+        // its shape any more.
+        let replaced = found
+            .iter()
+            .any(|o| o.sb.dev_number == f.sb.dev_number && o.sb.events > f.sb.events);
+        if f.sb.events < nsb0.events
+            && (replaced || !matches!(nsb0.role_of(f.sb.dev_number), DevRole::Active(_)))
+        {
+            continue;
+        }
         let checks: [(&'static str, String, String); 5] = [
             ("level", own.0.to_string(), rshape.0.to_string()),
             ("layout", own.1.to_string(), rshape.1.to_string()),
