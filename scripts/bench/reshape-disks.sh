@@ -7,8 +7,8 @@
 #   scripts/bench/reshape-disks.sh [DRIVE] [SIZE] [CHUNK]     (defaults hds72101 4G 512K)
 # Member images go to $RESHAPE_DIR (default /var/tmp/raidkit-reshape; 5 x SIZE of space once
 # written). Put them in memory (RESHAPE_DIR=/dev/shm/...) where it has room: on a slow disk
-# the image files, not the emulated drives, set the pace (4G members on this machine's disk
-# gave 0.62x, 2G members in /dev/shm 0.69x). Takes a few minutes: the drives run in real time.
+# the image files, not the emulated drives, set the pace. Takes a few minutes: the drives run
+# in real time. Compare builds side by side with RAIDKIT=path/to/raidkit, alternating runs.
 set -euo pipefail
 DRIVE=${1:-hds72101} SIZE=${2:-4G} CHUNK=${3:-512K}
 R=${RAIDKIT:-target/release/raidkit}

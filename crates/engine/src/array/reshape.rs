@@ -89,12 +89,14 @@ pub struct ReshapeControl<'a> {
     pub pause_at_bytes: Option<u64>,
 }
 
-/// Array data moved per step at most (whole new stripes; at least one). RAID 5 from 4 to 5
-/// emulated hard disks (`scripts/bench/reshape-disks.sh`, 4G image files on disk): 16 MiB
-/// steps ran at 0.56x of what the members' sequential reads and writes allow, 64 MiB at
-/// 0.62x (0.69x with 2G images in memory; from 5 to 6 disks 0.72x): fewer seeks between the
-/// old and the new region. A flush after each step's writes made it slower (0.62x). The
-/// step's buffers take about 2.5 times this.
+/// Array data moved per step at most (whole units; at least one). RAID 5 from 4 to 5
+/// emulated hard disks (`scripts/bench/reshape-disks.sh`, 2G images in memory): with the next
+/// step's old rows read while this step is laid out and written, 41-42 s where reading,
+/// computing and writing one after the other took 45-55 s (0.86x and 0.99x of what the
+/// members' sequential reads and writes allow, against 0.65x and 0.80x, in the same runs).
+/// 16 MiB steps ran slower than 64 MiB (more seeks between the old and the new region); a
+/// flush after each step's writes too. Two steps' old buffers and one step's new buffers
+/// take about 3.5 times this.
 const MAX_STEP_BYTES: u64 = 64 << 20;
 /// How often progress is recorded when the rule does not ask for it sooner (md: 10 s).
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
