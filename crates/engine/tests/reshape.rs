@@ -421,6 +421,8 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
         // RAID 0 -> 5 and 6 (md's takeover as parity-last on the spares, then a restripe).
         (0, 3, 1, 16, target(Some(5), None, None), (5, LS, 16, 4)),
         (0, 3, 2, 16, target(Some(6), None, None), (6, LS, 16, 5)),
+        // RAID 6 -> 5: restriped to left-symmetric-6, its Q member left as a spare.
+        (6, 5, 0, 16, target(Some(5), None, None), (5, LS, 16, 4)),
         // RAID 10, 2 near copies, from 4 to 6 members; a new chunk size.
         (10, 4, 2, 16, ReshapeTarget::members(6), (10, 0x102, 16, 6)),
         (
@@ -493,6 +495,14 @@ fn a_power_loss_in_a_restripe_is_continued() {
                     Err(e) => panic!("case {k} round {round}: again: {e}"),
                 },
                 Err(e) => panic!("case {k} round {round}: continue: {e}"),
+            }
+            // A RAID 6 to 5 that was continued ends in its RAID 5 form (md's `*-6` layout:
+            // the superblocks record no more than that); asked again, the Q member leaves.
+            if t.level == Some(5) && level == 6 {
+                match reshape(&disks, &t) {
+                    Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::NothingToChange)) => {}
+                    Err(e) => panic!("case {k} round {round}: to RAID 5: {e}"),
+                }
             }
             verify_shape(&disks, &data, want);
         }
@@ -636,4 +646,26 @@ fn a_level_change_that_moves_nothing_takes_over_and_rebuilds_the_new_parity() {
         array.stop().unwrap();
         verify_shape(&disks, &data, want);
     }
+}
+
+#[test]
+fn a_raid6_in_its_raid5_form_becomes_a_raid5_at_once() {
+    // RAID 5 -> 6 keeping the layout (left-symmetric-6, the new Q rebuilt), then back.
+    let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    reshape(&disks, &target(Some(6), Some(18), None)).unwrap();
+    let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+    array
+        .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+        .unwrap();
+    array.stop().unwrap();
+    let report = reshape(&disks, &target(Some(5), None, None)).unwrap();
+    assert_eq!(report.written_bytes, 0, "nothing moves");
+    assert_eq!((report.new_level, report.new_raid_devices), (5, 4));
+    verify_shape(&disks, &data, (5, 2, 16, 4));
+    let sb = raidkit_engine::read_superblock(&disks[4]).unwrap().sb;
+    assert_eq!(
+        sb.role(),
+        raidkit_metadata::DevRole::Spare,
+        "the Q member left"
+    );
 }

@@ -1,6 +1,6 @@
 //! Reshapes of a stopped array, as md's (`mdadm --grow`): more members for RAID 0, 4, 5, 6
 //! and 10 (near copies), another chunk size or layout, and level changes through md's
-//! takeovers (RAID 0 to 4/5/6, 4 to 5, 4 or 5 to 6). Every stripe is rewritten in the new
+//! takeovers (RAID 0 to 4/5/6, 4 to 5, 4 or 5 to 6, 6 to 5). Every stripe is rewritten in the new
 //! layout; a level change that moves nothing only writes superblocks and leaves the new
 //! parity to rebuild.
 //!
@@ -25,8 +25,12 @@
 //! the end. A member failing during a reshape is recorded faulty and the reshape goes on
 //! while both layouts still have every sector.
 //!
+//! A RAID 6 becoming a RAID 5 is restriped to its RAID 5 form (the `*-6` layout) and the Q
+//! member leaves as a spare at the end; continued after a crash, it ends in that form (the
+//! superblocks record no more, as md's), and `grow --level 5` then drops the Q at once.
+//!
 //! Not yet: reshapes while the array serves I/O, fewer data members (md's backwards
-//! reshapes), RAID 6 to 5, RAID 0 to 10, RAID 10 offset layouts or counts that are not a
+//! reshapes), RAID 0 to 10, RAID 10 offset layouts or counts that are not a
 //! whole number of copies.
 
 use super::grow::{decide_stopped, read_and_decide};
@@ -500,8 +504,49 @@ fn start_plan(
             what: "a reshape (`raidkit grow --continue`)".into(),
         });
     }
+    // RAID 6 to 5, as mdadm: restriped to the RAID 5 layout's `*-6` form (Q alone on the
+    // last member), whose last member then leaves as a spare (md's raid5_takeover_raid6).
+    let to5 = level == 6 && target.level == Some(5);
+    let mut finish_as = None;
+    let r6_form = if to5 {
+        let r5 = match target.layout {
+            Some(l) => l,
+            None => match a.nsb.layout {
+                l @ 0..=5 => l,
+                l @ 16..=20 => l - 16,
+                l => {
+                    return refuse(GrowRefusal::LevelImpossible {
+                        from: 6,
+                        to: 5,
+                        why: format!("layout {l} has no RAID 5 form (give --layout)"),
+                    })
+                }
+            },
+        };
+        if target
+            .raid_devices
+            .is_some_and(|n| n + 1 != a.geo.raid_disks)
+        {
+            return refuse(GrowRefusal::ReshapeNotYet {
+                what: "RAID 6 to 5 with another number of data members".into(),
+            });
+        }
+        let Some(form) = raid6_takeover_layout(5, r5) else {
+            return refuse(GrowRefusal::LevelImpossible {
+                from: 6,
+                to: 5,
+                why: format!("RAID 5 layout {r5} has no RAID 6 form with Q last"),
+            });
+        };
+        finish_as = Some((5, r5, a.geo.raid_disks - 1));
+        Some(form)
+    } else {
+        None
+    };
     let new_level = if raid0_grows {
         4
+    } else if to5 {
+        6
     } else {
         target.level.unwrap_or(level)
     };
@@ -510,25 +555,33 @@ fn start_plan(
     // The old layout at the level the reshape runs at: a new Q member is its last slot.
     let run_count = old_count + added_parity;
     // A RAID 0 growing runs with one slot more than its members: the missing parity.
-    let asked = target.raid_devices.unwrap_or(run_count);
+    let asked = if to5 {
+        run_count
+    } else {
+        target.raid_devices.unwrap_or(run_count)
+    };
     let new_count = asked + usize::from(raid0_grows);
-    let finish_as = raid0_grows.then_some((0, a.nsb.layout, asked));
+    if raid0_grows {
+        finish_as = Some((0, a.nsb.layout, asked));
+    }
     let old_chunk = a.geo.chunk_sectors;
     let new_chunk = target.chunk_sectors.unwrap_or(old_chunk);
-    let new_layout = target.layout.unwrap_or(match (level, new_level) {
-        // md keeps the layout's number: left-symmetric stays left-symmetric.
-        (5, 6) => a.nsb.layout,
-        // mdadm's defaults for the new level: left-symmetric.
-        (0, 5 | 6) => 2,
-        _ => old_layout,
-    });
+    let new_layout = r6_form
+        .or(target.layout)
+        .unwrap_or(match (level, new_level) {
+            // md keeps the layout's number: left-symmetric stays left-symmetric.
+            (5, 6) => a.nsb.layout,
+            // mdadm's defaults for the new level: left-symmetric.
+            (0, 5 | 6) => 2,
+            _ => old_layout,
+        });
     if new_count < run_count {
         return refuse(GrowRefusal::ReshapeNotYet {
             what: format!("removing members from a RAID {level}"),
         });
     }
     let takeover = new_count == run_count && new_layout == old_layout && new_chunk == old_chunk;
-    if takeover && run_level == level {
+    if takeover && run_level == level && !to5 {
         return refuse(match (target.raid_devices, only_count) {
             (Some(n), true) if target.chunk_sectors.is_none() => {
                 GrowRefusal::SameCount { raid_devices: n }
@@ -617,6 +670,26 @@ fn start_plan(
             )
             .map_err(|e| EngineError::Metadata(e.to_string()))?;
         }
+    }
+    if takeover && to5 {
+        // Already in the `*-6` form: the Q member leaves as a spare; nothing moves.
+        let (l5, r5, n5) = finish_as.expect("RAID 6 to 5 finishes as a RAID 5");
+        let t = now();
+        for sb in sbs.iter_mut() {
+            sb.level = raidkit_metadata::Level::from_md(l5);
+            sb.layout = r5;
+            sb.raid_disks = n5 as u32;
+            sb.events = a.nsb.events;
+            sb.bump_events(t);
+        }
+        leave_as_spares(&mut sbs, &slot_member, found, n5)?;
+        let geo = Geo::new(l5, r5, n5, old_chunk, used).map_err(invalid)?;
+        return Ok(Plan::Takeover {
+            sbs,
+            new_members,
+            old: geo,
+            rebuild: Vec::new(),
+        });
     }
     if takeover {
         // Nothing moves: the level changes now and the new parity is rebuilt (as md's
@@ -721,6 +794,22 @@ fn start_plan(
         sbs,
         new_members,
     })
+}
+
+/// The members of slots `from` on leave the array as spares (every superblock says so).
+fn leave_as_spares(
+    sbs: &mut [Superblock],
+    slot_member: &[Option<usize>],
+    found: &[FoundSuperblock],
+    from: usize,
+) -> Result<()> {
+    for &i in slot_member.iter().skip(from).flatten() {
+        for sb in sbs.iter_mut() {
+            sb.set_role(found[i].sb.dev_number, DevRole::Spare)
+                .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 /// How a reshape starts.
@@ -1201,6 +1290,7 @@ fn run(
         }
         finish_fields(sb);
     }
+    leave_as_spares(&mut run.sbs, &shape.slot_member, run.found, count)?;
     // A member failing now is recorded faulty by the round made without it.
     while let Err((i, e)) = run.round() {
         let slot = run.shape.slot_of(i).expect("written members have slots");
