@@ -565,10 +565,7 @@ fn level_and_chunk_refusals_write_nothing() {
     };
     let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
     let before = snapshot(&disks);
-    let refused = |t: ReshapeTarget| match reshape(&disks, &t) {
-        Err(EngineError::CannotGrow(why)) => why,
-        other => panic!("{t:?}: {:?}", other.map(|r| r.finished)),
-    };
+    let refused = |t: ReshapeTarget| refused_on(&disks, t);
     assert!(matches!(
         refused(target(Some(10), None, None)),
         GrowRefusal::LevelImpossible {
@@ -596,6 +593,27 @@ fn level_and_chunk_refusals_write_nothing() {
         GrowRefusal::ChunkNotDividing { .. }
     ));
     assert!(snapshot(&disks) == before);
+    // A member too small for the reshape never becomes a spare to take a new slot.
+    let disks: Vec<CrashDisk> = (0..5)
+        .map(|i| CrashDisk::new(&format!("m{i}"), if i < 4 { MEMBER_BYTES } else { 2 << 20 }))
+        .collect();
+    let array = Array::create(
+        boxed(&disks[..4]),
+        create_opts(5, 4, ConsistencyPolicy::Resync, CHUNK),
+    )
+    .unwrap();
+    let whole = |d: &CrashDisk| {
+        let mut b = vec![0u8; 2 << 20];
+        d.read_at(&mut b, 0).unwrap();
+        b
+    };
+    let small = whole(&disks[4]);
+    assert!(matches!(
+        array.add_spare(Box::new(disks[4].clone()), [0x40; 16]),
+        Err(EngineError::SizeMismatch { .. })
+    ));
+    assert!(whole(&disks[4]) == small, "nothing written on it");
+    array.stop().unwrap();
     // A RAID 6 missing a member is not restriped (it would run without redundancy).
     let (disks, _) = written_array(6, 5, 0, ConsistencyPolicy::Resync);
     let alive: Vec<CrashDisk> = disks[1..].to_vec();
@@ -668,4 +686,12 @@ fn a_raid6_in_its_raid5_form_becomes_a_raid5_at_once() {
         raidkit_metadata::DevRole::Spare,
         "the Q member left"
     );
+}
+
+/// The refusal of `t` on `disks` (panics if it is not refused).
+fn refused_on(disks: &[CrashDisk], t: ReshapeTarget) -> GrowRefusal {
+    match reshape(disks, &t) {
+        Err(EngineError::CannotGrow(why)) => why,
+        other => panic!("{t:?}: {:?}", other.map(|r| r.finished)),
+    }
 }

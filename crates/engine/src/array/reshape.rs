@@ -646,6 +646,17 @@ fn start_plan(
     if raid0_grows {
         slot_member.push(None);
     }
+    // Each new member holds as much as every other (md refuses a smaller one too).
+    for &i in &spares[..adding] {
+        let room = found[i].sb.data_size_sectors;
+        if room < used {
+            return refuse(GrowRefusal::NoRoom {
+                member: names[i].clone(),
+                available_sectors: room,
+                asked_sectors: used,
+            });
+        }
+    }
     let new_members: Vec<(String, usize)> = spares[..adding]
         .iter()
         .enumerate()
