@@ -145,6 +145,19 @@ pub enum GrowRefusal {
     },
     /// What was asked for is what the array already is.
     NothingToChange,
+    /// Fewer data members shrink the array; refused unless the caller gave an array size at
+    /// or below the new one (mdadm's `--array-size`), its word that nothing past it is needed.
+    WouldShrink {
+        array_sectors: u64,
+        new_sectors: u64,
+    },
+    /// A member has too little room behind its data for the data to move up (a shrinking
+    /// reshape; md would need a backup file here).
+    NoTailroom {
+        member: String,
+        available_sectors: u64,
+        needed_sectors: u64,
+    },
 }
 
 impl fmt::Display for GrowRefusal {
@@ -207,6 +220,19 @@ impl fmt::Display for GrowRefusal {
                 "each member holds {} of data, not a whole number of {} chunks (md refuses too); shrink the array to a multiple first",
                 sectors_text(*member_sectors),
                 sectors_text(*chunk_sectors)
+            ),
+            GrowRefusal::WouldShrink { array_sectors, new_sectors } => write!(
+                f,
+                "with fewer data members the array shrinks from {} to {}: whatever lies past that is lost; give --array-size {} or less (K, M, G suffix), after shrinking what the array holds, to go on (as mdadm's --array-size)",
+                sectors_text(*array_sectors),
+                sectors_text(*new_sectors),
+                sectors_text(*new_sectors)
+            ),
+            GrowRefusal::NoTailroom { member, available_sectors, needed_sectors } => write!(
+                f,
+                "{member}: {} free behind the data, the reshape moves it up by {}; md would need a backup file here, raidkit does not take that risk (create arrays with --size below the members' size to leave room)",
+                sectors_text(*available_sectors),
+                sectors_text(*needed_sectors)
             ),
             GrowRefusal::NothingToChange => write!(
                 f,

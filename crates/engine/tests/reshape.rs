@@ -272,12 +272,12 @@ fn refusals_write_nothing() {
         other => panic!("{other:?}"),
     }
     assert!(snapshot(&disks) == before);
-    // Fewer members, and no reshape to continue.
+    // Fewer members without the word that the array may shrink, and no reshape to continue.
     let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
     let before = snapshot(&disks);
     assert!(matches!(
         grow(&disks, 3),
-        Err(EngineError::CannotGrow(GrowRefusal::ReshapeNotYet { .. }))
+        Err(EngineError::CannotGrow(GrowRefusal::WouldShrink { .. }))
     ));
     assert!(matches!(
         continue_reshape(&disks),
@@ -400,6 +400,7 @@ fn target(level: Option<i32>, layout: Option<u32>, chunk: Option<u64>) -> Reshap
         level,
         layout,
         chunk_sectors: chunk,
+        array_sectors: None,
     }
 }
 
@@ -446,6 +447,7 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
                 level: Some(6),
                 layout: None,
                 chunk_sectors: Some(32),
+                array_sectors: None,
             },
             (6, LS, 32, 6),
         ),
@@ -693,5 +695,105 @@ fn refused_on(disks: &[CrashDisk], t: ReshapeTarget) -> GrowRefusal {
     match reshape(disks, &t) {
         Err(EngineError::CannotGrow(why)) => why,
         other => panic!("{t:?}: {:?}", other.map(|r| r.finished)),
+    }
+}
+
+/// RAID `level` over `n` members using `size` sectors of each (room left behind the data),
+/// holding a pattern in its first `keep` bytes, zeros after: the members and that pattern.
+fn written_small(level: i32, n: usize, size: u64, keep: usize) -> (Vec<CrashDisk>, Vec<u8>) {
+    let disks: Vec<CrashDisk> = (0..n)
+        .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
+        .collect();
+    let mut opts = create_opts(level, n, ConsistencyPolicy::Resync, CHUNK);
+    opts.size_sectors = Some(size);
+    let array = Array::create(boxed(&disks), opts).unwrap();
+    let data = pattern(size + n as u64, keep);
+    array.write_at(&data, 0, false).unwrap();
+    array.stop().unwrap();
+    for d in &disks {
+        d.flush().unwrap();
+    }
+    (disks, data)
+}
+
+#[test]
+fn fewer_members_shrink_the_array_backwards_as_md() {
+    const SIZE: u64 = 3072;
+    for (level, n) in [(5, 5), (6, 6), (4, 4)] {
+        let parity = if level == 6 { 2 } else { 1 };
+        let keep = ((n - 1 - parity) as u64 * SIZE * 512) as usize;
+        let (disks, data) = written_small(level, n, SIZE, keep);
+        let fewer = ReshapeTarget {
+            raid_devices: Some(n - 1),
+            ..Default::default()
+        };
+        // Refused without the caller's word on the new size, nothing written.
+        let before: Vec<Vec<u8>> = disks
+            .iter()
+            .map(|d| {
+                let mut b = vec![0u8; MEMBER_BYTES];
+                d.read_at(&mut b, 0).unwrap();
+                b
+            })
+            .collect();
+        assert!(matches!(
+            refused_on(&disks, fewer.clone()),
+            GrowRefusal::WouldShrink { .. }
+        ));
+        for (d, b) in disks.iter().zip(&before) {
+            let mut now = vec![0u8; MEMBER_BYTES];
+            d.read_at(&mut now, 0).unwrap();
+            assert!(now == *b, "RAID {level}: a refusal wrote");
+        }
+        let t = ReshapeTarget {
+            array_sectors: Some(keep as u64 / 512),
+            ..fewer
+        };
+        let report = reshape(&disks, &t).unwrap();
+        assert!(report.finished, "RAID {level}");
+        assert!(
+            report.new_data_offset > report.old_data_offset,
+            "data moves up"
+        );
+        assert_eq!(report.new_raid_devices, n - 1);
+        let layout = if level == 4 { 0 } else { 2 };
+        verify_shape(&disks, &data, (level, layout, CHUNK as u64, n - 1));
+        let sb = raidkit_engine::read_superblock(&disks[n - 1]).unwrap().sb;
+        assert_eq!(sb.role(), raidkit_metadata::DevRole::Spare, "RAID {level}");
+    }
+}
+
+#[test]
+fn a_power_loss_in_a_shrinking_reshape_is_continued() {
+    const SIZE: u64 = 3072;
+    let keep = (3 * SIZE * 512) as usize;
+    let t = ReshapeTarget {
+        raid_devices: Some(4),
+        array_sectors: Some(keep as u64 / 512),
+        ..Default::default()
+    };
+    let (disks, _) = written_small(5, 5, SIZE, keep);
+    let power = Arc::new(AtomicI64::new(i64::MAX));
+    let counted: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+    reshape(&counted, &t).unwrap();
+    let budget = i64::MAX - power.load(Ordering::SeqCst);
+    let mut rng = Rng(0x0bac_4a2d_5eed_0001);
+    for round in 0..20 {
+        let (disks, data) = written_small(5, 5, SIZE, keep);
+        let power = Arc::new(AtomicI64::new(rng.below(budget as u64) as i64));
+        let cut: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+        assert!(reshape(&cut, &t).is_err(), "round {round}");
+        for d in &disks {
+            d.crash(&mut rng);
+        }
+        match continue_reshape(&disks) {
+            Ok(_) => {}
+            Err(EngineError::CannotGrow(GrowRefusal::NoReshape)) => match reshape(&disks, &t) {
+                Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::SameCount { .. })) => {}
+                Err(e) => panic!("round {round}: again: {e}"),
+            },
+            Err(e) => panic!("round {round}: continue: {e}"),
+        }
+        verify_shape(&disks, &data, (5, 2, CHUNK as u64, 4));
     }
 }

@@ -553,6 +553,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
             level: r.level.map(|l| l as i32),
             layout: layout_number(new_level, r.layout.as_deref())?,
             chunk_sectors: r.chunk_kib.map(|k| k * 2),
+            array_sectors: None,
         };
         let never = AtomicBool::new(false);
         let ctl = ReshapeControl {

@@ -405,7 +405,12 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
 /// `detail` of an array with a reshape in progress: old and new geometry, the cursor.
 fn print_reshape(r: &raidkit_engine::ReshapeStatus) {
     let mib = |b: u64| b as f64 / 1048576.0;
-    let percent = r.position_sectors as f64 * 100.0 / r.end_sectors.max(1) as f64;
+    let done = if r.backwards {
+        r.end_sectors.saturating_sub(r.position_sectors)
+    } else {
+        r.position_sectors
+    };
+    let percent = done as f64 * 100.0 / r.end_sectors.max(1) as f64;
     println!("     Raid Level : raid{}", r.level);
     println!(
         "   Raid Devices : {} (reshaping from {})",
@@ -432,8 +437,14 @@ fn print_reshape(r: &raidkit_engine::ReshapeStatus) {
         mib(r.new_array_bytes)
     );
     println!(
-        "  Reshape pos'n : {} sectors of {} ({percent:.1} % reshaped)",
-        r.position_sectors, r.end_sectors
+        "  Reshape pos'n : {} sectors of {} ({percent:.1} % reshaped{})",
+        r.position_sectors,
+        r.end_sectors,
+        if r.backwards {
+            ", from the end down"
+        } else {
+            ""
+        }
     );
     println!(
         "    Data Offset : {} sectors (old layout), {} sectors (new layout)",

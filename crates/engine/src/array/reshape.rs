@@ -38,7 +38,7 @@ use super::*;
 use crate::error::GrowRefusal;
 use crate::membership::assembly::Assembly;
 use crate::meta::FoundSuperblock;
-use crate::plan::reshape::{self as rules, Forward};
+use crate::plan::reshape::{self as rules, Backward, Forward, Way};
 use raidkit_metadata::ReshapeFields;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -78,6 +78,9 @@ pub struct ReshapeReport {
     /// recorded there, to go on with [`Array::continue_reshape`].
     pub finished: bool,
     pub position_sectors: u64,
+    /// Whether it runs down from the end (fewer data members, md's reshape_backwards): the
+    /// array sectors reshaped are then those from `position_sectors` on.
+    pub backwards: bool,
     /// Slots a level change gave new parity to rebuild (md's takeover then recovery): the
     /// array runs degraded until they are (`raidkit rebuild`).
     pub rebuild_slots: Vec<usize>,
@@ -110,7 +113,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 struct Shape {
     old: Geo,
     new: Geo,
-    forward: Forward,
+    way: Way,
     /// Member index (in the members given) of each new slot; `None`: missing.
     slot_member: Vec<Option<usize>>,
     /// Slots without a member to read or write (missing, or failed during the reshape): the
@@ -176,6 +179,10 @@ pub struct ReshapeTarget {
     pub layout: Option<u32>,
     /// Chunk size in sectors (`--chunk`).
     pub chunk_sectors: Option<u64>,
+    /// The array's size from now on, in sectors (mdadm's `--array-size`): a reshape that
+    /// shrinks the array (fewer data members) needs it at or below the new size, the caller's
+    /// word that nothing past it is needed.
+    pub array_sectors: Option<u64>,
 }
 
 impl ReshapeTarget {
@@ -262,6 +269,7 @@ impl Array {
                     failed_members: Vec::new(),
                     finished: true,
                     position_sectors: 0,
+                    backwards: false,
                     rebuild_slots: rebuild,
                 })
             }
@@ -294,8 +302,11 @@ pub struct ReshapeStatus {
     pub new_chunk_sectors: u64,
     pub old_raid_devices: usize,
     pub new_raid_devices: usize,
-    /// md's reshape_position: array sectors below it are in the new layout.
+    /// md's reshape_position: array sectors below it are in the new layout (at or above it,
+    /// when `backwards`).
     pub position_sectors: u64,
+    /// Whether it runs down from the end (fewer data members, md's reshape_backwards).
+    pub backwards: bool,
     /// Array sectors the reshape covers (the new layout's size).
     pub end_sectors: u64,
     pub old_array_bytes: u64,
@@ -329,6 +340,7 @@ impl Array {
             old_raid_devices: old_count,
             new_raid_devices: a.geo.raid_disks,
             position_sectors: r.reshape_position_sectors,
+            backwards: a.nsb.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS),
             end_sectors: a.geo.array_sectors(),
             old_array_bytes: 0,
             new_array_bytes: a.geo.array_sectors() * SECTOR as u64,
@@ -376,7 +388,10 @@ fn record(sb: &mut Superblock, shape: &Shape, i: usize, pos: u64) {
     sb.feature_map.insert(FeatureMap::RESHAPE_ACTIVE);
     sb.feature_map
         .set(FeatureMap::NEW_OFFSET, sb.reshape.new_offset_sectors != 0);
-    sb.feature_map.remove(FeatureMap::RESHAPE_BACKWARDS);
+    sb.feature_map.set(
+        FeatureMap::RESHAPE_BACKWARDS,
+        matches!(shape.way, Way::Backward(_)),
+    );
     // A fresh slot holds the new layout up to the position (md's reshape_request moves a
     // recovering member's recovery_offset along with it, in member sectors: the position
     // over the new layout's data members).
@@ -575,9 +590,10 @@ fn start_plan(
             (0, 5 | 6) => 2,
             _ => old_layout,
         });
-    if new_count < run_count {
+    let shrinks = new_count < run_count;
+    if shrinks && !(matches!(level, 4..=6) && run_level == level && added_parity == 0) {
         return refuse(GrowRefusal::ReshapeNotYet {
-            what: format!("removing members from a RAID {level}"),
+            what: format!("removing members from a RAID {level} while changing its level"),
         });
     }
     let takeover = new_count == run_count && new_layout == old_layout && new_chunk == old_chunk;
@@ -622,17 +638,21 @@ fn start_plan(
     let new = Geo::new(new_level, new_layout, new_count, new_chunk, used).map_err(invalid)?;
     let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
     if nd < od {
-        return refuse(GrowRefusal::ReshapeNotYet {
-            what: format!(
-                "going from {od} to {nd} data members (md's backwards reshape, which shrinks the array)"
-            ),
-        });
+        // The array shrinks: what lies past its new end goes, so only when the caller said
+        // the array holds nothing it needs there (mdadm's `--array-size` first).
+        let keep = new.array_sectors();
+        if target.array_sectors.is_none_or(|s| s > keep) {
+            return refuse(GrowRefusal::WouldShrink {
+                array_sectors: old.array_sectors(),
+                new_sectors: keep,
+            });
+        }
     }
     let spares: Vec<usize> = (0..found.len())
         .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
         .filter(|&i| !a.slot_member.iter().any(|m| *m == Some(MemberId(i))))
         .collect();
-    let adding = asked - old_count;
+    let adding = asked.saturating_sub(old_count);
     if spares.len() < adding {
         return refuse(GrowRefusal::NoSpare {
             needed: adding,
@@ -731,20 +751,33 @@ fn start_plan(
     } else {
         rules::min_offset_change(old_chunk, od, new_chunk, nd)
     };
-    // Every member must have room for its data to move down by `min` (md's head-space).
+    // Every member must have room for its data to move by `min`: down (md's head-space), or
+    // up when the array shrinks (behind the data; mdadm moves the offset up by `min`).
     let mut before = u64::MAX;
     for &i in slot_member.iter().flatten() {
         let sb = &found[i].sb;
-        let room = rules::space_before(
-            sb.data_offset_sectors,
-            sb.super_offset_sectors,
-            bblog_end(sb),
-        );
+        let room = if shrinks {
+            sb.data_size_sectors.saturating_sub(used)
+        } else {
+            rules::space_before(
+                sb.data_offset_sectors,
+                sb.super_offset_sectors,
+                bblog_end(sb),
+            )
+        };
         if room < min {
-            return refuse(GrowRefusal::NoHeadroom {
-                member: names[i].clone(),
-                available_sectors: room,
-                needed_sectors: min,
+            return refuse(if shrinks {
+                GrowRefusal::NoTailroom {
+                    member: names[i].clone(),
+                    available_sectors: room,
+                    needed_sectors: min,
+                }
+            } else {
+                GrowRefusal::NoHeadroom {
+                    member: names[i].clone(),
+                    available_sectors: room,
+                    needed_sectors: min,
+                }
             });
         }
         before = before.min(room);
@@ -762,7 +795,9 @@ fn start_plan(
         old_offset.push(off);
         // mdadm: more data members move by the least; the same number by about half the
         // room there is (each step may then move that much before progress is recorded).
-        new_offset.push(if nd > od {
+        new_offset.push(if shrinks {
+            off + min
+        } else if nd > od {
             off - min
         } else {
             rules::choose_offset(off - before, off, off - before, off - min)
@@ -773,26 +808,32 @@ fn start_plan(
         .zip(&new_offset)
         .zip(&slot_member)
         .filter(|(_, m)| m.is_some())
-        .map(|((o, n), _)| o - n)
+        .map(|((&o, &n), _)| o.abs_diff(n))
         .min()
         .unwrap_or(0);
-    let forward = Forward {
+    let way = way(
         old_chunk,
-        old_data: od,
+        od,
         new_chunk,
-        new_data: nd,
+        nd,
         diff,
-        end: new.array_sectors(),
-    };
-    let mut fresh = vec![false; new_count];
+        new.array_sectors(),
+        shrinks,
+    );
+    let slots = new_count.max(old_count);
+    let mut fresh = vec![false; slots];
     for s in fresh_slots {
         fresh[s] = true;
     }
     let lost = slot_member.iter().map(Option::is_none).collect();
+    if shrinks {
+        // The members past the new count leave as spares at the end.
+        finish_as = Some((level, new_layout, new_count));
+    }
     let shape = Shape {
         old,
         new,
-        forward,
+        way,
         lost,
         fresh,
         finish_as,
@@ -821,6 +862,30 @@ fn leave_as_spares(
         }
     }
     Ok(())
+}
+
+/// The rule of a reshape from `od` to `nd` data members: forward, or backward when
+/// `backward` (fewer).
+fn way(oc: u64, od: u64, nc: u64, nd: u64, diff: u64, end: u64, backward: bool) -> Way {
+    if backward {
+        Way::Backward(Backward {
+            old_chunk: oc,
+            old_data: od,
+            new_chunk: nc,
+            new_data: nd,
+            diff,
+            end,
+        })
+    } else {
+        Way::Forward(Forward {
+            old_chunk: oc,
+            old_data: od,
+            new_chunk: nc,
+            new_data: nd,
+            diff,
+            end,
+        })
+    }
 }
 
 /// How a reshape starts.
@@ -894,7 +959,7 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
             r.new_level
         ));
     }
-    if r.delta_disks < 0 || old_count < 2 {
+    if old_count < 2 || (r.delta_disks < 0 && !matches!(md_level, 4..=6)) {
         return unsupported(format!("a reshape by {} members", r.delta_disks));
     }
     if md_level == 10 {
@@ -912,9 +977,10 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
         Geo::new(md_level, a.nsb.layout, old_count as usize, old_chunk, used).map_err(invalid)?;
     let new = Geo::new(r.new_level, r.new_layout, new_count, new_chunk, used).map_err(invalid)?;
     let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
-    if nd < od {
+    let backward = nd < od;
+    if backward && r.delta_disks >= 0 {
         return unsupported(format!(
-            "going from {od} to {nd} data members (md's backwards reshape)"
+            "going from {od} to {nd} data members without fewer members"
         ));
     }
     let pos = r.reshape_position_sectors;
@@ -922,8 +988,9 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
     // A member being recovered in a slot of the old layout is one the reshape fills (md's new
     // Q member): fresh, when it is recovered as far as the reshape went. One superblock round
     // behind counts: every member was flushed up to the position before any recorded it.
-    let mut fresh = vec![false; new_count];
-    let mut lost = vec![false; new_count];
+    let slots = slot_member.len();
+    let mut fresh = vec![false; slots];
+    let mut lost = vec![false; slots];
     for (slot, state) in a.slot_state.iter().enumerate() {
         let sb = slot_member[slot].map(|i| &found[i].sb);
         let current = sb.is_some_and(|sb| {
@@ -956,45 +1023,53 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
         old_offset.push(sb.data_offset_sectors);
         new_offset.push((sb.data_offset_sectors as i64 + moved).max(0) as u64);
     }
-    // md's min_offset_diff: the least move over the members; a reshape moving data up, or
-    // not at all, is md's backup-file kind.
+    // md's min_offset_diff: the least move over the members, down (up when the array
+    // shrinks, md's reshape_backwards); a reshape moving data the other way, or not at all,
+    // is md's backup-file kind.
+    let sign = if backward { -1 } else { 1 };
     let diff = old_offset
         .iter()
         .zip(&new_offset)
         .zip(&lost)
         .filter(|(_, &gone)| !gone)
-        .map(|((&o, &n), _)| o as i64 - n as i64)
+        .map(|((&o, &n), _)| (o as i64 - n as i64) * sign)
         .min()
         .unwrap_or(0);
     if diff <= 0 {
         return unsupported(
-            "a reshape that does not move the data offset down (md's backup-file reshapes)".into(),
+            "a reshape that does not move the data offset (md's backup-file reshapes)".into(),
         );
     }
-    let forward = Forward {
+    let way = way(
         old_chunk,
-        old_data: od,
+        od,
         new_chunk,
-        new_data: nd,
-        diff: diff as u64,
-        end: new.array_sectors(),
-    };
-    if !forward.can_resume(pos) {
+        nd,
+        diff as u64,
+        new.array_sectors(),
+        backward,
+    );
+    if !way.can_resume(pos) {
         return refuse(GrowRefusal::TooEarly { position: pos });
     }
+    let finish_as = if backward {
+        Some((md_level, r.new_layout, new_count))
+    } else {
+        raid0_growing(a).then_some((0, 0, new_count - 1))
+    };
     let shape = Shape {
         old,
         new,
-        forward,
+        way,
         slot_member,
         lost,
         fresh,
-        finish_as: raid0_growing(a).then_some((0, 0, new_count - 1)),
+        finish_as,
         old_offset,
         new_offset,
     };
     if !shape.survives_losing(None) {
-        let slots = (0..new_count)
+        let slots = (0..slots)
             .filter(|&s| shape.lost[s] || (s < shape.old.raid_disks && !shape.old_readable(s)))
             .collect();
         return refuse(GrowRefusal::NotWhole { slots });
@@ -1116,12 +1191,12 @@ fn run(
         }
     }
     let progress = ctl.progress;
+    let f = shape.way;
     let start_at = match start {
-        Start::Fresh => 0,
+        Start::Fresh => f.first(),
         Start::At(pos) => pos,
     };
-    let f = shape.forward;
-    let total = f.end * SECTOR as u64;
+    let total = f.end() * SECTOR as u64;
     let old_end = shape.old.array_sectors();
     let max_step = MAX_STEP_BYTES / SECTOR as u64;
     let first = (0..shape.lost.len()).find(|&s| !shape.lost[s]).unwrap_or(0);
@@ -1146,6 +1221,7 @@ fn run(
         failed_members: Vec::new(),
         finished: false,
         position_sectors: start_at,
+        backwards: matches!(f, Way::Backward(_)),
         rebuild_slots: Vec::new(),
     };
     let mut run = Run {
@@ -1160,31 +1236,31 @@ fn run(
     if let Start::Fresh = start {
         // A member failing here fails the start: nothing has moved.
         for (i, sb) in run.sbs.iter_mut().enumerate() {
-            record(sb, &run.shape, i, 0);
+            record(sb, &run.shape, i, start_at);
         }
         run.round().map_err(|(_, e)| e)?;
     }
     let (mut pos, mut recorded) = (start_at, start_at);
     let mut last = Instant::now();
     let mut bufs = StepBuffers::default();
-    progress(pos * SECTOR as u64, total);
+    progress(f.done(pos) * SECTOR as u64, total);
     let pause = ctl.pause_at_bytes.map_or(u64::MAX, |b| b / SECTOR as u64);
     // Two sets of old-layout buffers: this step's, and the next step's, read while this one
-    // is laid out and written (the drives stay busy; the read is of old rows at or past
-    // this step's end, which no write of this step reaches).
+    // is laid out and written (the drives stay busy; the read is of old rows the rule keeps
+    // this step's writes away from).
     let (mut old, mut spare): (Vec<Vec<u8>>, Vec<Vec<u8>>) = Default::default();
     type Ahead<'s> = std::thread::ScopedJoinHandle<'s, (Vec<Vec<u8>>, StepRead)>;
     let stopped = std::thread::scope(|sc| -> Result<bool> {
         // The read of the next step: its range, the slots lost when it began, its thread.
-        let mut ahead: Option<(u64, u64, Vec<bool>, Ahead<'_>)> = None;
+        let mut ahead: Option<((u64, u64), Vec<bool>, Ahead<'_>)> = None;
         let join = |h: Ahead<'_>| {
             h.join().unwrap_or_else(|_| {
                 let panicked = EngineError::Invalid("a reshape read thread panicked".into());
                 (Vec::new(), Err(StepError::Other(panicked)))
             })
         };
-        while pos < f.end {
-            if ctl.stop.load(Ordering::Relaxed) || pos >= pause {
+        while pos != f.last() {
+            if ctl.stop.load(Ordering::Relaxed) || f.done(pos) >= pause {
                 if let Some((.., h)) = ahead.take() {
                     // Its data is not used.
                     let _ = join(h);
@@ -1193,63 +1269,62 @@ fn run(
                 return Ok(true);
             }
             // Up to the pause at most (a step moves one unit at least).
-            let cap = max_step.min(pause - pos);
-            let mut to = f.step_end(pos, recorded, cap);
-            if to == pos || last.elapsed() >= CHECKPOINT_EVERY {
+            let cap = max_step.min(pause - f.done(pos));
+            let mut range = f.step(pos, recorded, cap);
+            if range.0 == range.1 || last.elapsed() >= CHECKPOINT_EVERY {
                 run.checkpoint(pos)?;
                 (recorded, last) = (pos, Instant::now());
-                to = f.step_end(pos, recorded, cap);
-                if to == pos {
+                range = f.step(pos, recorded, cap);
+                if range.0 == range.1 {
                     return Err(EngineError::Invalid(format!(
                         "reshape: no new stripe fits at array sector {pos} (data offsets moved by {} sectors)",
-                        f.diff
+                        f.diff()
                     )));
                 }
             }
+            let (from, to) = range;
             // This step's old data: the read ahead when it read this range with the same
             // slots lost, else read now.
             let mut read = None;
-            if let Some((a, b, lost, h)) = ahead.take() {
-                let (got, r) = join(h);
-                if (a, b) == (pos, to) && lost == run.shape.lost {
-                    (old, read) = (got, Some(r));
+            if let Some((r, lost, h)) = ahead.take() {
+                let (got, result) = join(h);
+                if r == range && lost == run.shape.lost {
+                    (old, read) = (got, Some(result));
                 } else {
                     spare = got;
                 }
             }
             let read = match read {
                 Some(r) => r,
-                None => read_old(members, &run.shape, &mut old, pos, to, old_end),
+                None => read_old(members, &run.shape, &mut old, from, to, old_end),
             };
+            let next_pos = f.after(range);
             let result = read.and_then(|r| {
                 // The next step's read, on its way while this step is written.
-                let next_cap = max_step.min(pause.saturating_sub(to));
-                if to < f.end && next_cap > 0 {
-                    let rec = if f.step_end(to, recorded, next_cap) > to {
-                        recorded
-                    } else {
-                        to
-                    };
-                    let next = f.step_end(to, rec, next_cap);
-                    if next > to {
+                let next_cap = max_step.min(pause.saturating_sub(f.done(next_pos)));
+                if next_pos != f.last() && next_cap > 0 {
+                    let here = f.step(next_pos, recorded, next_cap);
+                    let rec = if here.0 < here.1 { recorded } else { next_pos };
+                    let next = f.step(next_pos, rec, next_cap);
+                    if next.0 < next.1 {
                         let shape = run.shape.clone();
                         let mut into = std::mem::take(&mut spare);
                         let h = sc.spawn(move || {
-                            let r = read_old(members, &shape, &mut into, to, next, old_end);
+                            let r = read_old(members, &shape, &mut into, next.0, next.1, old_end);
                             (into, r)
                         });
-                        ahead = Some((to, next, run.shape.lost.clone(), h));
+                        ahead = Some((next, run.shape.lost.clone(), h));
                     }
                 }
-                let w = write_new(members, &run.shape, &old, &mut bufs, pos, to, old_end)?;
+                let w = write_new(members, &run.shape, &old, &mut bufs, from, to, old_end)?;
                 Ok((r, w))
             });
             match result {
                 Ok((r, w)) => {
                     run.report.read_bytes += r;
                     run.report.written_bytes += w;
-                    pos = to;
-                    progress(pos * SECTOR as u64, total);
+                    pos = next_pos;
+                    progress(f.done(pos) * SECTOR as u64, total);
                     // This step's buffers take the read after next.
                     if spare.is_empty() {
                         spare = std::mem::take(&mut old);
@@ -1276,7 +1351,7 @@ fn run(
     }
     // Everything moved: recorded as such first, so a member that misses the last round
     // below still says where its data is.
-    run.checkpoint(f.end)?;
+    run.checkpoint(f.last())?;
     let shape = &run.shape;
     let (level, layout, count) = shape.finish_as.unwrap_or((
         shape.new.md_level(),
@@ -1293,9 +1368,11 @@ fn run(
             finish_fields(sb);
             continue;
         };
-        let moved = shape.old_offset[slot] - shape.new_offset[slot];
-        sb.data_offset_sectors = shape.new_offset[slot];
-        sb.data_size_sectors += moved;
+        // The data area starts where the new layout does: lower by the move (more room),
+        // or higher (less).
+        let (o, n) = (shape.old_offset[slot], shape.new_offset[slot]);
+        sb.data_offset_sectors = n;
+        sb.data_size_sectors = (sb.data_size_sectors + o).saturating_sub(n);
         if shape.fresh[slot] {
             sb.clear_recovery_offset();
         }
@@ -1308,7 +1385,7 @@ fn run(
         run.lose(slot, e)?;
     }
     run.report.finished = true;
-    run.report.position_sectors = f.end;
+    run.report.position_sectors = f.last();
     (
         run.report.new_level,
         run.report.new_layout,

@@ -254,8 +254,13 @@ pub(crate) fn decide(
     )
     .map_err(|e| EngineError::Invalid(e.to_string()))?;
     // 6. Roles from the newest superblock.
-    let mut slot_member: BySlot<Option<MemberId>> = BySlot::filled(None, raid_disks);
-    let mut slot_state = BySlot::filled(MemberState::Missing, raid_disks);
+    // While a reshape that removes members runs, the members leaving keep their slots past
+    // the new count (md's previous_raid_disks).
+    let slots = reshape.as_ref().map_or(raid_disks, |r| {
+        raid_disks.max((raid_disks as i64 - r.delta_disks as i64).max(0) as usize)
+    });
+    let mut slot_member: BySlot<Option<MemberId>> = BySlot::filled(None, slots);
+    let mut slot_state = BySlot::filled(MemberState::Missing, slots);
     let mut stale: Vec<MemberId> = Vec::new();
     let mut use_member = ByMember::filled(true, found.len());
     // Newest members first, so that when two claim one slot (a removed member whose
@@ -296,7 +301,7 @@ pub(crate) fn decide(
         match role {
             DevRole::Active(slot)
                 if f.sb.feature_map.contains(FeatureMap::REPLACEMENT)
-                    && (slot as usize) < raid_disks =>
+                    && (slot as usize) < slots =>
             {
                 if f.sb.events < nsb.events {
                     report.excluded.push((
@@ -313,7 +318,7 @@ pub(crate) fn decide(
             }
             DevRole::Active(slot) => {
                 let slot = slot as usize;
-                if slot >= raid_disks {
+                if slot >= slots {
                     report
                         .excluded
                         .push(((*m).into(), format!("role {slot} is beyond raid devices")));
@@ -513,19 +518,22 @@ pub(crate) fn decide(
     // During a reshape that adds members, md counts the old and the new section apart
     // (raid5_calc_degraded): a member the reshape is filling counts against the old section
     // only.
-    let survives = match reshape.as_ref().filter(|r| r.delta_disks > 0) {
+    let survives = match reshape.as_ref().filter(|r| r.delta_disks != 0) {
         None => geo.survives(&failed),
         Some(r) => {
-            let old = raid_disks.saturating_sub(r.delta_disks as usize);
+            let old = (raid_disks as i64 - r.delta_disks as i64).max(0) as usize;
             let new_failed: Vec<bool> = (0..raid_disks)
-                .map(|s| failed[s] && slot_state[Slot(s)] != MemberState::Rebuilding)
+                .map(|s| {
+                    failed[s]
+                        && (r.delta_disks < 0 || slot_state[Slot(s)] != MemberState::Rebuilding)
+                })
                 .collect();
             let old_failed = (0..old).filter(|&s| failed[s]).count();
             geo.survives(&new_failed) && old_failed <= geo.geometry().max_degraded() as usize
         }
     };
     if !survives {
-        let missing: Vec<String> = (0..raid_disks)
+        let missing: Vec<String> = (0..slots)
             .filter(|&s| failed[s])
             .map(|s| s.to_string())
             .collect();
@@ -541,7 +549,7 @@ pub(crate) fn decide(
     // come back through a full rebuild), so a writable assembly without them needs `run`.
     if !(opts.read_only || opts.run || member_read_only) {
         let nsb = &nsb;
-        let absent: Vec<AbsentMember> = (0..raid_disks)
+        let absent: Vec<AbsentMember> = (0..slots)
             .filter(|&slot| slot_member[Slot(slot)].is_none())
             .flat_map(|slot| {
                 (0..nsb.max_dev())
@@ -707,7 +715,7 @@ pub(crate) fn decide(
 }
 
 /// For a member whose superblock records a reshape complete (its position at the new
-/// layout's end) while the newest records none: it missed the reshape's last round, and its
+/// layout's end, or at 0 for one running backwards) while the newest records none: it missed the reshape's last round, and its
 /// data is `new_offset` sectors from where its superblock says.
 fn finished_behind(own: &Superblock, newest: &Superblock) -> Option<i64> {
     let r = own.reshape()?;
@@ -724,7 +732,13 @@ fn finished_behind(own: &Superblock, newest: &Superblock) -> Option<i64> {
         Ok(g) => g.array_sectors(),
         Err(_) => return None,
     };
-    (r.reshape_position_sectors >= data).then_some(r.new_offset_sectors as i64)
+    // A reshape running backwards (fewer data members, md's reshape_backwards) ends at 0.
+    let done = if own.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS) {
+        r.reshape_position_sectors == 0
+    } else {
+        r.reshape_position_sectors >= data
+    };
+    done.then_some(r.new_offset_sectors as i64)
 }
 
 #[cfg(test)]

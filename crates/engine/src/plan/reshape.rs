@@ -112,6 +112,125 @@ impl Forward {
     }
 }
 
+/// A backward reshape (fewer data members, md's `reshape_backwards`): the new layout is
+/// written above the old one (the data offset moved up by `diff`) from the array's new end
+/// down to 0; sectors at or above the recorded position are in the new layout, those below
+/// still in the old, which a step may not overwrite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backward {
+    pub old_chunk: u64,
+    pub old_data: u64,
+    pub new_chunk: u64,
+    pub new_data: u64,
+    /// How far the data offset moved up (the least over the members).
+    pub diff: u64,
+    /// Array sectors the reshape covers: the new geometry's whole size.
+    pub end: u64,
+}
+
+impl Backward {
+    fn unit(&self) -> u64 {
+        self.old_chunk.max(self.new_chunk) * self.new_data
+    }
+
+    /// The lowest array sector a step down from `pos` may start at, in whole units and at
+    /// most `max_step` sectors, while the superblocks record `recorded`: its new layout must
+    /// start at or above the end of the old layout's stripes holding sectors below
+    /// `recorded` (offsets included). `pos` itself when no unit fits: the position recorded
+    /// must come down first.
+    pub fn step_start(&self, pos: u64, recorded: u64, max_step: u64) -> u64 {
+        let old_stripe = self.old_chunk * self.old_data;
+        // Old member sectors still needed: every old stripe holding a sector below it.
+        let needed = recorded.div_ceil(old_stripe) * self.old_chunk;
+        let unit = self.unit();
+        let per_unit = unit / self.new_data;
+        let fits = needed.saturating_sub(self.diff).div_ceil(per_unit) * unit;
+        let cap = pos.saturating_sub((max_step / unit).max(1).saturating_mul(unit));
+        fits.max(cap).min(pos)
+    }
+
+    /// Whether a reshape recorded at `pos` can go on: `pos` is on a unit (or the end) and the
+    /// next unit down fits.
+    pub fn can_resume(&self, pos: u64) -> bool {
+        (pos.is_multiple_of(self.unit()) || pos == self.end)
+            && (pos == 0 || self.step_start(pos, pos, 1) < pos)
+    }
+}
+
+/// Which way a reshape runs, and its rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// Up from 0 (more data members, or as many).
+    Forward(Forward),
+    /// Down from the end (fewer data members).
+    Backward(Backward),
+}
+
+impl Way {
+    /// Array sectors the new layout holds.
+    pub fn end(&self) -> u64 {
+        match self {
+            Way::Forward(f) => f.end,
+            Way::Backward(b) => b.end,
+        }
+    }
+
+    /// How far the data offset moved (either way).
+    pub fn diff(&self) -> u64 {
+        match self {
+            Way::Forward(f) => f.diff,
+            Way::Backward(b) => b.diff,
+        }
+    }
+
+    /// Where a new reshape starts and where it ends.
+    pub fn first(&self) -> u64 {
+        match self {
+            Way::Forward(_) => 0,
+            Way::Backward(b) => b.end,
+        }
+    }
+
+    pub fn last(&self) -> u64 {
+        match self {
+            Way::Forward(f) => f.end,
+            Way::Backward(_) => 0,
+        }
+    }
+
+    /// Array sectors reshaped once the position is at `pos`.
+    pub fn done(&self, pos: u64) -> u64 {
+        match self {
+            Way::Forward(_) => pos,
+            Way::Backward(b) => b.end - pos,
+        }
+    }
+
+    /// The array sectors `[from, to)` of the next step from `pos` (empty when the recorded
+    /// position must move first), at most `max_step` sectors.
+    pub fn step(&self, pos: u64, recorded: u64, max_step: u64) -> (u64, u64) {
+        match self {
+            Way::Forward(f) => (pos, f.step_end(pos, recorded, max_step)),
+            Way::Backward(b) => (b.step_start(pos, recorded, max_step), pos),
+        }
+    }
+
+    /// The position once step `[from, to)` is done.
+    pub fn after(&self, (from, to): (u64, u64)) -> u64 {
+        match self {
+            Way::Forward(_) => to,
+            Way::Backward(_) => from,
+        }
+    }
+
+    pub fn can_resume(&self, pos: u64) -> bool {
+        match self {
+            Way::Forward(f) => f.can_resume(pos),
+            Way::Backward(b) => b.can_resume(pos),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +335,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_backward_step_never_writes_over_old_data_the_superblocks_still_point_at() {
+        // RAID 5 from 5 to 4 members (4 -> 3 data), 64 KiB chunks, offset up by 512.
+        let b = Backward {
+            old_chunk: 128,
+            old_data: 4,
+            new_chunk: 128,
+            new_data: 3,
+            diff: 512,
+            end: 3 * 128 * 200,
+        };
+        assert!(b.can_resume(b.end));
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..10_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let recorded = (rng % b.end) / 384 * 384;
+            let pos = recorded - (rng >> 40) % 4 * 384 * (recorded >= 4 * 384) as u64;
+            let from = b.step_start(pos, recorded, (rng >> 20) % 100_000);
+            assert!(from <= pos && from.is_multiple_of(384));
+            if from < pos {
+                // The new layout from `from` starts at or above the old data below `recorded`.
+                let write_start = 512 + from / 3;
+                let read_end = recorded.div_ceil(512) * 128;
+                assert!(write_start >= read_end, "{pos} {recorded} {from}");
+            }
+        }
+        // From the end, steps come down to 0.
+        let (mut pos, mut n) = (b.end, 0);
+        while pos > 0 {
+            let from = b.step_start(pos, pos, 1 << 20);
+            assert!(from < pos, "stuck at {pos}");
+            pos = from;
+            n += 1;
+        }
+        assert!(n > 1);
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct GrowArgs {
         short = 'z',
         value_name = "SIZE|max",
         required_unless_present_any = ["raid_devices", "continue_reshape", "level", "layout", "chunk"],
-        conflicts_with_all = ["raid_devices", "continue_reshape", "level", "layout", "chunk"]
+        conflicts_with_all = ["raid_devices", "continue_reshape", "level", "layout", "chunk", "array_size"]
     )]
     pub size: Option<String>,
     /// The number of members from now on. RAID 1: more slots, which the spares among the
@@ -72,6 +72,16 @@ pub struct GrowArgs {
         conflicts_with = "continue_reshape"
     )]
     pub chunk: Option<String>,
+    /// Fewer data members shrink the array (RAID 4/5/6 `--raid-devices` below the count):
+    /// the array's size from now on (K, M, G, T suffix; a bare number is KiB, as mdadm's
+    /// `--array-size`), at or below the new size. Your word that nothing past it is needed:
+    /// shrink the filesystem first. Without it such a reshape is refused.
+    #[arg(
+        long = "array-size",
+        value_name = "SIZE",
+        conflicts_with = "continue_reshape"
+    )]
+    pub array_size: Option<String>,
     /// Go on with the reshape the members record (one a crash or Ctrl-C interrupted, or one
     /// md started), from where it was recorded.
     #[arg(long = "continue")]
@@ -85,7 +95,11 @@ pub struct GrowArgs {
 }
 
 pub fn grow(args: GrowArgs) -> Result<(), CliError> {
-    if args.level.is_some() || args.layout.is_some() || args.chunk.is_some() {
+    if args.level.is_some()
+        || args.layout.is_some()
+        || args.chunk.is_some()
+        || args.array_size.is_some()
+    {
         let target = target(&args)?;
         return reshape(&args, Some(target));
     }
@@ -114,11 +128,16 @@ fn target(args: &GrowArgs) -> Result<ReshapeTarget, CliError> {
         Some(c) => Some(u64::from(parse_chunk_sectors(c)?)),
         None => None,
     };
+    let array_sectors = match &args.array_size {
+        Some(s) => Some(parse_size_bytes(s, 1024)? / 512),
+        None => None,
+    };
     Ok(ReshapeTarget {
         raid_devices: args.raid_devices,
         level,
         layout,
         chunk_sectors,
+        array_sectors,
     })
 }
 
@@ -212,10 +231,13 @@ fn reshape(args: &GrowArgs, target: Option<ReshapeTarget>) -> Result<(), CliErro
         println!("raidkit: {name} takes slot {slot}");
     }
     if !report.finished {
+        let end = report.new_array_bytes;
+        let pos = report.position_sectors * 512;
         println!(
-            "raidkit: reshape stopped at {:.1} MiB of {:.1} MiB, recorded in the superblocks; `raidkit grow --continue` with the same members goes on (so does md)",
-            mib(report.position_sectors * 512),
-            mib(report.new_array_bytes),
+            "raidkit: reshape stopped with {:.1} MiB of {:.1} MiB reshaped{}, recorded in the superblocks; `raidkit grow --continue` with the same members goes on (so does md)",
+            mib(if report.backwards { end - pos } else { pos }),
+            mib(end),
+            if report.backwards { " (from the end down)" } else { "" },
         );
         return Ok(());
     }
