@@ -1,5 +1,5 @@
 //! Reshapes of a stopped array, as md's (`mdadm --grow`): more members for RAID 0, 4, 5, 6
-//! and 10 (near copies), another chunk size or layout, and level changes through md's
+//! and 10 (near copies), fewer for RAID 4, 5 and 6, another chunk size or layout, and level changes through md's
 //! takeovers (RAID 0 to 4/5/6, 4 to 5, 4 or 5 to 6, 6 to 5). Every stripe is rewritten in the new
 //! layout; a level change that moves nothing only writes superblocks and leaves the new
 //! parity to rebuild.
@@ -15,7 +15,10 @@
 //! `continue_reshape` (or md, which reads the same fields) starts again from the recorded
 //! position; md's own reshapes resume here the same way. The last position recorded is the
 //! end, before the superblocks take the new data offset and shape, so members a crash leaves
-//! one round behind still assemble.
+//! one round behind still assemble. Fewer data members run the other way, as md's
+//! `reshape_backwards`: the data offset moves up, the reshape runs from the new end down to 0
+//! ([`plan::reshape::Backward`]), and only once the caller gave the smaller array size
+//! (mdadm's `--array-size`): what lay past it is gone.
 //!
 //! md's takeovers, recorded as md records them: a RAID 5 becoming a RAID 6 runs as a RAID 6
 //! of md's `*-6` layout (Q on the last member, a spare) and a RAID 0 as a RAID 4/5/6 with its
@@ -29,8 +32,8 @@
 //! member leaves as a spare at the end; continued after a crash, it ends in that form (the
 //! superblocks record no more, as md's), and `grow --level 5` then drops the Q at once.
 //!
-//! Not yet: reshapes while the array serves I/O, fewer data members (md's backwards
-//! reshapes), RAID 0 to 10, RAID 10 offset layouts or counts that are not a
+//! Not yet: reshapes while the array serves I/O, fewer members for RAID 0 and 10, RAID 0 to
+//! 10, RAID 10 offset layouts or counts that are not a
 //! whole number of copies.
 
 use super::grow::{decide_stopped, read_and_decide};
