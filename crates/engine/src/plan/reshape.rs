@@ -90,8 +90,8 @@ impl Forward {
         self.old_chunk.max(self.new_chunk) * self.new_data
     }
 
-    /// The furthest array sector a step from `pos` may reach, in whole units (see
-    /// [`Forward::unit`]) and at most `max_step` sectors, while the superblocks record
+    /// The furthest array sector a step from `pos` may reach, in whole units (whole
+    /// new stripes of the larger chunk) and at most `max_step` sectors, while the superblocks record
     /// `recorded`: its new layout must end at or before the old layout's first stripe holding
     /// a sector at or above `recorded` (offsets included). `pos` itself when no unit fits:
     /// the position recorded must advance first.
