@@ -424,6 +424,9 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
         (0, 3, 2, 16, target(Some(6), None, None), (6, LS, 16, 5)),
         // RAID 6 -> 5: restriped to left-symmetric-6, its Q member left as a spare.
         (6, 5, 0, 16, target(Some(5), None, None), (5, LS, 16, 4)),
+        // RAID 5 -> 4 and -> 0: restriped to parity-last; for RAID 0 its parity member left.
+        (5, 4, 0, 16, target(Some(4), None, None), (4, 0, 16, 4)),
+        (5, 4, 0, 16, target(Some(0), None, None), (0, 0, 16, 3)),
         // RAID 10, 2 near copies, from 4 to 6 members; a new chunk size.
         (10, 4, 2, 16, ReshapeTarget::members(6), (10, 0x102, 16, 6)),
         (
@@ -500,7 +503,7 @@ fn a_power_loss_in_a_restripe_is_continued() {
             }
             // A RAID 6 to 5 that was continued ends in its RAID 5 form (md's `*-6` layout:
             // the superblocks record no more than that); asked again, the Q member leaves.
-            if t.level == Some(5) && level == 6 {
+            if t.level.is_some_and(|l| l < level) {
                 match reshape(&disks, &t) {
                     Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::NothingToChange)) => {}
                     Err(e) => panic!("case {k} round {round}: to RAID 5: {e}"),
@@ -577,7 +580,10 @@ fn level_and_chunk_refusals_write_nothing() {
         }
     ));
     assert!(matches!(
-        refused(target(Some(0), None, None)),
+        refused(ReshapeTarget {
+            raid_devices: Some(5),
+            ..target(Some(4), None, None)
+        }),
         GrowRefusal::ReshapeNotYet { .. }
     ));
     assert!(matches!(
@@ -646,6 +652,8 @@ fn a_level_change_that_moves_nothing_takes_over_and_rebuilds_the_new_parity() {
         (0, 3, 1, target(Some(4), None, None), (4, 0, 16, 4)),
         (5, 4, 1, target(Some(6), Some(18), None), (6, 18, 16, 5)),
         (4, 4, 0, target(Some(5), None, None), (5, 5, 16, 4)),
+        // RAID 4 -> 0: the parity member leaves.
+        (4, 4, 0, target(Some(0), None, None), (0, 0, 16, 3)),
     ] {
         let (disks, data) = written_array(level, n, spares, ConsistencyPolicy::Resync);
         let report = reshape(&disks, &t).unwrap();
@@ -653,6 +661,11 @@ fn a_level_change_that_moves_nothing_takes_over_and_rebuilds_the_new_parity() {
         assert_eq!(report.written_bytes, 0, "nothing moves");
         let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
         assert_eq!(array.status().degraded, spares > 0, "{t:?}");
+        if want.0 == 0 {
+            array.stop().unwrap();
+            verify_shape(&disks, &data, want);
+            continue;
+        }
         let rebuilt = array
             .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
             .unwrap();

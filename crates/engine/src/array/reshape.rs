@@ -1,6 +1,6 @@
 //! Reshapes of a stopped array, as md's (`mdadm --grow`): more members for RAID 0, 4, 5, 6
 //! and 10 (near copies), fewer for RAID 4, 5 and 6, another chunk size or layout, and level changes through md's
-//! takeovers (RAID 0 to 4/5/6, 4 to 5, 4 or 5 to 6, 6 to 5). Every stripe is rewritten in the new
+//! takeovers (RAID 0 to 4/5/6, 4 to 0 or 5, 5 to 0, 4 or 6, 6 to 5). Every stripe is rewritten in the new
 //! layout; a level change that moves nothing only writes superblocks and leaves the new
 //! parity to rebuild.
 //!
@@ -442,7 +442,7 @@ fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
             }),
         },
         // md can, through parity-last layouts and a member less; raidkit not yet.
-        (5, 0 | 4) | (4, 0) | (6, 4 | 5) => refuse(GrowRefusal::ReshapeNotYet {
+        (6, 4) => refuse(GrowRefusal::ReshapeNotYet {
             what: format!("RAID {from} to RAID {to}"),
         }),
         (5, 1) if a.geo.raid_disks == 2 => refuse(GrowRefusal::ReshapeNotYet {
@@ -500,6 +500,15 @@ fn start_plan(
         && target.layout.is_none()
         && target.chunk_sectors.is_none()
         && target.raid_devices.is_some_and(|n| n > a.geo.raid_disks);
+    let unchanged = target.raid_devices.is_none()
+        && target.level.is_none_or(|l| l == level)
+        && target.layout.is_none_or(|l| l == a.nsb.layout)
+        && target
+            .chunk_sectors
+            .is_none_or(|c| c == a.geo.chunk_sectors);
+    if unchanged && a.reshape.is_none() {
+        return refuse(GrowRefusal::NothingToChange);
+    }
     if level == 0 && only_count && target.raid_devices == Some(a.geo.raid_disks) {
         return refuse(GrowRefusal::SameCount {
             raid_devices: a.geo.raid_disks,
@@ -522,49 +531,59 @@ fn start_plan(
             what: "a reshape (`raidkit grow --continue`)".into(),
         });
     }
-    // RAID 6 to 5, as mdadm: restriped to the RAID 5 layout's `*-6` form (Q alone on the
-    // last member), whose last member then leaves as a spare (md's raid5_takeover_raid6).
-    let to5 = level == 6 && target.level == Some(5);
-    let mut finish_as = None;
-    let r6_form = if to5 {
-        let r5 = match target.layout {
-            Some(l) => l,
-            None => match a.nsb.layout {
-                l @ 0..=5 => l,
-                l @ 16..=20 => l - 16,
-                l => {
-                    return refuse(GrowRefusal::LevelImpossible {
-                        from: 6,
-                        to: 5,
-                        why: format!("layout {l} has no RAID 5 form (give --layout)"),
-                    })
-                }
-            },
-        };
-        if target
-            .raid_devices
-            .is_some_and(|n| n + 1 != a.geo.raid_disks)
+    // Levels down, as mdadm: restriped to the form whose last member holds only the parity
+    // that goes (RAID 6 to 5: the RAID 5 layout's `*-6` form, Q alone on the last member;
+    // RAID 5 to 4 or 0: parity-last), then the level changes (md's takeovers) and that
+    // member leaves as a spare (not for RAID 5 to 4, which keeps its parity).
+    let n = a.geo.raid_disks;
+    let reduce: Option<(u32, (i32, u32, usize))> = match (level, target.level) {
+        (6, Some(5)) => {
+            let r5 = match target.layout {
+                Some(l) => l,
+                None => match a.nsb.layout {
+                    l @ 0..=5 => l,
+                    l @ 16..=20 => l - 16,
+                    l => {
+                        return refuse(GrowRefusal::LevelImpossible {
+                            from: 6,
+                            to: 5,
+                            why: format!("layout {l} has no RAID 5 form (give --layout)"),
+                        })
+                    }
+                },
+            };
+            let Some(form) = raid6_takeover_layout(5, r5) else {
+                return refuse(GrowRefusal::LevelImpossible {
+                    from: 6,
+                    to: 5,
+                    why: format!("RAID 5 layout {r5} has no RAID 6 form with Q last"),
+                });
+            };
+            Some((form, (5, r5, n - 1)))
+        }
+        (5, Some(4)) => Some((5, (4, 0, n))),
+        (5, Some(0)) => Some((5, (0, 0, n - 1))),
+        (4, Some(0)) => Some((a.nsb.layout, (0, 0, n - 1))),
+        _ => None,
+    };
+    let to5 = reduce.is_some();
+    let mut finish_as = reduce.map(|(_, f)| f);
+    if let Some((_, (to, _, count))) = reduce {
+        if target.raid_devices.is_some_and(|k| k != count)
+            || (target.layout.is_some() && level != 6)
         {
             return refuse(GrowRefusal::ReshapeNotYet {
-                what: "RAID 6 to 5 with another number of data members".into(),
+                what: format!(
+                    "RAID {level} to RAID {to} with another number of data members or layout"
+                ),
             });
         }
-        let Some(form) = raid6_takeover_layout(5, r5) else {
-            return refuse(GrowRefusal::LevelImpossible {
-                from: 6,
-                to: 5,
-                why: format!("RAID 5 layout {r5} has no RAID 6 form with Q last"),
-            });
-        };
-        finish_as = Some((5, r5, a.geo.raid_disks - 1));
-        Some(form)
-    } else {
-        None
-    };
+    }
+    let r6_form = reduce.map(|(form, _)| form);
     let new_level = if raid0_grows {
         4
     } else if to5 {
-        6
+        level
     } else {
         target.level.unwrap_or(level)
     };

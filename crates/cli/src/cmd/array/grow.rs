@@ -56,7 +56,8 @@ pub struct GrowArgs {
     /// parity), 4 to 5 (give a --layout: a RAID 4 is a RAID 5 with its parity last), 4 or 5 to
     /// 6 (a spare becomes the new Q, one more member unless --raid-devices says otherwise; the
     /// layout keeps its name, as mdadm's; with a `*-6` layout only the Q is rebuilt), 6 to 5
-    /// (the Q member leaves as a spare).
+    /// (the Q member leaves as a spare), 5 to 4 (restriped parity-last), 5 or 4 to 0 (the
+    /// parity member leaves as a spare).
     #[arg(long, value_name = "LEVEL", conflicts_with = "continue_reshape")]
     pub level: Option<String>,
     /// RAID 4/5/6: the layout from now on (mdadm's names: left-symmetric, right-asymmetric,
