@@ -154,6 +154,18 @@ fn verify_contents(disks: &[CrashDisk], data: &[u8], check: bool) {
     array.stop().unwrap();
 }
 
+/// Every member's bytes, whole.
+fn snapshot(disks: &[CrashDisk]) -> Vec<Vec<u8>> {
+    disks
+        .iter()
+        .map(|d| {
+            let mut b = vec![0u8; MEMBER_BYTES];
+            d.read_at(&mut b, 0).unwrap();
+            b
+        })
+        .collect()
+}
+
 fn control(pause_at_bytes: Option<u64>) -> ReshapeControl<'static> {
     static NEVER: AtomicBool = AtomicBool::new(false);
     ReshapeControl {
@@ -243,16 +255,6 @@ fn an_array_with_a_reshape_in_progress_is_not_served() {
 
 #[test]
 fn refusals_write_nothing() {
-    let snapshot = |disks: &[CrashDisk]| -> Vec<Vec<u8>> {
-        disks
-            .iter()
-            .map(|d| {
-                let mut b = vec![0u8; MEMBER_BYTES];
-                d.read_at(&mut b, 0).unwrap();
-                b
-            })
-            .collect()
-    };
     // No spare given for the new slot.
     let (disks, _) = written_array(5, 4, 0, ConsistencyPolicy::Resync);
     let before = snapshot(&disks);
@@ -346,23 +348,12 @@ fn a_second_failure_on_raid5_stops_the_reshape_and_continue_refuses() {
     assert!(grow(&disks, 5).is_err());
     // The three members left cannot carry a RAID 5 over five: refused, nothing written.
     let alive: Vec<CrashDisk> = [0, 2, 4].iter().map(|&i| disks[i].clone()).collect();
-    let before: Vec<Vec<u8>> = alive
-        .iter()
-        .map(|d| {
-            let mut b = vec![0u8; MEMBER_BYTES];
-            d.read_at(&mut b, 0).unwrap();
-            b
-        })
-        .collect();
+    let before = snapshot(&alive);
     match continue_reshape(&alive) {
         Err(EngineError::Unavailable { detail }) => assert!(detail.contains("1, 3"), "{detail}"),
         other => panic!("{:?}", other.map(|r| r.finished)),
     }
-    for (d, b) in alive.iter().zip(&before) {
-        let mut now = vec![0u8; MEMBER_BYTES];
-        d.read_at(&mut now, 0).unwrap();
-        assert!(now == *b, "a refusal wrote");
-    }
+    assert!(snapshot(&alive) == before, "a refusal wrote");
 }
 
 #[test]
@@ -558,16 +549,6 @@ fn a_raid5_becoming_raid6_records_its_new_q_as_md_does_and_survives_a_failure() 
 
 #[test]
 fn level_and_chunk_refusals_write_nothing() {
-    let snapshot = |disks: &[CrashDisk]| -> Vec<Vec<u8>> {
-        disks
-            .iter()
-            .map(|d| {
-                let mut b = vec![0u8; MEMBER_BYTES];
-                d.read_at(&mut b, 0).unwrap();
-                b
-            })
-            .collect()
-    };
     let (disks, _) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
     let before = snapshot(&disks);
     let refused = |t: ReshapeTarget| refused_on(&disks, t);
@@ -741,23 +722,12 @@ fn fewer_members_shrink_the_array_backwards_as_md() {
             ..Default::default()
         };
         // Refused without the caller's word on the new size, nothing written.
-        let before: Vec<Vec<u8>> = disks
-            .iter()
-            .map(|d| {
-                let mut b = vec![0u8; MEMBER_BYTES];
-                d.read_at(&mut b, 0).unwrap();
-                b
-            })
-            .collect();
+        let before = snapshot(&disks);
         assert!(matches!(
             refused_on(&disks, fewer.clone()),
             GrowRefusal::WouldShrink { .. }
         ));
-        for (d, b) in disks.iter().zip(&before) {
-            let mut now = vec![0u8; MEMBER_BYTES];
-            d.read_at(&mut now, 0).unwrap();
-            assert!(now == *b, "RAID {level}: a refusal wrote");
-        }
+        assert!(snapshot(&disks) == before, "RAID {level}: a refusal wrote");
         let t = ReshapeTarget {
             array_sectors: Some(keep as u64 / 512),
             ..fewer

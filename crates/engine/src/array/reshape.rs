@@ -10,14 +10,14 @@
 //! recorded in md's own superblock fields (`reshape_position`, `new_level`, `new_layout`,
 //! `new_chunk`, `delta_disks`, `new_offset`, `MD_FEATURE_RESHAPE_ACTIVE`/`NEW_OFFSET`). A
 //! step writes only where the old layout holds no sector at or above the position the
-//! superblocks record ([`plan::reshape::Forward::step_end`]); when the next step needs more
+//! superblocks record ([`plan::reshape::Rule::step_end`]); when the next step needs more
 //! room, every member is flushed and the position recorded first. After a crash,
 //! `continue_reshape` (or md, which reads the same fields) starts again from the recorded
 //! position; md's own reshapes resume here the same way. The last position recorded is the
 //! end, before the superblocks take the new data offset and shape, so members a crash leaves
 //! one round behind still assemble. Fewer data members run the other way, as md's
 //! `reshape_backwards`: the data offset moves up, the reshape runs from the new end down to 0
-//! ([`plan::reshape::Backward`]), and only once the caller gave the smaller array size
+//! ([`plan::reshape::Rule::step_start`]), and only once the caller gave the smaller array size
 //! (mdadm's `--array-size`): what lay past it is gone.
 //!
 //! md's takeovers, recorded as md records them: a RAID 5 becoming a RAID 6 runs as a RAID 6
@@ -41,7 +41,7 @@ use super::*;
 use crate::error::GrowRefusal;
 use crate::membership::assembly::Assembly;
 use crate::meta::FoundSuperblock;
-use crate::plan::reshape::{self as rules, Backward, Forward, Way};
+use crate::plan::reshape::{self as rules, Rule, Way};
 use raidkit_metadata::ReshapeFields;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -889,24 +889,18 @@ fn leave_as_spares(
 /// The rule of a reshape from `od` to `nd` data members: forward, or backward when
 /// `backward` (fewer).
 fn way(oc: u64, od: u64, nc: u64, nd: u64, diff: u64, end: u64, backward: bool) -> Way {
+    let rule = Rule {
+        old_chunk: oc,
+        old_data: od,
+        new_chunk: nc,
+        new_data: nd,
+        diff,
+        end,
+    };
     if backward {
-        Way::Backward(Backward {
-            old_chunk: oc,
-            old_data: od,
-            new_chunk: nc,
-            new_data: nd,
-            diff,
-            end,
-        })
+        Way::Backward(rule)
     } else {
-        Way::Forward(Forward {
-            old_chunk: oc,
-            old_data: od,
-            new_chunk: nc,
-            new_data: nd,
-            diff,
-            end,
-        })
+        Way::Forward(rule)
     }
 }
 

@@ -70,20 +70,24 @@ pub fn choose_offset(lo: u64, hi: u64, min: u64, max: u64) -> u64 {
     choice
 }
 
-/// A forward reshape's geometry in the numbers the safety rule needs (sectors).
+/// A reshape's geometry in the numbers the safety rule needs (sectors). Forward (more data
+/// members, or as many) it runs up from 0 with the data offset moved down by `diff`
+/// ([`Rule::step_end`]); backward (fewer, md's `reshape_backwards`) down from the end with the
+/// offset moved up: sectors at or above the recorded position are in the new layout, those
+/// below still in the old, which a step may not overwrite ([`Rule::step_start`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Forward {
+pub struct Rule {
     pub old_chunk: u64,
     pub old_data: u64,
     pub new_chunk: u64,
     pub new_data: u64,
-    /// How far the data offset moved down (the least over the members).
+    /// How far the data offset moved (the least over the members).
     pub diff: u64,
     /// Array sectors the reshape covers: the new geometry's whole size.
     pub end: u64,
 }
 
-impl Forward {
+impl Rule {
     /// The unit a step covers and a position recorded falls on: whole new stripes of the
     /// larger chunk (md's raid5_run insists: "reshape_position not on a stripe boundary").
     fn unit(&self) -> u64 {
@@ -110,28 +114,6 @@ impl Forward {
     pub fn can_resume(&self, pos: u64) -> bool {
         pos.is_multiple_of(self.unit()) && (pos >= self.end || self.step_end(pos, pos, 1) > pos)
     }
-}
-
-/// A backward reshape (fewer data members, md's `reshape_backwards`): the new layout is
-/// written above the old one (the data offset moved up by `diff`) from the array's new end
-/// down to 0; sectors at or above the recorded position are in the new layout, those below
-/// still in the old, which a step may not overwrite.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backward {
-    pub old_chunk: u64,
-    pub old_data: u64,
-    pub new_chunk: u64,
-    pub new_data: u64,
-    /// How far the data offset moved up (the least over the members).
-    pub diff: u64,
-    /// Array sectors the reshape covers: the new geometry's whole size.
-    pub end: u64,
-}
-
-impl Backward {
-    fn unit(&self) -> u64 {
-        self.old_chunk.max(self.new_chunk) * self.new_data
-    }
 
     /// The lowest array sector a step down from `pos` may start at, in whole units and at
     /// most `max_step` sectors, while the superblocks record `recorded`: its new layout must
@@ -151,7 +133,7 @@ impl Backward {
 
     /// Whether a reshape recorded at `pos` can go on: `pos` is on a unit (or the end) and the
     /// next unit down fits.
-    pub fn can_resume(&self, pos: u64) -> bool {
+    pub fn can_resume_down(&self, pos: u64) -> bool {
         (pos.is_multiple_of(self.unit()) || pos == self.end)
             && (pos == 0 || self.step_start(pos, pos, 1) < pos)
     }
@@ -161,9 +143,9 @@ impl Backward {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Way {
     /// Up from 0 (more data members, or as many).
-    Forward(Forward),
+    Forward(Rule),
     /// Down from the end (fewer data members).
-    Backward(Backward),
+    Backward(Rule),
 }
 
 impl Way {
@@ -226,7 +208,7 @@ impl Way {
     pub fn can_resume(&self, pos: u64) -> bool {
         match self {
             Way::Forward(f) => f.can_resume(pos),
-            Way::Backward(b) => b.can_resume(pos),
+            Way::Backward(b) => b.can_resume_down(pos),
         }
     }
 }
@@ -271,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_step_never_writes_over_old_data_the_superblocks_still_point_at() {
-        let f = Forward {
+        let f = Rule {
             old_chunk: 1024,
             old_data: 3,
             new_chunk: 1024,
@@ -312,7 +294,7 @@ mod tests {
     #[test]
     fn a_chunk_change_steps_in_the_larger_chunk() {
         // 512 KiB -> 64 KiB chunks over 3 data members: positions on 3 x 1024 sectors.
-        let f = Forward {
+        let f = Rule {
             old_chunk: 1024,
             old_data: 3,
             new_chunk: 128,
@@ -340,7 +322,7 @@ mod tests {
     #[test]
     fn a_backward_step_never_writes_over_old_data_the_superblocks_still_point_at() {
         // RAID 5 from 5 to 4 members (4 -> 3 data), 64 KiB chunks, offset up by 512.
-        let b = Backward {
+        let b = Rule {
             old_chunk: 128,
             old_data: 4,
             new_chunk: 128,
@@ -348,7 +330,7 @@ mod tests {
             diff: 512,
             end: 3 * 128 * 200,
         };
-        assert!(b.can_resume(b.end));
+        assert!(b.can_resume_down(b.end));
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..10_000 {
             rng ^= rng << 13;
@@ -378,7 +360,7 @@ mod tests {
 
     #[test]
     fn resuming_needs_a_stripe_boundary_and_room_for_the_next_stripe() {
-        let f = Forward {
+        let f = Rule {
             old_chunk: 128,
             old_data: 3,
             new_chunk: 128,
@@ -390,7 +372,7 @@ mod tests {
         assert!(f.can_resume(512 * 10));
         assert!(!f.can_resume(100), "not on a new stripe");
         assert!(f.can_resume(f.end));
-        let none = Forward { diff: 0, ..f };
+        let none = Rule { diff: 0, ..f };
         assert!(
             !none.can_resume(0),
             "in place, the first stripe overwrites what it reads"
