@@ -156,3 +156,21 @@ fn bad_block_regression_seeds() {
     assert!(r.scenario.contains("RAID 5"), "{}", r.scenario);
     assert_eq!(r.failure, None, "seed 812599: {}", r.scenario);
 }
+
+/// Seeds the 100,000-seed soak found (KNOWN_FAILURES.md #11 and #12): 4154, RAID 10, a write
+/// after a resync stopped part-way left the superblocks at the resync cursor, so a crash then
+/// resynced too little; 21563, RAID 5 with the partial parity log, a latent sector error on a
+/// data member the replay read, which called the array consistent without it.
+#[test]
+fn resync_cursor_and_ppl_replay_read_error_seeds() {
+    let opts = SimOptions::default();
+    for (seed, what) in [(4154u64, "RAID 10"), (21563, "RAID 5")] {
+        let r = run_seed(seed, &opts);
+        assert!(
+            r.scenario.starts_with(what),
+            "seed {seed} no longer draws {what}: {}",
+            r.scenario
+        );
+        assert_eq!(r.failure, None, "seed {seed}: {}", r.scenario);
+    }
+}

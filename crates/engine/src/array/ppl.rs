@@ -510,6 +510,9 @@ impl Ppl {
                                             member: dmm.disk.name().into(),
                                             error: e.to_string(),
                                         });
+                                        // Not consistent from the log alone: a resync
+                                        // follows, which reads around the error.
+                                        mismatched += 1;
                                         None
                                     }
                                 }
