@@ -81,6 +81,10 @@ fn reshaped<'a>(pairs: &'a [(String, String)], field: &str) -> Option<&'a str> {
         .or_else(|| get(pairs, field))
 }
 
+/// Fields md's finishing a shrink changes: the members past the new count become spares, the
+/// slots they held leave the Array State (checked on their own in the after-md check).
+const SHRINK_CHANGES: [&str; 2] = ["Device Role", "Array State"];
+
 /// Fields md may change when it runs and stops an array, left out of the after-md comparison.
 const CHANGED_BY_MD: [&str; 4] = ["Update Time", "Events", "Checksum", "State"];
 
@@ -427,6 +431,22 @@ fn check_reshape(
     let Some(r) = plan.reshape.as_ref() else {
         return;
     };
+    // A shrink: mdadm --examine of raidkit's members mid-reshape (what md read) shows what
+    // md itself records for one (check::shrink_examine_failures).
+    if r.shrinks(plan.raid_devices()) {
+        for m in &plan.members {
+            let Some(pairs) = report.pre_examine.get(&m.serial) else {
+                f.push(format!("member {}: no mdadm --examine", m.serial));
+                continue;
+            };
+            for e in crate::check::shrink_examine_failures(pairs, Some(want)) {
+                f.push(format!(
+                    "mdadm --examine of member {} mid-shrink: {e}",
+                    m.serial
+                ));
+            }
+        }
+    }
     let fresh = r.fresh_members(plan.level);
     if a("degraded") != Some(fresh.to_string().as_str()) {
         f.push(format!(
@@ -1162,6 +1182,12 @@ const RECOVERY_CHANGES: [&str; 3] = ["Feature Map", "Recovery Offset", "Array St
 fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutcome) {
     let mut f = Failures::new("after-md", &mut out.failures);
     let rebuild = plan.rebuild_percent.is_some();
+    // A shrink: the members from then on (the rest leave as spares).
+    let shrinks = plan
+        .reshape
+        .as_ref()
+        .filter(|r| r.shrinks(plan.raid_devices()))
+        .map(|r| r.devices);
     for (i, m) in plan.members.iter().enumerate() {
         let (Some(before), Some(after)) = (
             report.pre_examine.get(&m.serial),
@@ -1192,7 +1218,9 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
                 && (RESHAPE_CHANGES.contains(&k.as_str())
                     || RESHAPE_GEOMETRY.iter().any(|(f, n)| k == f || k == n)
                     || k == "Recovery Offset");
-            if CHANGED_BY_MD.contains(&k.as_str()) || recovered || reshape_change {
+            // A shrink ends with the members past the new count as spares (checked below).
+            let shrink_change = shrinks.is_some() && SHRINK_CHANGES.contains(&k.as_str());
+            if CHANGED_BY_MD.contains(&k.as_str()) || recovered || reshape_change || shrink_change {
                 continue;
             }
             // mdadm creates a partial parity log array with MD_FEATURE_PPL (0x400), as raidkit
@@ -1247,6 +1275,29 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
                 if let Some(v) = get(after, k) {
                     f.push(format!("member {}: {k} {v} after md's reshape", m.serial));
                 }
+            }
+        }
+        if let Some(n) = shrinks {
+            // md's raid5_finish_reshape leaves the members past the new count as spares;
+            // every member's Array State shows the new count of slots, all active.
+            let role = get(after, "Device Role");
+            let want_role = if i < n {
+                get(before, "Device Role")
+            } else {
+                Some("spare")
+            };
+            if role != want_role {
+                f.push(format!(
+                    "member {}: Device Role {role:?} after md's shrink, want {want_role:?}",
+                    m.serial
+                ));
+            }
+            let state = get(after, "Array State").and_then(|s| s.split_whitespace().next());
+            if state != Some("A".repeat(n).as_str()) {
+                f.push(format!(
+                    "member {}: Array State {state:?} after md's shrink (want {n} slots active)",
+                    m.serial
+                ));
             }
         }
         if rebuild {

@@ -288,6 +288,36 @@ fn check_md_reshape(
             return;
         }
     }
+    // A shrink: what md recorded when frozen, on every member (mdadm --examine).
+    if plan
+        .reshape
+        .as_ref()
+        .is_some_and(|r| r.shrinks(plan.raid_devices()))
+    {
+        let position = report
+            .held
+            .get("reshape_position")
+            .and_then(|p| p.parse::<u64>().ok());
+        let mut bad = Vec::new();
+        for m in &plan.members {
+            match report.examine.get(&m.serial) {
+                Some(pairs) => bad.extend(
+                    shrink_examine_failures(pairs, position)
+                        .into_iter()
+                        .map(|e| format!("member {}: {e}", m.serial)),
+                ),
+                None => bad.push(format!("member {}: no mdadm --examine", m.serial)),
+            }
+        }
+        if bad.is_empty() {
+            out.passed.push(format!(
+                "shrink-examine({} members: Delta Devices -1, New Offset above Data Offset, RESHAPE_BACKWARDS clear)",
+                plan.members.len()
+            ));
+        }
+        out.failures
+            .extend(bad.into_iter().map(|e| format!("shrink-examine: {e}")));
+    }
     let copies = match crate::prepare::copy_images(&plan.members) {
         Ok(c) => c,
         Err(e) => {
@@ -401,6 +431,57 @@ fn check_md_reshape(
             "raidkit-continued(md's reshape from {from} of {end} sectors; data, zeros, {check})"
         ));
     }
+}
+
+/// md's superblock feature bits of a reshape (md_p.h).
+const MD_FEATURE_RESHAPE_ACTIVE: u32 = 0x4;
+const MD_FEATURE_RESHAPE_BACKWARDS: u32 = 0x20;
+const MD_FEATURE_NEW_OFFSET: u32 = 0x40;
+
+/// What `mdadm --examine` of a member (`pairs`) must show of a shrink (one member less)
+/// stopped at array sector `position`: Reshape pos'n there (mdadm prints KiB), Delta
+/// Devices -1, the New Offset above the Data Offset (moved up into the room behind the
+/// data), and the feature bits md's super_1_sync writes then: RESHAPE_ACTIVE and NEW_OFFSET,
+/// and not RESHAPE_BACKWARDS, which md records only when delta_disks is 0 (a shrink is
+/// backwards by its negative delta: super_1_validate sets reshape_backwards for either).
+/// Returns what differs.
+pub(crate) fn shrink_examine_failures(
+    pairs: &[(String, String)],
+    position: Option<u64>,
+) -> Vec<String> {
+    let get = |k: &str| pairs.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+    let first = |k: &str| get(k).and_then(|v| v.split_whitespace().next());
+    let num = |k: &str| first(k).and_then(|v| v.parse::<i64>().ok());
+    let mut f = Vec::new();
+    if let Some(p) = position {
+        if num("Reshape pos'n") != Some((p / 2) as i64) {
+            f.push(format!(
+                "Reshape pos'n {:?}, want {} (KiB: array sector {p})",
+                get("Reshape pos'n"),
+                p / 2
+            ));
+        }
+    }
+    if num("Delta Devices") != Some(-1) {
+        f.push(format!("Delta Devices {:?}, want -1", get("Delta Devices")));
+    }
+    match (num("Data Offset"), num("New Offset")) {
+        (Some(d), Some(n)) if n > d => {}
+        (d, n) => f.push(format!(
+            "New Offset {n:?} not above the Data Offset {d:?} (a shrink moves the data up)"
+        )),
+    }
+    let map =
+        first("Feature Map").and_then(|v| u32::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+    let want = MD_FEATURE_RESHAPE_ACTIVE | MD_FEATURE_NEW_OFFSET;
+    let bits = MD_FEATURE_RESHAPE_ACTIVE | MD_FEATURE_RESHAPE_BACKWARDS | MD_FEATURE_NEW_OFFSET;
+    if map.map(|m| m & bits) != Some(want) {
+        f.push(format!(
+            "Feature Map {:?}: want RESHAPE_ACTIVE and NEW_OFFSET (0x{want:x}) without RESHAPE_BACKWARDS (0x{MD_FEATURE_RESHAPE_BACKWARDS:x}), as md's super_1_sync writes a shrink (the bit only with Delta Devices 0)",
+            get("Feature Map")
+        ));
+    }
+    f
 }
 
 /// (level, layout, chunk sectors, members) of a reshape row once reshaped, as md numbers

@@ -19,7 +19,7 @@
 //! suffixes. Names must be unique, because records, member images and report lines are keyed by
 //! them.
 //!
-//! Options (raidkit rows only, but for `reshape=`; a new raidkit-side scenario is a new
+//! Options (raidkit rows only, but for `reshape=` and `size=`; a new raidkit-side scenario is a new
 //! option):
 //! - `meta=1.0|1.1|1.2`: superblock placement (default 1.2);
 //! - `fail=N` or `fail=N,M`: after writing, raidkit fails these members (`raidkit fail`); md
@@ -54,7 +54,14 @@
 //!   no backup file), md stops at P percent of each member (of the array for a RAID 10:
 //!   sync_max) and is frozen there; raidkit goes on with md's reshape (`raidkit grow
 //!   --continue`) and must read md's data. A RAID 0 is taken over by one `mdadm --grow` and
-//!   reshaped by a second (see `plan::grow_options`).
+//!   reshaped by a second (see `plan::grow_options`). `N` one below the member count of a
+//!   RAID 4, 5 or 6 (level, layout and chunk kept) is md's backwards reshape: it needs
+//!   `size=`, the array is shrunk to its new size first (`--array-size`, what the data past
+//!   it held is not checked), the data offset moves up, the reshape runs from the new end
+//!   down and the last member leaves as a spare.
+//! - `size=SIZE` (with `reshape=`, md and raidkit rows): each member's share of the array
+//!   (mdadm's and raidkit's `create --size`), in 64K units below every member's size: the
+//!   room behind the data a shrink moves it into.
 //! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
 //!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
@@ -178,6 +185,9 @@ pub struct MatrixRow {
     /// RAID 0/4/5/6/10 rows: the reshape one side starts and stops part way, the other goes
     /// on.
     pub reshape: Option<ReshapeSpec>,
+    /// Reshape rows: the array is created using this many bytes of each member (mdadm's
+    /// `--size`), leaving room behind the data (a shrinking reshape moves the data there).
+    pub size_bytes: Option<u64>,
 }
 
 /// What a reshape row changes (`reshape=SPEC@P`), as mdadm's `--grow` options: the member
@@ -276,7 +286,28 @@ impl ReshapeSpec {
             }
         };
         let devices = devices.unwrap_or(members + parity_added);
-        if devices < members + parity_added {
+        // Fewer members: md's backwards reshape of a RAID 4, 5 or 6 (one member less, the
+        // level, layout and chunk kept), after mdadm's --array-size to the new size.
+        let least = match level {
+            6 => 4,
+            _ => 3,
+        };
+        let shrinks = devices < members
+            && matches!(level, 4..=6)
+            && new_level.is_none()
+            && layout.is_none()
+            && chunk_kib_unchanged(chunk, chunk_kib);
+        if devices < members && !shrinks {
+            return Err(format!(
+                "{devices} members: fewer than the row's {members} only for a RAID 4, 5 or 6 keeping its level, layout and chunk"
+            ));
+        }
+        if shrinks && (devices + 1 != members || devices < least) {
+            return Err(format!(
+                "{devices} members: a RAID {level} gives up one member at a time, keeping at least {least}"
+            ));
+        }
+        if devices < members + parity_added && !shrinks {
             return Err(format!(
                 "{devices} members: at least the row's {members}{}",
                 if parity_added > 0 {
@@ -303,7 +334,19 @@ impl ReshapeSpec {
     }
 }
 
+/// Whether `chunk` (a `chunk:` of the SPEC) leaves the row's chunk as it is.
+fn chunk_kib_unchanged(chunk: Option<u64>, row: Option<u64>) -> bool {
+    chunk.is_none() || chunk == row
+}
+
 impl ReshapeSpec {
+    /// Fewer members than the row's `members` (a RAID 4, 5 or 6 giving one up): md's
+    /// backwards reshape, the array shrunk first to the new size (mdadm's `--array-size`),
+    /// the data offset moved up into the room behind the data (the row's `size=`).
+    pub fn shrinks(&self, members: usize) -> bool {
+        self.devices < members
+    }
+
     /// A RAID 0 (`level`, the row's) getting more members and staying a RAID 0: mdadm runs it
     /// as a RAID 4 whose parity member is missing (md takes the RAID 0 over so), the spares in
     /// the new slots, and makes it a RAID 0 again at the end.
@@ -482,13 +525,14 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut grow_bytes = None;
         let mut mirrors = None;
         let mut reshape = None;
+        let mut size_bytes = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
-            let reshape_opt = opt.starts_with("reshape=");
+            let reshape_opt = opt.starts_with("reshape=") || opt.starts_with("size=");
             if by == Writer::Md && !journal_opt && !ppl_opt && !reshape_opt {
                 return Err(err(format!(
-                    "option {opt}: md rows take only journal options, ppl and reshape="
+                    "option {opt}: md rows take only journal options, ppl, reshape= and size="
                 )));
             }
             match opt.split_once('=') {
@@ -536,13 +580,29 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     }
                 },
                 Some(("reshape", v)) => {
-                    if options.len() != 1 {
-                        return Err(err(format!("reshape={v}: alone")));
+                    let others = options.iter().filter(|o| !o.starts_with("size="));
+                    if others.count() != 1 {
+                        return Err(err(format!("reshape={v}: alone (but for size=)")));
                     }
                     let spec = ReshapeSpec::parse(v, level, member_bytes.len(), chunk_kib)
                         .map_err(|e| err(format!("reshape={v}: {e}")))?;
                     reshape = Some(spec);
                 }
+                Some(("size", v)) => match parse_size(v) {
+                    Some(b)
+                        if b > 0
+                            && b % 65536 == 0
+                            && member_bytes.iter().all(|&m| b < m)
+                            && options.iter().any(|o| o.starts_with("reshape=")) =>
+                    {
+                        size_bytes = Some(b)
+                    }
+                    _ => {
+                        return Err(err(format!(
+                            "size={v}: with reshape=, in 64K units below every member's size"
+                        )))
+                    }
+                },
                 Some(("grow", v)) => match parse_size(v) {
                     Some(b) if b > 0 && b % 4096 == 0 => grow_bytes = Some(b),
                     _ => return Err(err(format!("grow={v}: use a size in 4K units"))),
@@ -600,6 +660,16 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     .to_string(),
             ));
         }
+        if reshape
+            .as_ref()
+            .is_some_and(|r| r.shrinks(member_bytes.len()))
+            && size_bytes.is_none()
+        {
+            return Err(err(
+                "reshape to fewer members: needs size= (room behind the data, where the shrink moves it)"
+                    .to_string(),
+            ));
+        }
         if rebuild_percent.is_some() && fail_members.is_empty() {
             // Rebuild the last member unless the row names the ones to fail.
             fail_members.push(member_bytes.len() - 1);
@@ -624,6 +694,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             grow_bytes,
             mirrors,
             reshape,
+            size_bytes,
         });
     }
     Ok(rows)
@@ -760,6 +831,48 @@ mod tests {
                 row.chunk_kib,
             );
             assert_eq!(again.as_ref(), Ok(*spec), "{spec}");
+        }
+    }
+
+    #[test]
+    fn parses_shrinks() {
+        let rows = parse_matrix(
+            "fast raidkit a 5 ls 64K 5x16M size=12M reshape=4@40
+             full md b 6 - 64K 6x16M size=12M reshape=5@40
+             full md c 4 - 64K 4x16M reshape=size=8M reshape=3@30
+",
+        );
+        // c: reshape= twice is not alone.
+        assert!(rows.is_err());
+        let rows = parse_matrix(
+            "fast raidkit a 5 ls 64K 5x16M size=12M reshape=4@40
+             full md b 6 - 64K 6x16M size=12M reshape=5@40
+",
+        )
+        .unwrap();
+        let r = rows[0].reshape.as_ref().unwrap();
+        assert_eq!((r.devices, r.level, r.percent), (4, None, 40));
+        assert!(r.shrinks(5) && !r.shrinks(4));
+        assert_eq!(rows[0].size_bytes, Some(12 << 20));
+        assert_eq!(rows[1].reshape.as_ref().unwrap().devices, 5);
+        assert_eq!(r.new_data_members(5), 3);
+        for bad in [
+            // Room behind the data is needed.
+            "full raidkit a 5 ls 64K 5x16M reshape=4@40",
+            // One member at a time.
+            "full raidkit a 5 ls 64K 5x16M size=12M reshape=3@40",
+            // Not while changing the level, layout or chunk, nor for a RAID 0 or 10.
+            "full raidkit a 5 ls 64K 5x16M size=12M reshape=4,chunk:128K@40",
+            "full raidkit a 0 - 64K 4x16M size=12M reshape=3@40",
+            "full raidkit a 10 n2 64K 6x16M size=12M reshape=4@40",
+            // A RAID 5 keeps 3 members, a RAID 6 4.
+            "full raidkit a 5 ls 64K 3x16M size=12M reshape=2@40",
+            "full raidkit a 6 - 64K 4x16M size=12M reshape=3@40",
+            // size= only with reshape=, below the members' size.
+            "full raidkit a 5 ls 64K 5x16M size=12M",
+            "full raidkit a 5 ls 64K 5x16M size=16M reshape=4@40",
+        ] {
+            assert!(parse_matrix(bad).is_err(), "{bad}");
         }
     }
 

@@ -108,6 +108,10 @@ pub struct PlannedArray {
     /// where the side that starts it stops for the other to go on.
     #[serde(default)]
     pub reshape: Option<ReshapeSpec>,
+    /// Reshape rows: bytes of each member the array is created with (mdadm's `--size`),
+    /// leaving room behind the data.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
     /// Assemble: why raidkit could not prepare the members.
     #[serde(default)]
     pub prepare_error: Option<String>,
@@ -153,6 +157,19 @@ impl PlannedArray {
         }
     }
 
+    /// A reshape to fewer members: the array's size once shrunk, in KiB (mdadm's
+    /// `--array-size`): the new data members times what each member holds (`size_bytes`,
+    /// whole chunks, as mdadm rounds `--size`).
+    pub fn shrunk_array_kib(&self) -> Option<u64> {
+        let r = self.reshape.as_ref()?;
+        if !r.shrinks(self.raid_devices()) {
+            return None;
+        }
+        let chunk = self.chunk_kib.unwrap_or(512);
+        let member = self.size_bytes? / 1024 / chunk * chunk;
+        Some(member * r.new_data_members(self.level) as u64)
+    }
+
     /// The words telling the VM job what else to do and record for this array.
     pub fn vm_flags(&self) -> String {
         let mut f = Vec::new();
@@ -164,6 +181,14 @@ impl PlannedArray {
         }
         if self.reshape.is_some() {
             f.push("reshape");
+        }
+        // md rows: mdadm --create --size (KiB).
+        let size = self
+            .size_bytes
+            .filter(|_| self.kind == Scenario::Create)
+            .map(|b| format!("size={}", b / 1024));
+        if let Some(size) = &size {
+            f.push(size);
         }
         if self.kind == Scenario::Create {
             match self.ppl {
@@ -417,13 +442,14 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 } else {
                     row.mirrors
                         .or(row.reshape.as_ref().map(|r| r.devices))
-                        .map_or(0, |m| m - row.member_bytes.len())
+                        .map_or(0, |m| m.saturating_sub(row.member_bytes.len()))
                 },
                 journal: row.journal,
                 ppl: row.ppl,
                 grow_bytes: row.grow_bytes,
                 mirrors: row.mirrors,
                 reshape: row.reshape.clone(),
+                size_bytes: row.size_bytes,
                 expect: None,
                 prepare_error: None,
             }
@@ -444,8 +470,20 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
 /// RAID 0 growing `--level=0` and the RAID 0's new count, what mdadm's single run asks md
 /// for after its takeover; the layout of a new RAID 5 named, mdadm's default
 /// left-symmetric, for after the takeover mdadm would keep parity-last).
+///
+/// Fewer members (md's backwards reshape) are two runs too, `SHRINK/RESHAPE`: mdadm's
+/// `--array-size` to the new size first (mdadm refuses to give up a member of an array
+/// larger than what is left), then `--raid-devices`, after `direction=backwards` (not
+/// mdadm's: the VM writes it to sysfs `reshape_direction` first, without which md refuses the
+/// new offset mdadm 4.2 sets above the data offset).
 pub fn grow_options(a: &PlannedArray, r: &ReshapeSpec) -> String {
     let mut o = Vec::new();
+    if let Some(kib) = a.shrunk_array_kib() {
+        return format!(
+            "array-size={kib}/direction=backwards,raid-devices={}",
+            r.devices
+        );
+    }
     if a.level == 0 {
         let (takeover, layout) = match r.level {
             None => ("level=4".to_string(), None),
@@ -760,6 +798,36 @@ mod tests {
             "oracle_create c md2 5 left-symmetric 64 reshape rk2m0 rk2m1 rk2m2 rk2m3\n"
         ));
         assert_eq!(plan.arrays[3].members.len(), 5);
+    }
+
+    #[test]
+    fn shrink_rows_set_the_array_size_first() {
+        let rows = parse_matrix(
+            "full md a 5 left-symmetric 64K 5x16M size=12M reshape=4@40
+             full md b 6 - 64K 6x16M size=12M reshape=5@40
+             full raidkit c 5 left-symmetric 64K 5x16M size=12M reshape=4@40
+",
+        )
+        .unwrap();
+        let plan = make_plan(&rows, Path::new("/w"), 1);
+        for (a, members) in plan.arrays.iter().zip([5, 6, 5]) {
+            assert_eq!((a.spares, a.members.len()), (0, members));
+            // 3 data members of 12 MiB each once shrunk.
+            assert_eq!(a.shrunk_array_kib(), Some(3 * 12 * 1024));
+        }
+        let jobs = |i: usize| job_lines(&plan.arrays[i]);
+        // md creates the array with --size (KiB), then shrinks it and gives up a member.
+        assert!(jobs(0).starts_with(
+            "oracle_create a md0 5 left-symmetric 64 reshape,size=12288 rk0m0 rk0m1 rk0m2 rk0m3 rk0m4\n"
+        ));
+        assert!(jobs(0).contains(
+            "oracle_reshape a md0 array-size=36864/direction=backwards,raid-devices=4 40 \n"
+        ));
+        assert!(jobs(1).contains(
+            "oracle_reshape b md1 array-size=36864/direction=backwards,raid-devices=5 40 \n"
+        ));
+        // raidkit makes the array itself: no size in the VM's flags.
+        assert_eq!(plan.arrays[2].vm_flags(), "reshape");
     }
 
     #[test]

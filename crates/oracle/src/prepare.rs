@@ -440,7 +440,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
             chunk_sectors,
             raid_devices: n,
             metadata,
-            size_sectors: None,
+            size_sectors: a.size_bytes.map(|b| b / 512),
             name: a.name.clone(),
             set_uuid: uuid_from(&a.name, "array"),
             device_uuids: (0..device_count)
@@ -553,13 +553,16 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
             level: r.level.map(|l| l as i32),
             layout: layout_number(new_level, r.layout.as_deref())?,
             chunk_sectors: r.chunk_kib.map(|k| k * 2),
-            array_sectors: None,
+            // Fewer members: `raidkit grow --array-size` the new size.
+            array_sectors: a.shrunk_array_kib().map(|k| k * 2),
         };
+        // A shrink runs from the new end down, over the new size.
+        let covered = a.shrunk_array_kib().map_or(size, |k| k * 1024);
         let never = AtomicBool::new(false);
         let ctl = ReshapeControl {
             progress: &|_, _| {},
             stop: &never,
-            pause_at_bytes: Some(size / 100 * r.percent as u64),
+            pause_at_bytes: Some(covered / 100 * r.percent as u64),
         };
         let report = Array::reshape(
             open_members(&a.members, false)?,
@@ -568,7 +571,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
             &ctl,
         )
         .map_err(|e| err("reshape")(e.to_string()))?;
-        if report.finished || report.new_members.len() != r.devices - n {
+        if report.finished || report.new_members.len() != r.devices.saturating_sub(n) {
             return Err(err("reshape")(format!(
                 "finished {}, new members {:?}",
                 report.finished, report.new_members

@@ -149,6 +149,7 @@ fn fixture(tag: &str) -> Fixture {
         grow_bytes: None,
         mirrors: None,
         reshape: None,
+        size_bytes: None,
         prepare_error: None,
     };
     Fixture {

@@ -134,6 +134,12 @@ oracle_create() {
     [ "$chunk" != - ] && set -- "$@" --chunk="$chunk"
     [ -n "$journal" ] && set -- "$@" --write-journal="$journal" --bitmap=none
     has_flag "$flags" ppl && set -- "$@" --consistency-policy=ppl
+    # size=KIB: each member's share (--size), room left behind the data (reshape rows).
+    for f in $(echo "$flags" | tr , ' '); do
+        case $f in
+            size=*) set -- "$@" --size="${f#size=}" ;;
+        esac
+    done
     # shellcheck disable=SC2086 # devs is a list of /dev paths without spaces
     if ! mdadm "$@" $devs > /tmp/mdadm.log 2>&1; then
         emit "$name error mdadm --create failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
@@ -142,9 +148,13 @@ oracle_create() {
 }
 
 # grow_args GROW: the mdadm options of GROW, a comma list of option=value: --option=value ...
+# (but direction=, which is not mdadm's: see oracle_reshape)
 grow_args() {
     for opt in $(echo "$1" | tr , ' '); do
-        printf ' --%s' "$opt"
+        case $opt in
+            direction=*) ;;
+            *) printf ' --%s' "$opt" ;;
+        esac
     done
 }
 
@@ -163,6 +173,11 @@ grow_args() {
 # RAID 5 parity-last with its parity slot empty (md's takeover, nothing else: mdadm asks md
 # for the level alone), sync_max is set, and mdadm --grow RESHAPE --add SERIAL... adds the
 # spares and reshapes, as mdadm's single --grow does after its takeover.
+#
+# GROW of a shrink (fewer members) is SHRINK/RESHAPE: mdadm --grow --array-size=KIB first
+# (mdadm refuses to give up members of a larger array), then direction=backwards (written to
+# sysfs reshape_direction: mdadm 4.2 sets new_offset above the data offset without it, which
+# md refuses for a forward reshape, "Cannot set new_offset") and --raid-devices=N.
 #
 # A reshape frozen anywhere else is not safe to go on with when the number of data members
 # stays (chunk, layout and level changes): md then records its position only every 10 s
@@ -226,6 +241,14 @@ oracle_reshape() {
     emit "$name held grow${args}${add:+ $add}"
     emit "$name held hold $max"
     echo "$max" > "$sys/sync_max" || emit "$name error cannot set sync_max $max"
+    for opt in $(echo "$grow" | tr , ' '); do
+        case $opt in
+            direction=*)
+                echo "${opt#direction=}" > "$sys/reshape_direction" \
+                    || emit "$name error cannot set reshape_direction ${opt#direction=}"
+                emit "$name held reshape_direction $(cat "$sys/reshape_direction")" ;;
+        esac
+    done
     # shellcheck disable=SC2086 # args and add hold options and /dev paths without spaces
     if ! mdadm --grow "/dev/$md" $args $add > /tmp/mdadm.log 2>&1; then
         emit "$name error mdadm --grow$args $add failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
