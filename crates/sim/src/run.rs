@@ -1145,13 +1145,24 @@ impl Run<'_> {
             stop: &never,
             pause_at_bytes: None,
         };
+        // The members an operator would give: the disks not dead, not pulled, and not one
+        // whose superblock could not be read (left out and the command run again, as
+        // assembly does).
+        let unreadable = std::cell::RefCell::new(BTreeSet::<String>::new());
         let members = |run: &Self| -> Vec<Box<dyn Disk>> {
             run.world
                 .surviving_disks()
                 .into_iter()
                 .filter(|d| !run.detached.contains(d.name()))
+                .filter(|d| !unreadable.borrow().contains(d.name()))
                 .map(|d| Box::new(d) as Box<dyn Disk>)
                 .collect()
+        };
+        let again = |r: &Result<raidkit_engine::ReshapeReport, EngineError>| match r {
+            Err(EngineError::Disk(e)) if e.member.starts_with("sim") => {
+                unreadable.borrow_mut().insert(e.member.clone())
+            }
+            _ => false,
         };
         let opts = AssembleOptions {
             run: true,
@@ -1159,6 +1170,9 @@ impl Run<'_> {
             ..AssembleOptions::default()
         };
         let mut result = Array::reshape(members(self), &target, &opts, &ctl);
+        while again(&result) {
+            result = Array::reshape(members(self), &target, &opts, &ctl);
+        }
         if self.world.power_was_cut() {
             self.trace(|| {
                 format!(
@@ -1169,13 +1183,14 @@ impl Run<'_> {
             self.world.crash(&[]);
             self.world.power_on();
             self.model.crashed();
-            result = match Array::continue_reshape(members(self), &opts, &ctl) {
-                // Cut before the start was recorded, or after the end: once more.
-                Err(EngineError::CannotGrow(raidkit_engine::GrowRefusal::NoReshape)) => {
-                    Array::reshape(members(self), &target, &opts, &ctl)
-                }
-                r => r,
-            };
+            result = Array::continue_reshape(members(self), &opts, &ctl);
+            while again(&result) {
+                result = Array::continue_reshape(members(self), &opts, &ctl);
+            }
+            // Cut before the start was recorded, or after the end: once more.
+            if let Err(EngineError::CannotGrow(raidkit_engine::GrowRefusal::NoReshape)) = result {
+                result = Array::reshape(members(self), &target, &opts, &ctl);
+            }
         } else if self.world.power_cut_armed() {
             self.world.disarm_power_cut();
         }

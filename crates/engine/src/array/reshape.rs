@@ -343,7 +343,8 @@ impl Array {
             old_raid_devices: old_count,
             new_raid_devices: a.geo.raid_disks,
             position_sectors: r.reshape_position_sectors,
-            backwards: a.nsb.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS),
+            backwards: a.nsb.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS)
+                || r.delta_disks < 0,
             end_sectors: a.geo.array_sectors(),
             old_array_bytes: 0,
             new_array_bytes: a.geo.array_sectors() * SECTOR as u64,
@@ -391,9 +392,11 @@ fn record(sb: &mut Superblock, shape: &Shape, i: usize, pos: u64) {
     sb.feature_map.insert(FeatureMap::RESHAPE_ACTIVE);
     sb.feature_map
         .set(FeatureMap::NEW_OFFSET, sb.reshape.new_offset_sectors != 0);
+    // md's super_1_sync: the bit only where the member count stays; fewer members say
+    // backwards by their negative delta.
     sb.feature_map.set(
         FeatureMap::RESHAPE_BACKWARDS,
-        matches!(shape.way, Way::Backward(_)),
+        matches!(shape.way, Way::Backward(_)) && sb.reshape.delta_disks == 0,
     );
     // A fresh slot holds the new layout up to the position (md's reshape_request moves a
     // recovering member's recovery_offset along with it, in member sectors: the position
@@ -1250,11 +1253,18 @@ fn run(
         report,
     };
     if let Start::Fresh = start {
-        // A member failing here fails the start: nothing has moved.
         for (i, sb) in run.sbs.iter_mut().enumerate() {
             record(sb, &run.shape, i, start_at);
         }
-        run.round().map_err(|(_, e)| e)?;
+        // Members before it may have recorded the start: a member failing here is lost as
+        // anywhere in the reshape (recorded faulty, the round made again without it), and
+        // the reshape goes on while both layouts survive; nothing has moved yet.
+        while let Err((i, e)) = run.round() {
+            let Some(slot) = run.shape.slot_of(i) else {
+                return Err(e);
+            };
+            run.lose(slot, e)?;
+        }
     }
     let (mut pos, mut recorded) = (start_at, start_at);
     let mut last = Instant::now();

@@ -733,7 +733,7 @@ fn finished_behind(own: &Superblock, newest: &Superblock) -> Option<i64> {
         Err(_) => return None,
     };
     // A reshape running backwards (fewer data members, md's reshape_backwards) ends at 0.
-    let done = if own.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS) {
+    let done = if own.feature_map.contains(FeatureMap::RESHAPE_BACKWARDS) || r.delta_disks < 0 {
         r.reshape_position_sectors == 0
     } else {
         r.reshape_position_sectors >= data
