@@ -1158,8 +1158,9 @@ impl Run<'_> {
                 .map(|d| Box::new(d) as Box<dyn Disk>)
                 .collect()
         };
-        let again = |r: &Result<raidkit_engine::ReshapeReport, EngineError>| match r {
-            Err(EngineError::Disk(e)) if e.member.starts_with("sim") => {
+        // Not when the power went (`cut`): every disk fails then, and the crash comes first.
+        let again = |r: &Result<raidkit_engine::ReshapeReport, EngineError>, cut: bool| match r {
+            Err(EngineError::Disk(e)) if !cut && e.member.starts_with("sim") => {
                 unreadable.borrow_mut().insert(e.member.clone())
             }
             _ => false,
@@ -1170,7 +1171,7 @@ impl Run<'_> {
             ..AssembleOptions::default()
         };
         let mut result = Array::reshape(members(self), &target, &opts, &ctl);
-        while again(&result) {
+        while again(&result, self.world.power_was_cut()) {
             result = Array::reshape(members(self), &target, &opts, &ctl);
         }
         if self.world.power_was_cut() {
@@ -1184,7 +1185,7 @@ impl Run<'_> {
             self.world.power_on();
             self.model.crashed();
             result = Array::continue_reshape(members(self), &opts, &ctl);
-            while again(&result) {
+            while again(&result, self.world.power_was_cut()) {
                 result = Array::continue_reshape(members(self), &opts, &ctl);
             }
             // Cut before the start was recorded, or after the end: once more.
