@@ -1274,9 +1274,9 @@ impl Run<'_> {
             Err(_) => return Ok(()),
         };
         let mut resynced = false;
-        let whole = {
+        let (whole, degraded) = {
             let st = array.status();
-            !st.failed
+            (!st.failed, st.degraded)
         };
         for r in &reports {
             self.trace(|| {
@@ -1286,6 +1286,12 @@ impl Run<'_> {
                 )
             });
             match &r.outcome {
+                // A member failing mid-resync ends it on a parity level (md aborts a resync
+                // the same way): the array runs degraded, its data still checked below.
+                raidkit_engine::TaskOutcome::Failed { .. }
+                    if r.progress.kind == raidkit_engine::TaskKind::Resync
+                        && degraded
+                        && self.parity() => {}
                 raidkit_engine::TaskOutcome::Failed { error } if self.in_budget() && whole => {
                     return Err(format!(
                         "{} failed within the fault budget: {error}",
