@@ -693,6 +693,14 @@ pub fn write_plan(plan: &mut Plan, work: &Path, threads: usize) -> io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `oracle_reshape` line of array `i`'s job, if any.
+    fn reshape_line(plan: &Plan, i: usize) -> Option<String> {
+        job_lines(&plan.arrays[i])
+            .lines()
+            .find(|l| l.starts_with("oracle_reshape"))
+            .map(str::to_string)
+    }
     use crate::matrix::parse_matrix;
 
     #[test]
@@ -775,12 +783,7 @@ mod tests {
         for a in &plan.arrays {
             assert_eq!(a.raid_devices(), 4);
         }
-        let line = |i: usize| {
-            job_lines(&plan.arrays[i])
-                .lines()
-                .find(|l| l.starts_with("oracle_reshape"))
-                .map(str::to_string)
-        };
+        let line = |i: usize| reshape_line(&plan, i);
         assert_eq!(
             line(0).as_deref(),
             Some("oracle_reshape a md0 raid-devices=5 40 rk0m4")
@@ -843,12 +846,7 @@ mod tests {
         let plan = make_plan(&rows, Path::new("/w"), 1);
         let spares: Vec<usize> = plan.arrays.iter().map(|a| a.spares).collect();
         assert_eq!(spares, vec![1, 1, 2, 1]);
-        let line = |i: usize| {
-            job_lines(&plan.arrays[i])
-                .lines()
-                .find(|l| l.starts_with("oracle_reshape"))
-                .map(str::to_string)
-        };
+        let line = |i: usize| reshape_line(&plan, i);
         // A RAID 0: the takeover alone, then the reshape (its spares added with it).
         assert_eq!(
             line(0).as_deref(),
