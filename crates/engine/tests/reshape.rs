@@ -780,3 +780,147 @@ fn a_power_loss_in_a_shrinking_reshape_is_continued() {
         verify_shape(&disks, &data, (5, 2, CHUNK as u64, 4));
     }
 }
+
+/// The role `disk`'s own superblock records.
+fn role_of(disk: &CrashDisk) -> raidkit_metadata::DevRole {
+    raidkit_engine::read_superblock(disk).unwrap().sb.role()
+}
+
+/// Rebuilds what the array on `disks` has to rebuild; the outcome.
+fn rebuild(disks: &[CrashDisk]) -> raidkit_engine::TaskOutcome {
+    let (array, _) = Array::assemble(boxed(disks), AssembleOptions::default()).unwrap();
+    let r = array
+        .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+        .unwrap();
+    array.stop().unwrap();
+    r.outcome
+}
+
+#[test]
+fn a_two_member_raid1_becomes_raid5_and_back_moving_nothing() {
+    let (disks, data) = written_array(1, 2, 0, ConsistencyPolicy::Resync);
+    let before = snapshot(&disks);
+    let r = reshape(&disks, &target(Some(5), None, None)).unwrap();
+    assert_eq!((r.old_level, r.new_level, r.new_layout), (1, 5, 2));
+    assert_eq!(r.written_bytes, 0, "nothing moves");
+    // md's raid5_takeover_raid1: the largest chunk up to 64 KiB dividing the size.
+    let chunk = r.new_chunk_sectors;
+    assert!(chunk.is_power_of_two() && (8..=128).contains(&chunk));
+    let used = raidkit_engine::read_superblock(&disks[0])
+        .unwrap()
+        .sb
+        .size_sectors;
+    assert_eq!(used % chunk, 0);
+    assert!(chunk == 128 || used % (2 * chunk) != 0);
+    verify_shape(&disks, &data, (5, 2, chunk, 2));
+    // Only superblocks changed: every data sector is where it was.
+    let sb = raidkit_engine::read_superblock(&disks[0]).unwrap().sb;
+    let data_at = (sb.data_offset_sectors * 512) as usize;
+    let end = data_at + data.len();
+    assert!(snapshot(&disks)
+        .iter()
+        .zip(&before)
+        .all(|(a, b)| a[data_at..end] == b[data_at..end]));
+    let back = reshape(&disks, &target(Some(1), None, None)).unwrap();
+    assert_eq!((back.new_level, back.new_raid_devices), (1, 2));
+    verify_shape(&disks, &data, (1, 0, 0, 2));
+}
+
+#[test]
+fn a_raid0_becomes_raid10_near2_on_spares_and_back() {
+    // Three members and three spares: member k takes slot 2k, the spares the odd slots,
+    // rebuilt from their pairs.
+    let (disks, data) = written_array(0, 3, 3, ConsistencyPolicy::Resync);
+    let r = reshape(&disks, &target(Some(10), None, None)).unwrap();
+    assert_eq!(r.rebuild_slots, vec![1, 3, 5]);
+    assert_eq!(
+        (r.new_level, r.new_layout, r.new_raid_devices),
+        (10, 0x102, 6)
+    );
+    assert_eq!(r.written_bytes, 0, "nothing moves");
+    assert_eq!(
+        rebuild(&disks),
+        raidkit_engine::TaskOutcome::Completed,
+        "the copies are rebuilt"
+    );
+    verify_shape(&disks, &data, (10, 0x102, CHUNK as u64, 6));
+    // Back: one member of each pair stays (slot 2k becomes k), the other leaves as a spare.
+    let back = reshape(&disks, &target(Some(0), None, None)).unwrap();
+    assert_eq!((back.new_level, back.new_raid_devices), (0, 3));
+    verify_shape(&disks, &data, (0, 0, CHUNK as u64, 3));
+    for (i, d) in disks.iter().enumerate() {
+        let want = if i < 3 {
+            raidkit_metadata::DevRole::Active(i as u16)
+        } else {
+            raidkit_metadata::DevRole::Spare
+        };
+        assert_eq!(role_of(d), want, "member {i}");
+    }
+}
+
+#[test]
+fn a_raid0_with_fewer_spares_than_members_becomes_a_raid10_missing_copies() {
+    let (disks, data) = written_array(0, 2, 1, ConsistencyPolicy::Resync);
+    let r = reshape(&disks, &target(Some(10), None, None)).unwrap();
+    assert_eq!(r.rebuild_slots, vec![1]);
+    assert_eq!(rebuild(&disks), raidkit_engine::TaskOutcome::Completed);
+    let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+    assert!(array.status().degraded, "slot 3 has no member");
+    let mut got = vec![0u8; data.len()];
+    array.read_at(&mut got, 0).unwrap();
+    assert!(got == data);
+    array.stop().unwrap();
+    // Slot 0's copy lost as well: its pair (slot 1, rebuilt) serves it, and the RAID 10
+    // still goes back to a RAID 0 of the members left.
+    let alive = vec![disks[1].clone(), disks[2].clone()];
+    let run = AssembleOptions {
+        run: true,
+        ..Default::default()
+    };
+    let back = Array::reshape(
+        boxed(&alive),
+        &target(Some(0), None, None),
+        &run,
+        &control(None),
+    )
+    .unwrap();
+    assert_eq!((back.new_level, back.new_raid_devices), (0, 2));
+    verify_shape(&alive, &data, (0, 0, CHUNK as u64, 2));
+    assert_eq!(role_of(&disks[2]), raidkit_metadata::DevRole::Active(0));
+}
+
+#[test]
+fn takeovers_md_cannot_make_are_refused_writing_nothing() {
+    let (three, _) = written_array(1, 3, 0, ConsistencyPolicy::Resync);
+    let before = snapshot(&three);
+    assert!(matches!(
+        refused_on(&three, target(Some(5), None, None)),
+        GrowRefusal::LevelImpossible { from: 1, to: 5, .. }
+    ));
+    assert!(snapshot(&three) == before);
+    let (two, _) = written_array(1, 2, 1, ConsistencyPolicy::Resync);
+    let before = snapshot(&two);
+    assert!(matches!(
+        refused_on(
+            &two,
+            ReshapeTarget {
+                raid_devices: Some(3),
+                ..target(Some(5), None, None)
+            }
+        ),
+        GrowRefusal::ReshapeNotYet { .. }
+    ));
+    assert!(snapshot(&two) == before);
+    // A RAID 10 of an odd member count has no RAID 0 form.
+    let (odd, _) = written_array(10, 3, 0, ConsistencyPolicy::Resync);
+    let before = snapshot(&odd);
+    assert!(matches!(
+        refused_on(&odd, target(Some(0), None, None)),
+        GrowRefusal::LevelImpossible {
+            from: 10,
+            to: 0,
+            ..
+        }
+    ));
+    assert!(snapshot(&odd) == before);
+}

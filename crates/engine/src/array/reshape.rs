@@ -258,7 +258,7 @@ impl Array {
                     new_level: old.md_level(),
                     old_layout: a.nsb.layout,
                     new_layout: old.md_layout(),
-                    old_chunk_sectors: old.chunk_sectors,
+                    old_chunk_sectors: a.geo.chunk_sectors,
                     new_chunk_sectors: old.chunk_sectors,
                     new_members,
                     old_array_bytes: bytes,
@@ -431,9 +431,6 @@ fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
         (0, 4) => Ok((4, 0, 1)),
         (0, 5) => Ok((5, 5, 1)),
         (0, 6) => Ok((6, 5, 2)),
-        (0, 10) => refuse(GrowRefusal::ReshapeNotYet {
-            what: "RAID 0 to RAID 10".into(),
-        }),
         // md first takes a RAID 4 over as a RAID 5 with its parity last.
         (4, 5) => Ok((5, 5, 0)),
         (4 | 5, 6) => match raid6_takeover_layout(from, layout) {
@@ -447,9 +444,6 @@ fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
         // md can, through parity-last layouts and a member less; raidkit not yet.
         (6, 4) => refuse(GrowRefusal::ReshapeNotYet {
             what: format!("RAID {from} to RAID {to}"),
-        }),
-        (5, 1) if a.geo.raid_disks == 2 => refuse(GrowRefusal::ReshapeNotYet {
-            what: "a two-member RAID 5 to RAID 1".into(),
         }),
         _ => refuse(GrowRefusal::LevelImpossible {
             from,
@@ -516,6 +510,9 @@ fn start_plan(
         return refuse(GrowRefusal::SameCount {
             raid_devices: a.geo.raid_disks,
         });
+    }
+    if let Some(plan) = mirror_takeover(a, names, found, target)? {
+        return Ok(plan);
     }
     let raid10_grows = level == 10 && target.level.is_none_or(|l| l == 10);
     if raid10_grows {
@@ -633,18 +630,7 @@ fn start_plan(
     common_refusals(a, 0)?;
     let used = a.geo.member_data_sectors;
     if level == 0 {
-        // md takes over a RAID 0 of one zone only: members of one size.
-        let sizes = a.slot_member.iter().flatten().map(|m| {
-            let sb = &found[m.0].sb;
-            sb.data_size_sectors / old_chunk * old_chunk
-        });
-        if sizes.clone().min() != sizes.max() {
-            return refuse(GrowRefusal::LevelImpossible {
-                from: 0,
-                to: new_level,
-                why: "its members differ in size (md takes over a RAID 0 of one zone only)".into(),
-            });
-        }
+        one_zone(a, found, new_level)?;
     }
     if !new_chunk.is_power_of_two() || new_chunk < 8 {
         return Err(EngineError::Invalid(format!(
@@ -871,6 +857,202 @@ fn start_plan(
         sbs,
         new_members,
     })
+}
+
+/// md's takeovers between a level with copies and one without, where no data moves (each
+/// member already holds what the new level puts there): a two-member RAID 1 and RAID 5
+/// (`raid5_takeover_raid1`, `raid1_takeover`), a RAID 0 and a RAID 10 of two near copies
+/// (`raid10_takeover_raid0`: member `k` becomes slot `2k`, spares given take the odd slots
+/// and are rebuilt; `raid0_takeover_raid10`: one in-sync member of each pair stays, as slot
+/// `k / 2`, the other leaves as a spare). `None` for every other change.
+fn mirror_takeover(
+    a: &Assembly,
+    names: &[String],
+    found: &[FoundSuperblock],
+    target: &ReshapeTarget,
+) -> Result<Option<Plan>> {
+    let refuse = |why| Err(EngineError::CannotGrow(why));
+    let from = a.nsb.level.to_md();
+    let Some(to) = target.level.filter(|&t| t != from) else {
+        return Ok(None);
+    };
+    let n = a.geo.raid_disks;
+    let used = a.geo.member_data_sectors;
+    let chunk = a.geo.chunk_sectors;
+    let near2 = raidkit_layout::Raid10Layout::near(2).md_layout();
+    // What the takeover itself sets: anything else asked for is a second step.
+    let (count, layout, new_chunk) = match (from, to) {
+        (1, 5) => {
+            if n != 2 {
+                return refuse(GrowRefusal::LevelImpossible {
+                    from,
+                    to,
+                    why: format!(
+                        "md takes over a RAID 1 of two members only; it has {n} (`--raid-devices 2` first)"
+                    ),
+                });
+            }
+            // md's raid5_takeover_raid1: the largest chunk up to 64 KiB dividing the size.
+            let mut c = 128u64;
+            while c > 0 && !used.is_multiple_of(c) {
+                c >>= 1;
+            }
+            if c < 8 {
+                return refuse(GrowRefusal::LevelImpossible {
+                    from,
+                    to,
+                    why: format!("its size ({used} sectors) is not a whole number of 4 KiB"),
+                });
+            }
+            (2, default_layout(5), c)
+        }
+        (5, 1) => {
+            if n != 2 {
+                return refuse(GrowRefusal::LevelImpossible {
+                    from,
+                    to,
+                    why: format!("md takes over a RAID 5 of two members only; it has {n}"),
+                });
+            }
+            (2, 0, 0)
+        }
+        (0, 10) => (2 * n, near2, chunk),
+        (10, 0) => {
+            if a.nsb.layout != near2 || n % 2 != 0 {
+                return refuse(GrowRefusal::LevelImpossible {
+                    from,
+                    to,
+                    why: "md takes over a RAID 10 of two near copies on an even number of members only"
+                        .into(),
+                });
+            }
+            (n / 2, 0, chunk)
+        }
+        _ => return Ok(None),
+    };
+    if target.raid_devices.is_some_and(|k| k != count)
+        || target.layout.is_some_and(|l| l != layout)
+        || target.chunk_sectors.is_some_and(|c| c != new_chunk)
+    {
+        return refuse(GrowRefusal::ReshapeNotYet {
+            what: format!(
+                "RAID {from} to RAID {to} with another member count, layout or chunk in one step (change the level first)"
+            ),
+        });
+    }
+    if a.reshape.is_some() {
+        return refuse(GrowRefusal::WorkPending {
+            what: "a reshape (`raidkit grow --continue`)".into(),
+        });
+    }
+    if from == 0 {
+        one_zone(a, found, to)?;
+    }
+    // A RAID 10 going to RAID 0 keeps one in-sync member of each pair: the other may be
+    // missing or failed already (md's "all mirrors must be already degraded", which mdadm
+    // arranges by removing them).
+    common_refusals(a, if from == 10 { n / 2 } else { 0 })?;
+    let in_sync = |s: usize| !a.slots_not_in_sync().contains(&s);
+    let old_slots: Vec<Option<usize>> = a.slot_member.iter().map(|m| m.map(|m| m.0)).collect();
+    // The slot each member takes; `None`: it leaves as a spare.
+    let mut new_slot: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut rebuild = Vec::new();
+    let mut new_members = Vec::new();
+    let mut recovering = Vec::new();
+    match (from, to) {
+        (0, 10) => {
+            for (k, m) in old_slots.iter().enumerate() {
+                new_slot.extend(m.map(|i| (i, Some(2 * k))));
+            }
+            let spares = (0..found.len())
+                .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
+                .filter(|&i| !old_slots.contains(&Some(i)));
+            for (k, i) in spares.take(n).enumerate() {
+                if found[i].sb.data_size_sectors < used {
+                    return refuse(GrowRefusal::NoRoom {
+                        member: names[i].clone(),
+                        available_sectors: found[i].sb.data_size_sectors,
+                        asked_sectors: used,
+                    });
+                }
+                new_slot.push((i, Some(2 * k + 1)));
+                rebuild.push(2 * k + 1);
+                recovering.push(i);
+                new_members.push((names[i].clone(), 2 * k + 1));
+            }
+        }
+        (10, 0) => {
+            for k in 0..n / 2 {
+                let keep = [2 * k, 2 * k + 1]
+                    .into_iter()
+                    .find(|&s| in_sync(s) && old_slots[s].is_some());
+                let Some(keep) = keep else {
+                    return refuse(GrowRefusal::NotWhole {
+                        slots: vec![2 * k, 2 * k + 1],
+                    });
+                };
+                for s in [2 * k, 2 * k + 1] {
+                    if let Some(i) = old_slots[s] {
+                        new_slot.push((i, (s == keep).then_some(k)));
+                    }
+                }
+            }
+        }
+        _ => {
+            for (k, m) in old_slots.iter().enumerate() {
+                new_slot.extend(m.map(|i| (i, Some(k))));
+            }
+        }
+    }
+    let t = now();
+    let mut sbs = a.sbs.to_vec();
+    for sb in sbs.iter_mut() {
+        sb.level = raidkit_metadata::Level::from_md(to);
+        sb.layout = layout;
+        sb.chunk_sectors = new_chunk as u32;
+        sb.raid_disks = count as u32;
+        sb.size_sectors = used;
+        sb.feature_map.remove(FeatureMap::RAID0_LAYOUT);
+        sb.events = a.nsb.events;
+        sb.bump_events(t);
+        for &(i, slot) in &new_slot {
+            let role = slot.map_or(DevRole::Spare, |s| DevRole::Active(s as u16));
+            sb.set_role(found[i].sb.dev_number, role)
+                .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        }
+    }
+    for (i, sb) in sbs.iter_mut().enumerate() {
+        if recovering.contains(&i) {
+            sb.set_recovery_offset(0);
+        } else if new_slot.iter().any(|&(j, s)| j == i && s.is_none()) {
+            sb.clear_recovery_offset();
+        }
+    }
+    let invalid = |e: crate::geometry::GeoError| EngineError::Invalid(e.to_string());
+    let geo = Geo::new(to, layout, count, new_chunk, used).map_err(invalid)?;
+    Ok(Some(Plan::Takeover {
+        sbs,
+        new_members,
+        old: geo,
+        rebuild,
+    }))
+}
+
+/// md takes over a RAID 0 of one zone only: members of one size (whole chunks).
+fn one_zone(a: &Assembly, found: &[FoundSuperblock], to: i32) -> Result<()> {
+    let chunk = a.geo.chunk_sectors;
+    let sizes = a.slot_member.iter().flatten().map(|m| {
+        let sb = &found[m.0].sb;
+        sb.data_size_sectors / chunk * chunk
+    });
+    if sizes.clone().min() != sizes.max() {
+        return Err(EngineError::CannotGrow(GrowRefusal::LevelImpossible {
+            from: 0,
+            to,
+            why: "its members differ in size (md takes over a RAID 0 of one zone only)".into(),
+        }));
+    }
+    Ok(())
 }
 
 /// The members of slots `from` on leave the array as spares (every superblock says so).

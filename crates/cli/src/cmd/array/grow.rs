@@ -217,10 +217,12 @@ fn reshape(args: &GrowArgs, target: Option<ReshapeTarget>) -> Result<(), CliErro
                 println!("raidkit: {name} takes slot {slot}");
             }
             println!(
-                "raidkit: now {}; slots {:?} hold the new parity and are rebuilt now (Ctrl-C stops; `raidkit rebuild` resumes)",
+                "raidkit: now {}; slots {:?} hold the new {} and are rebuilt now (Ctrl-C stops; `raidkit rebuild` resumes)",
                 shape_change(&report),
-                report.rebuild_slots
+                report.rebuild_slots,
+                if report.new_level == 10 { "copies" } else { "parity" },
             );
+            report_empty_mirrors(&report);
         }
         return rebuild_now(args, &report);
     }
@@ -230,6 +232,15 @@ fn reshape(args: &GrowArgs, target: Option<ReshapeTarget>) -> Result<(), CliErro
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     for (name, slot) in &report.new_members {
         println!("raidkit: {name} takes slot {slot}");
+    }
+    if report.finished && report.written_bytes == 0 && report.old_level != report.new_level {
+        // md's takeover: each member already holds what the new level puts there.
+        println!(
+            "raidkit: took over: now {}; nothing moved, no data rewritten",
+            shape_change(&report)
+        );
+        report_empty_mirrors(&report);
+        return Ok(());
     }
     if !report.finished {
         let end = report.new_array_bytes;
@@ -368,6 +379,23 @@ fn grow_size(args: &GrowArgs, size: &str) -> Result<(), CliError> {
 }
 
 /// "from 4 to 5 members", "RAID 6 left-symmetric-6 to left-symmetric", "chunk 64K to 512K".
+/// A RAID 0 taken over as a RAID 10 with fewer spares than members runs without the copies
+/// nobody took: say so.
+fn report_empty_mirrors(r: &ReshapeReport) {
+    if (r.old_level, r.new_level) != (0, 10) {
+        return;
+    }
+    let empty: Vec<usize> = (0..r.new_raid_devices / 2)
+        .map(|k| 2 * k + 1)
+        .filter(|s| !r.rebuild_slots.contains(s))
+        .collect();
+    if !empty.is_empty() {
+        println!(
+            "raidkit: slots {empty:?} have no member: the array runs without those copies until `raidkit add` gives them one"
+        );
+    }
+}
+
 fn shape_change(r: &ReshapeReport) -> String {
     let mut parts = Vec::new();
     if r.old_raid_devices != r.new_raid_devices {
@@ -376,23 +404,28 @@ fn shape_change(r: &ReshapeReport) -> String {
             r.old_raid_devices, r.new_raid_devices
         ));
     }
-    let name = |level, layout| layout_name(level, layout).unwrap_or_else(|| layout.to_string());
+    // RAID 0 and 1 have no layout, RAID 1 no chunk, to speak of.
+    let name = |level: i32, layout| {
+        (!matches!(level, 0 | 1))
+            .then(|| layout_name(level, layout).unwrap_or_else(|| layout.to_string()))
+    };
     if r.old_level != r.new_level {
         parts.push(format!("RAID {} to RAID {}", r.old_level, r.new_level));
     }
     if (r.old_level, r.old_layout) != (r.new_level, r.new_layout) && r.new_level != 4 {
-        parts.push(format!(
-            "layout {} to {}",
+        match (
             name(r.old_level, r.old_layout),
-            name(r.new_level, r.new_layout)
-        ));
+            name(r.new_level, r.new_layout),
+        ) {
+            (Some(o), Some(n)) => parts.push(format!("layout {o} to {n}")),
+            (None, Some(n)) => parts.push(format!("layout {n}")),
+            _ => {}
+        }
     }
-    if r.old_chunk_sectors != r.new_chunk_sectors {
-        parts.push(format!(
-            "chunk {}K to {}K",
-            r.old_chunk_sectors / 2,
-            r.new_chunk_sectors / 2
-        ));
+    match (r.old_chunk_sectors, r.new_chunk_sectors) {
+        (o, n) if o == n || n == 0 => {}
+        (0, n) => parts.push(format!("chunk {}K", n / 2)),
+        (o, n) => parts.push(format!("chunk {}K to {}K", o / 2, n / 2)),
     }
     parts.join(", ")
 }
