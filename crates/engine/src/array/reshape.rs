@@ -918,7 +918,7 @@ fn mirror_takeover(
         }
         (0, 10) => (2 * n, near2, chunk),
         (10, 0) => {
-            if a.nsb.layout != near2 || n % 2 != 0 {
+            if a.nsb.layout != near2 || !n.is_multiple_of(2) {
                 return refuse(GrowRefusal::LevelImpossible {
                     from,
                     to,
