@@ -844,17 +844,27 @@ fn a_raid0_becomes_raid10_near2_on_spares_and_back() {
         "the copies are rebuilt"
     );
     verify_shape(&disks, &data, (10, 0x102, CHUNK as u64, 6));
-    // Back: one member of each pair stays (slot 2k becomes k), the other leaves as a spare.
+    // Back: one member of each pair stays (slot 2k becomes k); the other leaves, removed as
+    // mdadm removes it (a RAID 0 holds no spares): recorded faulty by the others, its own
+    // superblock untouched.
+    let leaving: Vec<Vec<u8>> = snapshot(&disks[3..]);
     let back = reshape(&disks, &target(Some(0), None, None)).unwrap();
     assert_eq!((back.new_level, back.new_raid_devices), (0, 3));
+    assert_eq!(back.left_members, vec!["m3", "m4", "m5"]);
+    assert!(
+        snapshot(&disks[3..]) == leaving,
+        "the leaving members are not written"
+    );
     verify_shape(&disks, &data, (0, 0, CHUNK as u64, 3));
+    let newest = raidkit_engine::read_superblock(&disks[0]).unwrap().sb;
     for (i, d) in disks.iter().enumerate() {
+        let own = raidkit_engine::read_superblock(d).unwrap().sb;
         let want = if i < 3 {
             raidkit_metadata::DevRole::Active(i as u16)
         } else {
-            raidkit_metadata::DevRole::Spare
+            raidkit_metadata::DevRole::Faulty
         };
-        assert_eq!(role_of(d), want, "member {i}");
+        assert_eq!(newest.role_of(own.dev_number), want, "member {i}");
     }
 }
 
@@ -887,6 +897,11 @@ fn a_raid0_with_fewer_spares_than_members_becomes_a_raid10_missing_copies() {
     assert_eq!((back.new_level, back.new_raid_devices), (0, 2));
     verify_shape(&alive, &data, (0, 0, CHUNK as u64, 2));
     assert_eq!(role_of(&disks[2]), raidkit_metadata::DevRole::Active(0));
+    // The member lost before is no member of the RAID 0: given back, it is left out.
+    let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+    assert_eq!(array.geometry().raid_disks, 2);
+    assert!(!array.status().degraded);
+    array.stop().unwrap();
 }
 
 #[test]

@@ -1124,7 +1124,7 @@ fn check_examine(
 ) {
     let mut f = Failures::new("examine", &mut out.failures);
     let mut fields = 0;
-    for m in &plan.members {
+    for m in plan.md_members() {
         let Some(rk) = e.examine.get(&m.serial) else {
             f.push(format!(
                 "member {}: raidkit has no examine report",
@@ -1170,7 +1170,7 @@ fn check_examine(
     if f.finish() {
         out.passed.push(format!(
             "examine({fields} fields on {} members)",
-            plan.members.len()
+            plan.md_members().count()
         ));
     }
 }
@@ -1188,7 +1188,7 @@ fn check_after_md(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutc
         .as_ref()
         .filter(|r| r.shrinks(plan.raid_devices()))
         .map(|r| r.devices);
-    for (i, m) in plan.members.iter().enumerate() {
+    for (i, m) in plan.md_members().enumerate() {
         let (Some(before), Some(after)) = (
             report.pre_examine.get(&m.serial),
             report.examine.get(&m.serial),

@@ -65,6 +65,11 @@
 //! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
 //!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
+//! - `takeover=L` (alone): md's takeovers, where no data moves: a RAID 1 or 5 of two members
+//!   to RAID 5 or 1, a RAID 0 to RAID 10 (one spare per member is added first and takes the
+//!   new copy slots, rebuilt), a RAID 10 `n2` of an even count to RAID 0 (the odd slots'
+//!   members leave as spares). After writing and stopping, raidkit takes the array over
+//!   (`raidkit grow --level L`); md must assemble the new level and read the same data.
 //!
 //! The write journal (RAID 4, 5 and 6; md and raidkit rows; not with the other options): one
 //! more image, of the first member's size, is the journal device (`--write-journal`):
@@ -182,12 +187,26 @@ pub struct MatrixRow {
     /// raidkit RAID 1 rows: the slot count raidkit grows the mirror to, with a spare per new
     /// slot.
     pub mirrors: Option<usize>,
+    /// raidkit rows: the level raidkit takes the array over as (`takeover=L`).
+    pub takeover: Option<u32>,
     /// RAID 0/4/5/6/10 rows: the reshape one side starts and stops part way, the other goes
     /// on.
     pub reshape: Option<ReshapeSpec>,
     /// Reshape rows: the array is created using this many bytes of each member (mdadm's
     /// `--size`), leaving room behind the data (a shrinking reshape moves the data there).
     pub size_bytes: Option<u64>,
+}
+
+impl MatrixRow {
+    /// Members and the spares added to take new slots, when the row adds any: the slot
+    /// count a mirror grows to, the member count a reshape ends with, a spare per member of a
+    /// RAID 0 taken over as a RAID 10.
+    pub fn with_spares(&self) -> Option<usize> {
+        let n = self.member_bytes.len();
+        self.mirrors
+            .or(self.reshape.as_ref().map(|r| r.devices))
+            .or((self.level == 0 && self.takeover == Some(10)).then_some(2 * n))
+    }
 }
 
 /// What a reshape row changes (`reshape=SPEC@P`), as mdadm's `--grow` options: the member
@@ -524,6 +543,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut ppl = None;
         let mut grow_bytes = None;
         let mut mirrors = None;
+        let mut takeover = None;
         let mut reshape = None;
         let mut size_bytes = None;
         for opt in options {
@@ -579,6 +599,26 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                         )))
                     }
                 },
+                Some(("takeover", v)) => {
+                    let n = member_bytes.len();
+                    let to = v.trim_start_matches("raid").parse::<u32>().ok();
+                    match (level, to) {
+                        (1, Some(5)) | (5, Some(1)) if n == 2 && options.len() == 1 => {
+                            takeover = to
+                        }
+                        (0, Some(10)) if options.len() == 1 => takeover = to,
+                        (10, Some(0))
+                            if n.is_multiple_of(2) && layout == "n2" && options.len() == 1 =>
+                        {
+                            takeover = to
+                        }
+                        _ => {
+                            return Err(err(format!(
+                                "takeover={v}: alone; RAID 1 or 5 of two members to 5 or 1, RAID 0 to 10, RAID 10 n2 of an even count to 0"
+                            )))
+                        }
+                    }
+                }
                 Some(("reshape", v)) => {
                     let others = options.iter().filter(|o| !o.starts_with("size="));
                     if others.count() != 1 {
@@ -693,6 +733,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             journal,
             grow_bytes,
             mirrors,
+            takeover,
             reshape,
             size_bytes,
         });
@@ -924,6 +965,26 @@ mod tests {
     }
 
     #[test]
+    fn takeover_rows_add_a_spare_per_member_only_for_raid0_to_10() {
+        let rows = parse_matrix(
+            "fast raidkit a 1 - - 2x8M takeover=5\nfast raidkit b 0 - 64K 3x8M takeover=10\n\
+             fast raidkit c 10 n2 64K 4x8M takeover=raid0\nfast raidkit d 5 ls 64K 2x8M takeover=1\n",
+        )
+        .unwrap();
+        let got: Vec<(Option<u32>, Option<usize>)> =
+            rows.iter().map(|r| (r.takeover, r.with_spares())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(5), None),
+                (Some(10), Some(6)),
+                (Some(0), None),
+                (Some(1), None)
+            ]
+        );
+    }
+
+    #[test]
     fn rejects_bad_rows() {
         for bad in [
             "fast md r5 5 ls 64K",
@@ -958,6 +1019,13 @@ mod tests {
             "fast raidkit r5 5 ls 64K 4x8M ppl bitmap",
             "fast raidkit r5 5 ls 64K 4x8M ppl=crash fail=1",
             "fast raidkit r5 5 ls 64K 4x8M ppl=maybe",
+            "fast raidkit r5 5 ls 64K 4x8M takeover=1",
+            "fast raidkit r1 1 - - 3x8M takeover=5",
+            "fast raidkit r10 10 n2 64K 3x8M takeover=0",
+            "fast raidkit r10 10 f2 64K 4x8M takeover=0",
+            "fast raidkit r0 0 - 64K 3x8M takeover=5",
+            "fast md r1 1 - - 2x8M takeover=5",
+            "fast raidkit r1 1 - - 2x8M takeover=5 meta=1.0",
             "fast raidkit r5 5 ls 64K 4x8M reshape=5",
             "fast raidkit r5 5 ls 64K 4x8M reshape=5@0",
             "fast raidkit r5 5 ls 64K 4x8M reshape=5@100",

@@ -104,6 +104,10 @@ pub struct PlannedArray {
     /// are the spares that take the new slots).
     #[serde(default)]
     pub mirrors: Option<usize>,
+    /// raidkit rows: the level raidkit takes the array over as (the last `spares` members
+    /// take a RAID 10's new copy slots).
+    #[serde(default)]
+    pub takeover: Option<u32>,
     /// RAID 0/4/5/6/10 rows: the reshape (the last `spares` members take the new slots) and
     /// where the side that starts it stops for the other to go on.
     #[serde(default)]
@@ -170,6 +174,19 @@ impl PlannedArray {
         Some(member * r.new_data_members(self.level) as u64)
     }
 
+    /// The members md is given: every one, but for a RAID 10 taken over as a RAID 0, whose
+    /// odd slots' members left the array with their superblocks as they were (as after
+    /// mdadm's own takeover, whose --assemble refuses them beside the others: "superblock
+    /// doesn't match others").
+    pub fn md_members(&self) -> impl Iterator<Item = &PlannedMember> {
+        let step = if self.level == 10 && self.takeover == Some(0) {
+            2
+        } else {
+            1
+        };
+        self.members.iter().step_by(step)
+    }
+
     /// The words telling the VM job what else to do and record for this array.
     pub fn vm_flags(&self) -> String {
         let mut f = Vec::new();
@@ -220,7 +237,7 @@ fn image_sizes(row: &MatrixRow) -> Vec<u64> {
     if row.rebuild_percent.is_some() {
         v.extend(row.fail_members.iter().map(|&m| row.member_bytes[m]));
     }
-    if let Some(m) = row.mirrors.or(row.reshape.as_ref().map(|r| r.devices)) {
+    if let Some(m) = row.with_spares() {
         v.extend((row.member_bytes.len()..m).map(|_| row.member_bytes[0]));
     }
     if row.journal.is_some() {
@@ -440,14 +457,14 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 spares: if row.rebuild_percent.is_some() {
                     row.fail_members.len()
                 } else {
-                    row.mirrors
-                        .or(row.reshape.as_ref().map(|r| r.devices))
+                    row.with_spares()
                         .map_or(0, |m| m.saturating_sub(row.member_bytes.len()))
                 },
                 journal: row.journal,
                 ppl: row.ppl,
                 grow_bytes: row.grow_bytes,
                 mirrors: row.mirrors,
+                takeover: row.takeover,
                 reshape: row.reshape.clone(),
                 size_bytes: row.size_bytes,
                 expect: None,
@@ -525,7 +542,7 @@ pub fn grow_options(a: &PlannedArray, r: &ReshapeSpec) -> String {
 /// The job script lines of one array (none for an array raidkit could not prepare: its check
 /// reports why).
 pub fn job_lines(a: &PlannedArray) -> String {
-    let serials: Vec<&str> = a.members.iter().map(|m| m.serial.as_str()).collect();
+    let serials: Vec<&str> = a.md_members().map(|m| m.serial.as_str()).collect();
     // md rows that reshape: the array is created without the spares added for it.
     let (created, spares) = match (a.kind, &a.reshape) {
         (Scenario::Create, Some(_)) => serials.split_at(a.raid_devices()),

@@ -537,6 +537,9 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     if let Some(slots) = a.mirrors {
         status = grow_mirrors(a, slots)?;
     }
+    if let Some(to) = a.takeover {
+        status = take_over(a, to)?;
+    }
     let mut reshape_position_sectors = None;
     let mut reshape_old_array_bytes = None;
     // Reshape rows: the geometry md must end with (level, layout, chunk, members).
@@ -789,6 +792,49 @@ fn grow_mirrors(a: &PlannedArray, slots: usize) -> Result<raidkit_engine::Status
         .map_err(|e| err("rebuild")(e.to_string()))?;
     if r.outcome != TaskOutcome::Completed {
         return Err(err("rebuild")(format!("{:?}", r.outcome)));
+    }
+    array.stop().map_err(|e| err("stop")(e.to_string()))?;
+    Ok(array.status())
+}
+
+/// As `raidkit grow --level TO` (after `raidkit add` of the row's spares, if any): md's
+/// takeover, nothing moved, then the spares in the new copy slots rebuilt.
+fn take_over(a: &PlannedArray, to: u32) -> Result<raidkit_engine::Status, PrepareError> {
+    if a.spares > 0 {
+        add_spares(a)?;
+    }
+    let never = AtomicBool::new(false);
+    let ctl = ReshapeControl {
+        progress: &|_, _| {},
+        stop: &never,
+        pause_at_bytes: None,
+    };
+    let target = ReshapeTarget {
+        level: Some(to as i32),
+        ..Default::default()
+    };
+    let report = Array::reshape(
+        open_members(&a.members, false)?,
+        &target,
+        &AssembleOptions::default(),
+        &ctl,
+    )
+    .map_err(|e| err("takeover")(e.to_string()))?;
+    if !report.finished || report.written_bytes != 0 || report.rebuild_slots.len() != a.spares {
+        return Err(err("takeover")(format!(
+            "finished {}, {} bytes written, rebuilding {:?}",
+            report.finished, report.written_bytes, report.rebuild_slots
+        )));
+    }
+    let (array, _) = Array::assemble(open_members(&a.members, false)?, AssembleOptions::default())
+        .map_err(|e| err("assemble after takeover")(e.to_string()))?;
+    if a.spares > 0 {
+        let r = array
+            .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+            .map_err(|e| err("rebuild")(e.to_string()))?;
+        if r.outcome != TaskOutcome::Completed {
+            return Err(err("rebuild")(format!("{:?}", r.outcome)));
+        }
     }
     array.stop().map_err(|e| err("stop")(e.to_string()))?;
     Ok(array.status())

@@ -148,6 +148,7 @@ fn fixture(tag: &str) -> Fixture {
         expect: None,
         grow_bytes: None,
         mirrors: None,
+        takeover: None,
         reshape: None,
         size_bytes: None,
         prepare_error: None,

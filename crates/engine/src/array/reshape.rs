@@ -87,6 +87,9 @@ pub struct ReshapeReport {
     /// Slots a level change gave new parity to rebuild (md's takeover then recovery): the
     /// array runs degraded until they are (`raidkit rebuild`).
     pub rebuild_slots: Vec<usize>,
+    /// Members that left the array (a RAID 10 taken over as a RAID 0: the other copy of each
+    /// pair, and spares), recorded faulty by the others, their own superblocks untouched.
+    pub left_members: Vec<String>,
 }
 
 /// How a caller steers a reshape: progress, stop, pause.
@@ -242,9 +245,10 @@ impl Array {
                 new_members,
                 old,
                 rebuild,
+                leave,
             } => {
                 for (i, sb) in sbs.iter().enumerate() {
-                    if a.use_member[MemberId(i)] {
+                    if a.use_member[MemberId(i)] && !leave.contains(&i) {
                         write_superblock(members[i].as_ref(), sb, found[i].version)?;
                         members[i].flush()?;
                     }
@@ -274,6 +278,7 @@ impl Array {
                     position_sectors: 0,
                     backwards: false,
                     rebuild_slots: rebuild,
+                    left_members: leave.iter().map(|&i| names[i].clone()).collect(),
                 })
             }
         }
@@ -731,6 +736,7 @@ fn start_plan(
             new_members,
             old: geo,
             rebuild: Vec::new(),
+            leave: Vec::new(),
         });
     }
     if takeover {
@@ -754,6 +760,7 @@ fn start_plan(
             new_members,
             old,
             rebuild: fresh_slots.collect(),
+            leave: Vec::new(),
         });
     }
     // mdadm: a RAID 10 moves by one chunk (the larger), for it reads and writes whole rows.
@@ -982,6 +989,10 @@ fn mirror_takeover(
             }
         }
         (10, 0) => {
+            let spares = (0..found.len())
+                .filter(|&i| a.use_member[MemberId(i)] && found[i].sb.role() == DevRole::Spare)
+                .filter(|&i| !old_slots.contains(&Some(i)));
+            new_slot.extend(spares.map(|i| (i, None)));
             for k in 0..n / 2 {
                 let keep = [2 * k, 2 * k + 1]
                     .into_iter()
@@ -1015,19 +1026,36 @@ fn mirror_takeover(
         sb.feature_map.remove(FeatureMap::RAID0_LAYOUT);
         sb.events = a.nsb.events;
         sb.bump_events(t);
+        // A member missing now (failed, or not given) held a slot of the old level: it holds
+        // none of the new one (md removed it before; mdadm's takeover needs it gone).
+        let kept: Vec<u32> = new_slot
+            .iter()
+            .map(|&(i, _)| found[i].sb.dev_number)
+            .collect();
+        let gone: Vec<u32> = (0..sb.dev_roles().len() as u32)
+            .filter(|d| matches!(sb.role_of(*d), DevRole::Active(_)) && !kept.contains(d))
+            .collect();
+        for d in gone {
+            sb.set_role(d, DevRole::Faulty)
+                .map_err(|e| EngineError::Metadata(e.to_string()))?;
+        }
         for &(i, slot) in &new_slot {
-            let role = slot.map_or(DevRole::Spare, |s| DevRole::Active(s as u16));
+            // A RAID 0 holds no spares (md refuses to run one with any): the members that
+            // leave are removed as mdadm removes them (failed, then taken out), recorded
+            // faulty, and their own superblocks stay as they were, the array's older state.
+            let role = slot.map_or(DevRole::Faulty, |s| DevRole::Active(s as u16));
             sb.set_role(found[i].sb.dev_number, role)
                 .map_err(|e| EngineError::Metadata(e.to_string()))?;
         }
     }
-    for (i, sb) in sbs.iter_mut().enumerate() {
-        if recovering.contains(&i) {
-            sb.set_recovery_offset(0);
-        } else if new_slot.iter().any(|&(j, s)| j == i && s.is_none()) {
-            sb.clear_recovery_offset();
-        }
+    for &i in &recovering {
+        sbs[i].set_recovery_offset(0);
     }
+    let leave = new_slot
+        .iter()
+        .filter(|(_, s)| s.is_none())
+        .map(|&(i, _)| i)
+        .collect();
     let invalid = |e: crate::geometry::GeoError| EngineError::Invalid(e.to_string());
     let geo = Geo::new(to, layout, count, new_chunk, used).map_err(invalid)?;
     Ok(Some(Plan::Takeover {
@@ -1035,6 +1063,7 @@ fn mirror_takeover(
         new_members,
         old: geo,
         rebuild,
+        leave,
     }))
 }
 
@@ -1105,6 +1134,9 @@ enum Plan {
         /// The geometry from now on.
         old: Geo,
         rebuild: Vec<usize>,
+        /// Members that leave the array with their superblocks untouched (removed, as md
+        /// removes a member: the others record it faulty).
+        leave: Vec<usize>,
     },
 }
 
@@ -1424,6 +1456,7 @@ fn run(
         position_sectors: start_at,
         backwards: matches!(f, Way::Backward(_)),
         rebuild_slots: Vec::new(),
+        left_members: Vec::new(),
     };
     let mut run = Run {
         members,

@@ -8,6 +8,8 @@
 //! - `--raid-devices` (RAID 4/5/6): more members, the spares given; every stripe is rewritten
 //!   in the wider layout (a reshape), crash-safe without a backup file (see the engine's
 //!   `array/reshape.rs`); `--continue` goes on with a reshape a crash, Ctrl-C or md left.
+//! - `--level`, `--layout`, `--chunk`: md's level migrations, restripes and takeovers (see
+//!   `--level`'s help).
 
 use super::tasks::{self, ProgressBar, SpeedArgs};
 use raidkit_cli::common::{
@@ -57,7 +59,11 @@ pub struct GrowArgs {
     /// 6 (a spare becomes the new Q, one more member unless --raid-devices says otherwise; the
     /// layout keeps its name, as mdadm's; with a `*-6` layout only the Q is rebuilt), 6 to 5
     /// (the Q member leaves as a spare), 5 to 4 (restriped parity-last), 5 or 4 to 0 (the
-    /// parity member leaves as a spare).
+    /// parity member leaves as a spare). Without moving data (md's takeovers): a two-member
+    /// RAID 1 to 5 and back, a RAID 0 to 10 near 2 (member k takes slot 2k; spares given take
+    /// the odd slots and are rebuilt now, slots without one stay missing), a RAID 10 near 2 of
+    /// an even count to 0 (one member of each pair stays; the others leave the array,
+    /// recorded faulty).
     #[arg(long, value_name = "LEVEL", conflicts_with = "continue_reshape")]
     pub level: Option<String>,
     /// RAID 4/5/6: the layout from now on (mdadm's names: left-symmetric, right-asymmetric,
@@ -240,6 +246,12 @@ fn reshape(args: &GrowArgs, target: Option<ReshapeTarget>) -> Result<(), CliErro
             shape_change(&report)
         );
         report_empty_mirrors(&report);
+        if !report.left_members.is_empty() {
+            println!(
+                "raidkit: {} left the array (recorded faulty; their superblocks keep the old state: `raidkit create --force` reuses them)",
+                report.left_members.join(", ")
+            );
+        }
         return Ok(());
     }
     if !report.finished {
