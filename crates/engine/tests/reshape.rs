@@ -428,8 +428,22 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
             target(None, None, Some(64)),
             (10, 0x102, 64, 4),
         ),
-        // RAID 0 from 3 to 5 members (md's way: a RAID 4 without its parity in between).
+        // RAID 0 from 3 to 5 members (md's way: a RAID 4 without its parity in between), a
+        // RAID 0's chunk, and both.
         (0, 3, 2, 16, ReshapeTarget::members(5), (0, 0, 16, 5)),
+        (0, 3, 0, 16, target(None, None, Some(64)), (0, 0, 64, 3)),
+        (
+            0,
+            3,
+            1,
+            64,
+            ReshapeTarget {
+                raid_devices: Some(4),
+                chunk_sectors: Some(32),
+                ..Default::default()
+            },
+            (0, 0, 32, 4),
+        ),
         // RAID 5 -> 6 with one more data member too, and a new chunk.
         (
             5,

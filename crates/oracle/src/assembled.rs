@@ -447,10 +447,12 @@ fn check_reshape(
             }
         }
     }
-    let fresh = r.fresh_members(plan.level);
-    if a("degraded") != Some(fresh.to_string().as_str()) {
+    let fresh = r.fresh_members(plan.level, plan.raid_devices());
+    // A RAID 0 runs as a RAID 4 whose parity slot is empty (or its spare fresh).
+    let degraded = if r.raid0_grows(plan.level) { 1 } else { fresh };
+    if a("degraded") != Some(degraded.to_string().as_str()) {
         f.push(format!(
-            "md runs degraded: {:?} right after assembly, want {fresh}",
+            "md runs degraded: {:?} right after assembly, want {degraded}",
             a("degraded")
         ));
     }
@@ -549,7 +551,7 @@ fn check_fresh_recovery_offset(
         .members
         .iter()
         .skip(first)
-        .take(r.fresh_members(plan.level));
+        .take(r.fresh_members(plan.level, first));
     let data = r.new_data_members(plan.level) as u64;
     let want = position / data;
     for m in fresh {

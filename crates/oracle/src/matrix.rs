@@ -277,11 +277,11 @@ impl ReshapeSpec {
         let new_level = new_level.filter(|&l| l != level);
         // md's takeovers: a RAID 4 becomes a RAID 5 (given a layout), a RAID 4 or 5 becomes a
         // RAID 6 with its Q on one more member, a RAID 0 a RAID 4, 5 or 6 with its parity on
-        // one (two) more. A RAID 0 otherwise only grows (mdadm runs it as a RAID 4 without
-        // its parity member), a RAID 10 keeps its level and layout.
+        // one (two) more. A RAID 0 otherwise grows or changes its chunk (mdadm runs it as a
+        // RAID 4 without its parity member), a RAID 10 keeps its level and layout.
         let parity_added = match new_level {
             None if level == 0 && layout.is_some() => {
-                return Err("RAID 0: more members, or level:4, 5 or 6".into())
+                return Err("RAID 0: more members, chunk:SIZE, or level:4, 5 or 6".into())
             }
             None if level == 10 && layout.is_some() => {
                 return Err("RAID 10: more members or chunk:SIZE (the layout stays)".into())
@@ -340,9 +340,6 @@ impl ReshapeSpec {
         if devices == members && new_level.is_none() && layout.is_none() && chunk.is_none() {
             return Err("nothing to change".into());
         }
-        if level == 0 && new_level.is_none() && chunk.is_some() {
-            return Err("RAID 0: more members, or level:4, 5 or 6".into());
-        }
         Ok(ReshapeSpec {
             devices,
             level: new_level,
@@ -376,10 +373,11 @@ impl ReshapeSpec {
     /// Members md counts missing from the old layout until the reshape has filled them
     /// (recorded recovering up to the reshape position): the new parity of a level change
     /// (md's takeover puts it on spares), and the spare of a RAID 0 growing (it takes the
-    /// RAID 4's missing parity slot of the old layout and is a data member of the new).
-    pub fn fresh_members(&self, level: u32) -> usize {
+    /// RAID 4's missing parity slot of the old layout and is a data member of the new; a
+    /// RAID 0 of `members` changing only its chunk has none).
+    pub fn fresh_members(&self, level: u32, members: usize) -> usize {
         match (level, self.level) {
-            (0, None) => 1,
+            (0, None) => usize::from(self.devices > members),
             (0, Some(6)) => 2,
             (0, Some(_)) => 1,
             (4 | 5, Some(6)) => 1,
@@ -948,7 +946,7 @@ mod tests {
             (
                 spec.md_level(level),
                 spec.md_raid_devices(level),
-                spec.fresh_members(level),
+                spec.fresh_members(level, rows[i].member_bytes.len()),
                 spec.missing_after(level),
             )
         };

@@ -514,8 +514,12 @@ pub fn grow_options(a: &PlannedArray, r: &ReshapeSpec) -> String {
                 Some(r.layout.as_deref().unwrap_or("left-symmetric")),
             ),
         };
-        o.push(format!("level={}", r.level.unwrap_or(0)));
-        o.push(format!("raid-devices={}", r.devices));
+        // mdadm changes a chunk alone ("Cannot change array level in the same operation as
+        // changing chunk size").
+        if r.level.is_some() || r.devices != a.raid_devices() {
+            o.push(format!("level={}", r.level.unwrap_or(0)));
+            o.push(format!("raid-devices={}", r.devices));
+        }
         if let Some(l) = layout {
             o.push(format!("layout={l}"));
         }

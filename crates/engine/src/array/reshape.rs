@@ -430,7 +430,7 @@ fn level_change(a: &Assembly, to: i32) -> Result<(i32, u32, usize)> {
     let refuse = |why| Err(EngineError::CannotGrow(why));
     match (from, to) {
         (0, 0) => refuse(GrowRefusal::ReshapeNotYet {
-            what: "a RAID 0's chunk size or member count".into(),
+            what: "fewer members for a RAID 0".into(),
         }),
         (f, t) if f == t => Ok((f, layout, 0)),
         (0, 4) => Ok((4, 0, 1)),
@@ -497,11 +497,15 @@ fn start_plan(
     let takes_over_raid0 = level == 0 && target.level.is_some_and(|l| l != 0);
     // More members for a RAID 0, as mdadm: taken over as a RAID 4 whose parity member is
     // missing, reshaped, and a RAID 0 again at the end.
+    // So too a RAID 0's chunk size (mdadm's way: the same takeover, a restripe, back).
     let raid0_grows = level == 0
         && target.level.is_none_or(|l| l == 0)
         && target.layout.is_none()
-        && target.chunk_sectors.is_none()
-        && target.raid_devices.is_some_and(|n| n > a.geo.raid_disks);
+        && target.raid_devices.is_none_or(|n| n >= a.geo.raid_disks)
+        && (target.raid_devices.is_some_and(|n| n > a.geo.raid_disks)
+            || target
+                .chunk_sectors
+                .is_some_and(|c| c != a.geo.chunk_sectors));
     let unchanged = target.raid_devices.is_none()
         && target.level.is_none_or(|l| l == level)
         && target.layout.is_none_or(|l| l == a.nsb.layout)
@@ -511,7 +515,13 @@ fn start_plan(
     if unchanged && a.reshape.is_none() {
         return refuse(GrowRefusal::NothingToChange);
     }
-    if level == 0 && only_count && target.raid_devices == Some(a.geo.raid_disks) {
+    if level == 0
+        && only_count
+        && target.raid_devices == Some(a.geo.raid_disks)
+        && target
+            .chunk_sectors
+            .is_none_or(|c| c == a.geo.chunk_sectors)
+    {
         return refuse(GrowRefusal::SameCount {
             raid_devices: a.geo.raid_disks,
         });
@@ -599,6 +609,8 @@ fn start_plan(
     // A RAID 0 growing runs with one slot more than its members: the missing parity.
     let asked = if to5 {
         run_count
+    } else if raid0_grows {
+        target.raid_devices.unwrap_or(old_count)
     } else {
         target.raid_devices.unwrap_or(run_count)
     };
@@ -1314,9 +1326,14 @@ fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> 
 /// the last, no device was ever given), to be a RAID 0 again at its end.
 fn raid0_growing(a: &Assembly) -> bool {
     let last = a.geo.raid_disks.saturating_sub(1) as u16;
+    // A chunk change keeps the count: then only a parity slot nobody ever held (no member
+    // recorded faulty) says so, where a RAID 4 that lost its parity member records it.
+    let roles = || (0..a.nsb.max_dev()).map(|d| a.nsb.role_of(d));
     a.nsb.level.to_md() == 4
-        && a.reshape.is_some_and(|r| r.delta_disks > 0)
-        && (0..a.nsb.max_dev()).all(|d| a.nsb.role_of(d) != DevRole::Active(last))
+        && a.reshape.is_some_and(|r| {
+            r.delta_disks > 0 || (r.delta_disks == 0 && roles().all(|r| r != DevRole::Faulty))
+        })
+        && roles().all(|r| r != DevRole::Active(last))
 }
 
 /// A reshape run's state: the members, who is written, the superblocks, what happened.

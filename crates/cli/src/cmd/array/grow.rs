@@ -70,8 +70,10 @@ pub struct GrowArgs {
     /// parity-last, ...); the data is restriped.
     #[arg(long, value_name = "LAYOUT", conflicts_with = "continue_reshape")]
     pub layout: Option<String>,
-    /// RAID 4/5/6: the chunk size from now on (K, M suffix; a bare number is KiB, as
-    /// mdadm's); the data is restriped. Each member's data must be a whole number of it.
+    /// RAID 0/4/5/6/10: the chunk size from now on (K, M suffix; a bare number is KiB, as
+    /// mdadm's); the data is restriped (a RAID 0 as mdadm does it: as a RAID 4 without its
+    /// parity member, a RAID 0 again at the end). Each member's data must be a whole number of
+    /// it.
     #[arg(
         long,
         short = 'c',
