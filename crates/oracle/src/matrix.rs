@@ -340,6 +340,10 @@ impl ReshapeSpec {
         if devices == members && new_level.is_none() && layout.is_none() && chunk.is_none() {
             return Err("nothing to change".into());
         }
+        if level == 0 && new_level.is_none() && chunk.is_some() && devices != members {
+            // mdadm: "Cannot change array level in the same operation as changing chunk size".
+            return Err("RAID 0: more members or chunk:SIZE, one at a time".into());
+        }
         Ok(ReshapeSpec {
             devices,
             level: new_level,
