@@ -80,6 +80,21 @@ impl Model {
         }
     }
 
+    /// The array grew to `sectors`: the new room holds zeros, durably.
+    pub fn grow(&mut self, sectors: u64) {
+        if sectors > self.sectors() {
+            self.cells.resize(
+                sectors as usize,
+                Cell {
+                    now: vec![0],
+                    crash: vec![0],
+                    unflushed: false,
+                    unflushed_at_crash: false,
+                },
+            );
+        }
+    }
+
     pub fn sectors(&self) -> u64 {
         self.cells.len() as u64
     }

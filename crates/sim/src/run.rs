@@ -357,6 +357,8 @@ struct Run<'a> {
     uuid_rng: Rng,
     /// Reshape decisions draw from their own stream, so seeds without one run as before.
     reshape_rng: Rng,
+    /// Reshapes that change the member count or the level.
+    sized_reshape_rng: Rng,
 }
 
 type Step = Result<(), String>;
@@ -1042,9 +1044,10 @@ impl Run<'_> {
         }
     }
 
-    /// A reshape that keeps the array's size, as an operator would run it (`raidkit grow` on
-    /// the stopped array): a RAID 4/5/6's chunk size or layout, a RAID 10's chunk, or a RAID 5
-    /// becoming a RAID 6 on a spare. Sometimes the power is cut at one of its writes (then a
+    /// A reshape as an operator would run it (`raidkit grow` on the stopped array): a RAID
+    /// 4/5/6's chunk size or layout, a RAID 10's chunk, a RAID 5 becoming a RAID 6 on a spare;
+    /// a RAID 4/5/6 growing by a member (the model's new room reads zeros), a RAID 6 becoming
+    /// a RAID 5 (its Q member left as a spare), a RAID 5 a RAID 4, a RAID 4 a RAID 5. Sometimes the power is cut at one of its writes (then a
     /// crash, and the reshape continued, or started again when the cut came before it was
     /// recorded); a member fault during it degrades it. The data must read back the same, and
     /// the members match the independent encoding of the new geometry.
@@ -1068,15 +1071,51 @@ impl Run<'_> {
         {
             return Ok(());
         }
-        let r = &mut self.reshape_rng;
         let mut target = raidkit_engine::ReshapeTarget::default();
         let (level, layout, chunk) = (self.sc.level, self.sc.layout, self.sc.chunk_sectors);
-        match r.below(3) {
-            0 if level == 5 && self.sc.spares > 0 => target.level = Some(6),
-            1 if level == 5 => target.layout = Some(*r.pick(&[0, 1, 2, 3, 4, 5])),
-            1 if level == 6 => target.layout = Some(*r.pick(&[0, 1, 2, 3, 4, 5, 16, 17, 18, 19])),
-            _ => target.chunk_sectors = Some(8u64 << r.below(5)),
-        }
+        // One in three: a reshape that changes the size or the level (its own stream, so the
+        // others draw as they did).
+        let sized = &mut self.sized_reshape_rng;
+        let parity = matches!(level, 4..=6);
+        let grows = if parity && sized.chance(333) {
+            match sized.below(2) {
+                0 if self.sc.spares > 0 => {
+                    target.raid_devices = Some(self.sc.raid_disks + 1);
+                    true
+                }
+                // A RAID 5 loses one member where a RAID 6 lost two: only when the seed's
+                // faults stay within what a RAID 5 survives (its budget is drawn per level).
+                _ if level == 6 && self.sc.fault_prone.len() > 1 => return Ok(()),
+                _ => {
+                    match level {
+                        6 => {
+                            target.level = Some(5);
+                            // A layout without a RAID 5 form (the DDF ones) names one.
+                            if !matches!(layout, 0..=5 | 16..=20) {
+                                target.layout = Some(*sized.pick(&[0, 1, 2, 3, 4, 5]));
+                            }
+                        }
+                        5 => target.level = Some(4),
+                        _ => {
+                            target.level = Some(5);
+                            target.layout = Some(*sized.pick(&[0, 1, 2, 3, 4, 5]));
+                        }
+                    }
+                    false
+                }
+            }
+        } else {
+            let r = &mut self.reshape_rng;
+            match r.below(3) {
+                0 if level == 5 && self.sc.spares > 0 => target.level = Some(6),
+                1 if level == 5 => target.layout = Some(*r.pick(&[0, 1, 2, 3, 4, 5])),
+                1 if level == 6 => {
+                    target.layout = Some(*r.pick(&[0, 1, 2, 3, 4, 5, 16, 17, 18, 19]))
+                }
+                _ => target.chunk_sectors = Some(8u64 << r.below(5)),
+            }
+            false
+        };
         let same = target.layout == Some(layout) || target.chunk_sectors == Some(chunk as u64);
         if same
             || target
@@ -1096,7 +1135,7 @@ impl Run<'_> {
                 }
             )
         });
-        if target.level == Some(6) {
+        if target.level == Some(6) || grows {
             let disk = self.world.add_disk(self.device_bytes());
             let uuid = self.uuid();
             let added = self
@@ -1225,6 +1264,8 @@ impl Run<'_> {
                 // Every stripe was rewritten with fresh parity.
                 self.unsynced.clear();
             }
+            // More members: the new room reads zeros (the reshape writes them there).
+            self.model.grow(a.size_bytes() / SECTOR as u64);
         }
         self.quiet_check("check after a reshape")
     }
@@ -1480,6 +1521,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         rng: rng.fork(3),
         uuid_rng: rng.fork(4),
         reshape_rng: rng.fork(6),
+        sized_reshape_rng: rng.fork(7),
     };
     let mut result = run.create();
     if result.is_ok() {
