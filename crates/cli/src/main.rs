@@ -58,6 +58,9 @@ enum Command {
     /// Rank configurations of the catalog's drives by speed, capacity or risk under
     /// constraints, with the reason for the first.
     Plan(cmd::model::PlanArgs),
+    /// Watch served arrays and report failures, degradation and task progress (mdadm
+    /// --monitor's events) to a program, a mail address, syslog and standard output.
+    Monitor(cmd::monitor::MonitorArgs),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
     Sim(cmd::sim::SimArgs),
     #[command(flatten)]
@@ -127,6 +130,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Iostat(args) => cmd::bench::iostat(args),
         Command::Sim(args) => cmd::sim::run(args),
+        Command::Monitor(args) => cmd::monitor::run(args),
         Command::Model(ModelTop {
             command: Some(ModelCommand::Validate(args)),
             ..

@@ -4,5 +4,6 @@ pub mod array;
 pub mod bench;
 pub mod layout;
 pub mod model;
+pub mod monitor;
 pub mod serve;
 pub mod sim;

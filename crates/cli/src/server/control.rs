@@ -57,6 +57,9 @@ pub const MAX_LINE_BYTES: usize = 64 << 10;
 const MAX_REPLY_BYTES: usize = 16 << 20;
 /// A connection that sends nothing for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest an `events` request waits for an event.
+pub const MAX_EVENTS_WAIT_MS: u64 = 10_000;
+
 /// Control connections served at once; more get an error reply and are closed.
 pub const MAX_CONNECTIONS: usize = 16;
 
@@ -82,6 +85,17 @@ pub enum Request {
         #[serde(default)]
         array: Option<String>,
         member: String,
+    },
+    /// The array's events numbered `since` and later (all of them from the oldest kept when
+    /// `since` is 0; none, only the next number, when it is missing), waiting up to `wait_ms`
+    /// (at most 10 s) for one when there is none yet: what `raidkit monitor` reads.
+    Events {
+        #[serde(default)]
+        array: Option<String>,
+        #[serde(default)]
+        since: Option<u64>,
+        #[serde(default)]
+        wait_ms: Option<u64>,
     },
     /// Add an image file (created with `size_bytes` when missing) or block device as a spare;
     /// a missing slot is rebuilt onto it.
@@ -488,6 +502,24 @@ impl ControlServer {
                 result["global_spare_log"] = serde_json::json!(self.spares.log());
                 Ok(result)
             }
+            Request::Events {
+                array,
+                since,
+                wait_ms,
+            } => {
+                let served = self.find(array.as_deref())?;
+                let wait = Duration::from_millis(wait_ms.unwrap_or(0).min(MAX_EVENTS_WAIT_MS));
+                let (first, events) = match since {
+                    Some(n) => served.array.events_since(n, wait),
+                    None => served.array.events_since(u64::MAX, Duration::ZERO),
+                };
+                Ok(serde_json::json!({
+                    "array": served.name,
+                    "first": first,
+                    "next": first + events.len() as u64,
+                    "events": events,
+                }))
+            }
             Request::Fail { array, member } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
@@ -882,9 +914,22 @@ mod tests {
                 size_bytes: Some(4096)
             }
         );
+        assert_eq!(
+            parse_request(br#"{"op":"events","since":7,"wait_ms":500}"#).unwrap(),
+            Request::Events {
+                array: None,
+                since: Some(7),
+                wait_ms: Some(500)
+            }
+        );
         // Round trip: what the client sends is what the server reads.
         for r in [
             Request::List,
+            Request::Events {
+                array: Some("md0".into()),
+                since: None,
+                wait_ms: None,
+            },
             Request::Remove {
                 array: None,
                 member: "x".into(),

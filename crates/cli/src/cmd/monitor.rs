@@ -1,0 +1,521 @@
+//! `raidkit monitor`: watches served arrays through their control sockets and reports what
+//! happens to them in mdadm `--monitor`'s vocabulary, so a failed member is heard of at once
+//! instead of sitting in a log until a second failure loses data.
+//!
+//! Each array is read by its own thread: it long-polls the server's `events` request (the
+//! array's numbered event log, see `server/control.rs`), turns array events into monitor
+//! events (Fail, FailSpare, DegradedArray, SpareActive, RebuildStarted, RebuildNN,
+//! RebuildFinished, DeviceDisappeared, NewArray, TestMessage, and raidkit's own: SpareTaken,
+//! BadBlocks, CheckMismatches, ArrayFailed, EventsMissed), and, while a task runs, reads
+//! its progress for the RebuildNN steps. A socket that stops answering is DeviceDisappeared;
+//! the thread then tries again every `--delay`. Every event goes, in this order, to standard
+//! output (one line, or JSON with `--json`), to syslog (`--syslog`), to the program
+//! (`--program PROG EVENT ARRAY [MEMBER]`, as mdadm runs it) and, for the events mdadm mails
+//! (Fail, FailSpare, DegradedArray, TestMessage, and raidkit's ArrayFailed), to the mail
+//! address through the local `sendmail -t` interface (`--mail`). One thread writes them, so
+//! the program runs once at a time, in the order events happened to each array.
+
+use raidkit_cli::server::control::{ControlClient, Request};
+use raidkit_cli::CliError;
+use serde::Serialize;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct MonitorArgs {
+    /// Control socket of a `raidkit serve` to watch (every array it serves); repeat for more.
+    #[arg(long, value_name = "SOCKET", required = true)]
+    pub control: Vec<PathBuf>,
+    /// Run PROG EVENT ARRAY [MEMBER] for each event, as mdadm's --program does.
+    #[arg(long, value_name = "PROG")]
+    pub program: Option<PathBuf>,
+    /// Mail Fail, FailSpare, DegradedArray, TestMessage and ArrayFailed events to this
+    /// address through the local sendmail interface (`sendmail -t`), as mdadm's --mail does.
+    #[arg(long, value_name = "ADDRESS")]
+    pub mail: Option<String>,
+    /// The sendmail program (the MTA's `sendmail -t` interface).
+    #[arg(long, value_name = "PATH", default_value = "/usr/sbin/sendmail")]
+    pub sendmail: PathBuf,
+    /// Also write every event to syslog (facility daemon; journald reads it too).
+    #[arg(long)]
+    pub syslog: bool,
+    /// Send a TestMessage event for every array at start, to check the program and the mail.
+    #[arg(long, short = 't')]
+    pub test: bool,
+    /// Check once, report DegradedArray for each degraded array (and TestMessage with
+    /// --test), and exit, as mdadm's --oneshot for cron.
+    #[arg(long, short = '1')]
+    pub oneshot: bool,
+    /// Seconds between attempts to reach a control socket that stopped answering.
+    #[arg(long, short = 'd', default_value_t = 5)]
+    pub delay: u64,
+    /// Progress steps of RebuildNN events, in percent (mdadm's --increment).
+    #[arg(long, short = 'r', default_value_t = 20, value_parser = clap::value_parser!(u8).range(1..=99))]
+    pub increment: u8,
+    /// Print events as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One monitor event, as mdadm names them (and raidkit's own).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MonitorEvent {
+    /// mdadm's event name: Fail, DegradedArray, RebuildStarted, Rebuild40, ...
+    pub event: String,
+    /// The array: `SOCKET:NAME`, the control socket and the export name.
+    pub array: String,
+    /// The member concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// What happened, in a sentence.
+    pub detail: String,
+}
+
+impl MonitorEvent {
+    fn new(event: &str, array: &str, member: Option<&str>, detail: String) -> MonitorEvent {
+        MonitorEvent {
+            event: event.to_string(),
+            array: array.to_string(),
+            member: member.map(str::to_string),
+            detail,
+        }
+    }
+
+    /// Whether mdadm mails this event (and raidkit's ArrayFailed, worse than any of them).
+    fn mailed(&self) -> bool {
+        matches!(
+            self.event.as_str(),
+            "Fail" | "FailSpare" | "DegradedArray" | "TestMessage" | "ArrayFailed"
+        )
+    }
+
+    /// syslog priority: mdadm's crit for failures and degradation, info otherwise.
+    fn priority(&self) -> libc::c_int {
+        match self.event.as_str() {
+            "Fail" | "FailSpare" | "DegradedArray" | "ArrayFailed" | "DeviceDisappeared" => {
+                libc::LOG_CRIT
+            }
+            "BadBlocks" | "CheckMismatches" | "SparesMissing" => libc::LOG_WARNING,
+            _ => libc::LOG_INFO,
+        }
+    }
+}
+
+/// The monitor events of one array event (none for most; see the module's notes).
+pub fn translate(array: &str, event: &Value) -> Vec<MonitorEvent> {
+    let kind = event["event"].as_str().unwrap_or("");
+    let member = event["member"].as_str();
+    let text = |k: &str| event[k].as_str().unwrap_or("").to_string();
+    let one = |name: &str, member: Option<&str>, detail: String| {
+        vec![MonitorEvent::new(name, array, member, detail)]
+    };
+    match kind {
+        "member-faulty" => {
+            // A spare that fails is mdadm's FailSpare; a member in a slot, Fail.
+            let name = if event["slot"].is_null() {
+                "FailSpare"
+            } else {
+                "Fail"
+            };
+            one(name, member, text("reason"))
+        }
+        "array-degraded" | "running-degraded" => one(
+            "DegradedArray",
+            None,
+            format!("slots without a member in sync: {}", event["missing_slots"]),
+        ),
+        "array-failed" => one("ArrayFailed", None, text("detail")),
+        "rebuilt" => one(
+            "SpareActive",
+            member,
+            format!("in sync in slot {}", event["slot"]),
+        ),
+        "spare-taken" => one(
+            "SpareTaken",
+            member,
+            format!("takes slot {} and is rebuilt", event["slot"]),
+        ),
+        "task-started" => one("RebuildStarted", None, format!("{} started", text("task"))),
+        "task-finished" => one(
+            "RebuildFinished",
+            None,
+            format!("{}: {}", text("task"), text("summary")),
+        ),
+        "bad-blocks-recorded" => one("BadBlocks", member, format!("bad blocks recorded: {event}")),
+        _ => Vec::new(),
+    }
+}
+
+pub fn run(args: MonitorArgs) -> Result<(), CliError> {
+    if args.program.is_none() && args.mail.is_none() && !args.syslog {
+        eprintln!(
+            "raidkit: monitor: no --program, --mail or --syslog: events go to standard output only"
+        );
+    }
+    let sink = Sink::new(&args)?;
+    if args.oneshot {
+        return oneshot(&args, &sink);
+    }
+    let (tx, rx) = mpsc::channel::<MonitorEvent>();
+    for control in &args.control {
+        let arrays = match list(control) {
+            Ok(a) => a,
+            Err(e) => return Err(CliError::failure(format!("{}: {e}", control.display()))),
+        };
+        for name in arrays {
+            let label = format!("{}:{name}", control.display());
+            if args.test {
+                sink.emit(&MonitorEvent::new(
+                    "TestMessage",
+                    &label,
+                    None,
+                    "test message from raidkit monitor".into(),
+                ));
+            }
+            let tx = tx.clone();
+            let control = control.clone();
+            let (delay, increment) = (Duration::from_secs(args.delay.max(1)), args.increment);
+            std::thread::spawn(move || watch(&control, &name, &label, delay, increment, &tx));
+        }
+    }
+    drop(tx);
+    // Every watcher runs until the process ends; events arrive here one at a time.
+    for event in rx {
+        sink.emit(&event);
+    }
+    Ok(())
+}
+
+/// `--oneshot`: DegradedArray for each degraded array, TestMessage with --test.
+fn oneshot(args: &MonitorArgs, sink: &Sink) -> Result<(), CliError> {
+    for control in &args.control {
+        let arrays =
+            list(control).map_err(|e| CliError::failure(format!("{}: {e}", control.display())))?;
+        for name in arrays {
+            let label = format!("{}:{name}", control.display());
+            if args.test {
+                sink.emit(&MonitorEvent::new(
+                    "TestMessage",
+                    &label,
+                    None,
+                    "test message from raidkit monitor".into(),
+                ));
+            }
+            let status = detail(control, &name).map_err(|e| CliError::failure(e.message))?;
+            if status["degraded"].as_bool() == Some(true) {
+                sink.emit(&MonitorEvent::new(
+                    "DegradedArray",
+                    &label,
+                    None,
+                    format!(
+                        "slots without a member in sync: {}",
+                        status["missing_slots"]
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The export names a control socket serves.
+fn list(control: &Path) -> Result<Vec<String>, CliError> {
+    let listed = ControlClient::connect(control)?.call(&Request::List)?;
+    Ok(listed["arrays"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The array's status, as `detail` reports it.
+fn detail(control: &Path, name: &str) -> Result<Value, CliError> {
+    let mut reply = ControlClient::connect(control)?.call(&Request::Detail {
+        array: Some(name.to_string()),
+    })?;
+    Ok(reply["status"].take())
+}
+
+/// Reads one array's events until the process ends; sends what they mean on `tx`.
+fn watch(
+    control: &Path,
+    name: &str,
+    label: &str,
+    delay: Duration,
+    increment: u8,
+    tx: &mpsc::Sender<MonitorEvent>,
+) {
+    let mut next: Option<u64> = None;
+    // The last RebuildNN step reported for the running task.
+    let mut step = 0u8;
+    let mut gone = false;
+    loop {
+        let polled = (|| -> Result<Vec<MonitorEvent>, CliError> {
+            let mut client = ControlClient::connect(control)?;
+            let mut out = Vec::new();
+            if gone {
+                out.push(MonitorEvent::new(
+                    "NewArray",
+                    label,
+                    None,
+                    "the control socket answers again".into(),
+                ));
+                gone = false;
+            }
+            loop {
+                let reply = client.call(&Request::Events {
+                    array: Some(name.to_string()),
+                    since: next,
+                    wait_ms: Some(1000),
+                })?;
+                let first = reply["first"].as_u64().unwrap_or(0);
+                if let Some(n) = next.filter(|&n| first > n) {
+                    out.push(MonitorEvent::new(
+                        "EventsMissed",
+                        label,
+                        None,
+                        format!("{} events were dropped before they were read", first - n),
+                    ));
+                }
+                let mut checked = false;
+                for e in reply["events"].as_array().into_iter().flatten() {
+                    if e["event"] == "task-started" {
+                        step = 0;
+                    }
+                    checked |= e["event"] == "task-finished"
+                        && matches!(e["task"].as_str(), Some("check" | "repair"));
+                    out.extend(translate(label, e));
+                }
+                next = reply["next"].as_u64();
+                // Progress of a running task: RebuildNN at each increment passed.
+                let status = client
+                    .call(&Request::Detail {
+                        array: Some(name.to_string()),
+                    })?
+                    .get_mut("status")
+                    .map(Value::take)
+                    .unwrap_or(Value::Null);
+                let last = status["finished_tasks"]
+                    .as_array()
+                    .and_then(|t| t.last())
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                if let Some(n) = last["mismatch_sectors"]
+                    .as_u64()
+                    .filter(|&n| checked && n > 0)
+                {
+                    out.push(MonitorEvent::new(
+                        "CheckMismatches",
+                        label,
+                        None,
+                        format!(
+                            "{} found {n} sectors whose parity or copies disagree",
+                            last["kind"].as_str().unwrap_or("check")
+                        ),
+                    ));
+                }
+                if let Some(pct) = status["task"]["percent"].as_f64() {
+                    let reached = ((pct as u8) / increment) * increment;
+                    if reached > step && reached < 100 {
+                        step = reached;
+                        out.push(MonitorEvent::new(
+                            &format!("Rebuild{reached:02}"),
+                            label,
+                            None,
+                            format!(
+                                "{} at {pct:.0}%",
+                                status["task"]["kind"].as_str().unwrap_or("task")
+                            ),
+                        ));
+                    }
+                }
+                if !out.is_empty() {
+                    return Ok(out);
+                }
+            }
+        })();
+        match polled {
+            Ok(events) => {
+                for e in events {
+                    if tx.send(e).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                if !gone {
+                    gone = true;
+                    let _ = tx.send(MonitorEvent::new(
+                        "DeviceDisappeared",
+                        label,
+                        None,
+                        e.message,
+                    ));
+                }
+                std::thread::sleep(delay);
+            }
+        }
+    }
+}
+
+/// Where events go.
+struct Sink {
+    json: bool,
+    program: Option<PathBuf>,
+    mail: Option<String>,
+    sendmail: PathBuf,
+    syslog: bool,
+    host: String,
+}
+
+impl Sink {
+    fn new(args: &MonitorArgs) -> Result<Sink, CliError> {
+        if let Some(p) = &args.program {
+            if !p.exists() {
+                return Err(CliError::usage(format!(
+                    "--program {}: no such file",
+                    p.display()
+                )));
+            }
+        }
+        if args.mail.is_some() && !args.sendmail.exists() {
+            return Err(CliError::usage(format!(
+                "--mail needs a local MTA's sendmail interface; {} does not exist (install one, e.g. exim4-daemon-light, or give --sendmail)",
+                args.sendmail.display()
+            )));
+        }
+        if args.syslog {
+            // SAFETY: the identity is a static C string that lives as long as the process.
+            unsafe { libc::openlog(c"raidkit-monitor".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
+        }
+        Ok(Sink {
+            json: args.json,
+            program: args.program.clone(),
+            mail: args.mail.clone(),
+            sendmail: args.sendmail.clone(),
+            syslog: args.syslog,
+            host: hostname(),
+        })
+    }
+
+    fn emit(&self, e: &MonitorEvent) {
+        let line = format!(
+            "{} event on {}{}: {}",
+            e.event,
+            e.array,
+            e.member
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default(),
+            e.detail
+        );
+        if self.json {
+            println!("{}", serde_json::to_string(e).unwrap_or_default());
+        } else {
+            println!("raidkit: {line}");
+        }
+        let _ = std::io::stdout().flush();
+        if self.syslog {
+            // syslog formats with "%s", so the event's text is never read as a format.
+            if let Ok(msg) = std::ffi::CString::new(line.replace('\0', " ")) {
+                // SAFETY: both strings are valid, NUL-terminated, and outlive the call.
+                unsafe { libc::syslog(e.priority(), c"%s".as_ptr(), msg.as_ptr()) };
+            }
+        }
+        if let Some(p) = &self.program {
+            let mut cmd = Command::new(p);
+            cmd.arg(&e.event).arg(&e.array);
+            if let Some(m) = &e.member {
+                cmd.arg(m);
+            }
+            match cmd.stdin(Stdio::null()).status() {
+                Ok(s) if !s.success() => {
+                    eprintln!("raidkit: monitor: {} {}: {s}", p.display(), e.event)
+                }
+                Ok(_) => {}
+                Err(err) => eprintln!("raidkit: monitor: cannot run {}: {err}", p.display()),
+            }
+        }
+        if let (Some(to), true) = (&self.mail, e.mailed()) {
+            if let Err(err) = self.send_mail(to, e, &line) {
+                eprintln!("raidkit: monitor: cannot mail {to}: {err}");
+            }
+        }
+    }
+
+    /// Hands a message to the MTA (`sendmail -t` reads the recipients from the headers).
+    fn send_mail(&self, to: &str, e: &MonitorEvent, line: &str) -> std::io::Result<()> {
+        let mut child = Command::new(&self.sendmail)
+            .arg("-t")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let body = format!(
+            "From: raidkit monitor <root>\nTo: {to}\nSubject: {} event on {}:{}\n\n\
+             This is an automatically generated mail message from raidkit monitor\n\
+             running on {}\n\n{line}\n",
+            e.event, e.array, self.host, self.host
+        );
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(body.as_bytes())?;
+        }
+        let status = child.wait()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "{} exited with {status}",
+                self.sendmail.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn array_events_become_mdadm_events() {
+        let name = |v: Value| -> Vec<(String, Option<String>)> {
+            translate("s:md0", &v)
+                .into_iter()
+                .map(|e| (e.event, e.member))
+                .collect()
+        };
+        assert_eq!(
+            name(json!({"event":"member-faulty","member":"m1.img","slot":1,"reason":"operator"})),
+            vec![("Fail".to_string(), Some("m1.img".to_string()))]
+        );
+        assert_eq!(
+            name(json!({"event":"member-faulty","member":"s.img","slot":null,"reason":"io"})),
+            vec![("FailSpare".to_string(), Some("s.img".to_string()))]
+        );
+        assert_eq!(
+            name(json!({"event":"array-degraded","missing_slots":[1]})),
+            vec![("DegradedArray".to_string(), None)]
+        );
+        assert_eq!(
+            name(json!({"event":"rebuilt","member":"n.img","slot":1})),
+            vec![("SpareActive".to_string(), Some("n.img".to_string()))]
+        );
+        assert!(name(json!({"event":"bitmap-loaded","bytes_per_bit":1,"bits_set":0})).is_empty());
+        let fail = &translate("s:md0", &json!({"event":"array-failed","detail":"x"}))[0];
+        assert!(fail.mailed() && fail.priority() == libc::LOG_CRIT);
+        let started = &translate("s:md0", &json!({"event":"task-started","task":"rebuild"}))[0];
+        assert!(!started.mailed());
+    }
+}

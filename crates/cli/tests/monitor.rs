@@ -1,0 +1,166 @@
+//! `raidkit monitor` against a real `raidkit serve`: a member failed through the control
+//! socket reaches the `--program` hook as mdadm's Fail and DegradedArray within 2 seconds, in
+//! order, with the member; `--test` sends a TestMessage per array; `--oneshot` reports a
+//! degraded array and exits; a server that goes away is DeviceDisappeared. (Mail through a
+//! real MTA is tested by tests/ops/monitor-mail.sh, which needs root to add a mailbox.)
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A RAID 5 of three image files served as `md0`.
+fn served(dir: &TempDir) -> (Server, Vec<std::path::PathBuf>) {
+    let members = dir.members("m", 3);
+    ok(&with(
+        &["create", "--level", "5", "--image-size", "16M"],
+        &members,
+        &[],
+    ));
+    let mut args = vec!["--name", "md0"];
+    args.extend(members.iter().map(|p| s(p)));
+    (Server::start(&dir.0, "nbd", &args), members)
+}
+
+/// A hook that appends its arguments, one call per line, to `log`.
+fn hook(dir: &TempDir, log: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path("hook.sh");
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `raidkit monitor ARGS…`, killed when the test ends.
+struct Monitor(Child);
+
+impl Monitor {
+    fn start(args: &[&str]) -> Monitor {
+        Monitor(
+            Command::new(RAIDKIT)
+                .arg("monitor")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The hook's lines once `want` of them start with the given events, or all it got by the
+/// deadline.
+fn wait_for(log: &Path, want: &[&str], within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let lines: Vec<String> = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let seen = want
+            .iter()
+            .all(|w| lines.iter().any(|l| l.split(' ').next() == Some(*w)));
+        if seen || Instant::now() > deadline {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_failed_member_reaches_the_program_within_two_seconds() {
+    let dir = TempDir::new("monitor-fail");
+    let (mut server, members) = served(&dir);
+    let log = dir.path("events.log");
+    let prog = hook(&dir, &log);
+    let ctl = s(&server.control).to_string();
+    let _monitor = Monitor::start(&["--control", &ctl, "--program", s(&prog), "--test"]);
+    let array = format!("{ctl}:md0");
+    let lines = wait_for(&log, &["TestMessage"], Duration::from_secs(10));
+    assert_eq!(lines, vec![format!("TestMessage {array}")]);
+    // The monitor reads the array's events from now on; give its first poll a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let failed = Instant::now();
+    ok(&["fail", "--control", &ctl, "--member", s(&members[1])]);
+    let lines = wait_for(&log, &["Fail", "DegradedArray"], Duration::from_secs(2));
+    let took = failed.elapsed();
+    let name = members[1].file_name().unwrap().to_string_lossy();
+    let fail = lines.iter().position(|l| l.starts_with("Fail "));
+    let degraded = lines.iter().position(|l| l.starts_with("DegradedArray "));
+    assert!(
+        fail.is_some() && degraded.is_some() && took < Duration::from_secs(2),
+        "after {took:?}: {lines:?}"
+    );
+    assert!(fail < degraded, "Fail first, as it happened: {lines:?}");
+    let fail_line = &lines[fail.unwrap()];
+    assert!(
+        fail_line == &format!("Fail {array} {name}")
+            || fail_line == &format!("Fail {array} {}", members[1].display()),
+        "{fail_line}"
+    );
+    // The server goes away: DeviceDisappeared.
+    server.stop();
+    let lines = wait_for(&log, &["DeviceDisappeared"], Duration::from_secs(10));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == &format!("DeviceDisappeared {array}")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn oneshot_reports_a_degraded_array_and_exits() {
+    let dir = TempDir::new("monitor-oneshot");
+    let (_server, members) = served(&dir);
+    let ctl = _server.control.clone();
+    let log = dir.path("events.log");
+    let prog = hook(&dir, &log);
+    let args = [
+        "monitor",
+        "--oneshot",
+        "--control",
+        s(&ctl),
+        "--program",
+        s(&prog),
+    ];
+    ok(&args);
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "");
+    ok(&["fail", "--control", s(&ctl), "--member", s(&members[0])]);
+    let out = ok(&args);
+    assert!(out.contains("DegradedArray event on"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!("DegradedArray {}:md0\n", ctl.display())
+    );
+    // Refusals: no socket, no program.
+    let (code, err) = fails(&[
+        "monitor",
+        "--oneshot",
+        "--control",
+        s(&dir.path("none.ctl")),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let (code, err) = fails(&[
+        "monitor",
+        "--control",
+        s(&ctl),
+        "--program",
+        s(&dir.path("missing.sh")),
+    ]);
+    assert_eq!(code, 2, "{err}");
+}
