@@ -12,6 +12,7 @@
 //! and the binary's command modules import from here rather than from each other.
 
 pub mod common;
+pub mod config;
 pub mod error;
 pub mod server;
 pub mod view;

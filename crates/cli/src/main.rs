@@ -61,6 +61,9 @@ enum Command {
     /// Watch served arrays and report failures, degradation and task progress (mdadm
     /// --monitor's events) to a program, a mail address, syslog and standard output.
     Monitor(cmd::monitor::MonitorArgs),
+    /// Find md members (raidkit's or md's) on the paths given or every block device, and print
+    /// ARRAY lines for the configuration file (mdadm --examine --scan).
+    Scan(cmd::scan::ScanArgs),
     /// Seeded simulation: random geometry, workload and faults checked against a reference model.
     Sim(cmd::sim::SimArgs),
     #[command(flatten)]
@@ -131,6 +134,7 @@ fn main() -> std::process::ExitCode {
         Command::Iostat(args) => cmd::bench::iostat(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Monitor(args) => cmd::monitor::run(args),
+        Command::Scan(args) => cmd::scan::run(args),
         Command::Model(ModelTop {
             command: Some(ModelCommand::Validate(args)),
             ..

@@ -5,5 +5,6 @@ pub mod bench;
 pub mod layout;
 pub mod model;
 pub mod monitor;
+pub mod scan;
 pub mod serve;
 pub mod sim;

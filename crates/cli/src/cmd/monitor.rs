@@ -28,8 +28,15 @@ use std::time::Duration;
 #[derive(clap::Args, Debug)]
 pub struct MonitorArgs {
     /// Control socket of a `raidkit serve` to watch (every array it serves); repeat for more.
-    #[arg(long, value_name = "SOCKET", required = true)]
+    #[arg(long, value_name = "SOCKET", required_unless_present = "scan")]
     pub control: Vec<PathBuf>,
+    /// Take the control sockets (CONTROL), --mail (MAILADDR) and --program (PROGRAM) the
+    /// configuration file names, where not given here.
+    #[arg(long)]
+    pub scan: bool,
+    /// The configuration file --scan reads.
+    #[arg(long, value_name = "PATH", default_value = raidkit_cli::config::DEFAULT_CONFIG, requires = "scan")]
+    pub config: PathBuf,
     /// Run PROG EVENT ARRAY [MEMBER] for each event, as mdadm's --program does.
     #[arg(long, value_name = "PROG")]
     pub program: Option<PathBuf>,
@@ -150,7 +157,19 @@ pub fn translate(array: &str, event: &Value) -> Vec<MonitorEvent> {
     }
 }
 
-pub fn run(args: MonitorArgs) -> Result<(), CliError> {
+pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
+    if args.scan {
+        let cfg = raidkit_cli::config::Config::load(&args.config)?;
+        args.control.extend(cfg.controls);
+        args.mail = args.mail.or(cfg.mailaddr);
+        args.program = args.program.or(cfg.program);
+        if args.control.is_empty() {
+            return Err(CliError::usage(format!(
+                "{}: no CONTROL line and no --control: nothing to watch",
+                args.config.display()
+            )));
+        }
+    }
     if args.program.is_none() && args.mail.is_none() && !args.syslog {
         eprintln!(
             "raidkit: monitor: no --program, --mail or --syslog: events go to standard output only"

@@ -27,8 +27,15 @@ pub struct ServeArgs {
     /// Members of the array to export (image files or block devices). Image files on tmpfs
     /// with every page allocated (`fallocate -l SIZE FILE`) are mapped into memory, which
     /// makes their I/O a memory copy, about 1.5 times as fast (see --no-map).
-    #[arg(required_unless_present = "array")]
+    #[arg(required_unless_present_any = ["array", "scan"])]
     pub members: Vec<PathBuf>,
+    /// Serve every array the configuration file names (its ARRAY lines; members found by
+    /// UUID among its DEVICE candidates, see `raidkit scan`).
+    #[arg(long)]
+    pub scan: bool,
+    /// The configuration file --scan reads.
+    #[arg(long, value_name = "PATH", default_value = raidkit_cli::config::DEFAULT_CONFIG, requires = "scan")]
+    pub config: PathBuf,
     /// Never map members into memory: every member I/O is a pread/pwrite system call (the
     /// server's memory then counts no member pages).
     #[arg(long)]
@@ -268,6 +275,18 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     }
     for spec in &args.array {
         specs.push(parse_array_spec(spec)?);
+    }
+    if args.scan {
+        let cfg = raidkit_cli::config::Config::load(&args.config)?;
+        if cfg.arrays.is_empty() {
+            return Err(CliError::usage(format!(
+                "{}: no ARRAY line (`raidkit scan` prints them)",
+                args.config.display()
+            )));
+        }
+        for a in &cfg.arrays {
+            specs.push((a.name.clone(), cfg.members_of(a)?));
+        }
     }
     for (i, (name, _)) in specs.iter().enumerate() {
         if specs[..i].iter().any(|(n, _)| n == name) {

@@ -1,0 +1,353 @@
+//! The saved configuration, in mdadm.conf's spirit, and the scan that finds md members.
+//!
+//! A configuration file names arrays by UUID, where to look for their members, and where the
+//! monitor's events go, so that no command needs every member path typed again:
+//!
+//! ```text
+//! DEVICE /srv/raid/*.img /dev/sd*       # where members may be (globs; default: every block device)
+//! ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e   # export name, the array's UUID
+//! ARRAY md1 UUID=... devices=/srv/b0.img,/srv/b1.img   # or its members, named
+//! MAILADDR root                         # raidkit monitor --mail
+//! PROGRAM /usr/local/bin/raid-alert     # raidkit monitor --program
+//! CONTROL /run/raidkit/nbd.sock.ctl     # raidkit monitor watches these servers
+//! ```
+//!
+//! Keywords are mdadm's (case does not matter; lines continue when the next starts with
+//! white space; `#` starts a comment). `raidkit scan` prints the ARRAY lines of what it
+//! finds; `raidkit serve --scan` serves the file's arrays, each with the candidates whose
+//! superblock carries its UUID.
+
+use crate::common::open_members;
+use crate::error::CliError;
+use raidkit_metadata::{DevRole, Uuid};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Where `--config` looks when not told.
+pub const DEFAULT_CONFIG: &str = "/etc/raidkit/raidkit.conf";
+
+/// One ARRAY line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayLine {
+    /// The export name (mdadm's device name; a `/dev/md/` prefix is dropped).
+    pub name: String,
+    pub uuid: Uuid,
+    /// Members named on the line (`devices=`), instead of the DEVICE candidates.
+    pub devices: Vec<PathBuf>,
+}
+
+/// A parsed configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// DEVICE patterns; empty: every block device.
+    pub devices: Vec<String>,
+    pub arrays: Vec<ArrayLine>,
+    pub mailaddr: Option<String>,
+    pub program: Option<PathBuf>,
+    pub controls: Vec<PathBuf>,
+}
+
+impl Config {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Config, CliError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::usage(format!(
+                "{}: cannot read the configuration: {e}",
+                path.display()
+            ))
+        })?;
+        Config::parse(&text).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses the text of a configuration file; an error names the line.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let mut cfg = Config::default();
+        // Logical lines: a line starting with white space continues the one before.
+        let mut lines: Vec<(usize, String)> = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("");
+            if line.trim().is_empty() {
+                continue;
+            }
+            match lines.last_mut() {
+                Some((_, prev)) if line.starts_with([' ', '\t']) => {
+                    prev.push(' ');
+                    prev.push_str(line.trim());
+                }
+                _ => lines.push((i + 1, line.trim().to_string())),
+            }
+        }
+        for (n, line) in lines {
+            let mut words = line.split_whitespace();
+            let keyword = words.next().unwrap_or("").to_ascii_uppercase();
+            let rest: Vec<&str> = words.collect();
+            let bad = |why: String| format!("line {n}: {why}");
+            match keyword.as_str() {
+                "DEVICE" | "DEVICES" => cfg.devices.extend(rest.iter().map(|s| s.to_string())),
+                "ARRAY" => {
+                    let Some((first, fields)) = rest.split_first() else {
+                        return Err(bad("ARRAY needs a name".into()));
+                    };
+                    let name = first.trim_start_matches("/dev/md/").to_string();
+                    if name.is_empty() || name.contains('=') {
+                        return Err(bad(format!("ARRAY {first}: give the export name first")));
+                    }
+                    let mut uuid = None;
+                    let mut devices = Vec::new();
+                    for f in fields {
+                        let (k, v) = f.split_once('=').unwrap_or((f, ""));
+                        match k.to_ascii_lowercase().as_str() {
+                            "uuid" => {
+                                uuid = Some(
+                                    Uuid::parse(v)
+                                        .ok_or_else(|| bad(format!("UUID={v}: not a UUID")))?,
+                                )
+                            }
+                            "devices" => devices
+                                .extend(v.split(',').filter(|d| !d.is_empty()).map(PathBuf::from)),
+                            // mdadm's other words (metadata=, name=, level=, num-devices=,
+                            // spares=) describe the array; the UUID decides.
+                            _ => {}
+                        }
+                    }
+                    let uuid = uuid.ok_or_else(|| bad(format!("ARRAY {name}: no UUID=")))?;
+                    if cfg.arrays.iter().any(|a| a.name == name) {
+                        return Err(bad(format!("ARRAY {name} is named twice")));
+                    }
+                    cfg.arrays.push(ArrayLine {
+                        name,
+                        uuid,
+                        devices,
+                    });
+                }
+                "MAILADDR" => cfg.mailaddr = rest.first().map(|s| s.to_string()),
+                "PROGRAM" => cfg.program = rest.first().map(PathBuf::from),
+                "CONTROL" => cfg.controls.extend(rest.iter().map(PathBuf::from)),
+                // mdadm's keywords raidkit has no use for yet.
+                "HOMEHOST" | "AUTO" | "CREATE" | "MAILFROM" | "POLICY" | "PART-POLICY" => {}
+                other => return Err(bad(format!("unknown keyword {other}"))),
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// The members of `array`: its `devices=`, or the DEVICE candidates whose superblock
+    /// carries its UUID (spares too), in the order found.
+    pub fn members_of(&self, array: &ArrayLine) -> Result<Vec<PathBuf>, CliError> {
+        if !array.devices.is_empty() {
+            return Ok(array.devices.clone());
+        }
+        let found: Vec<PathBuf> = scan(&candidates(&self.devices)?)
+            .into_iter()
+            .filter(|m| m.uuid == array.uuid)
+            .map(|m| m.path)
+            .collect();
+        if found.is_empty() {
+            return Err(CliError::new(
+                crate::error::ExitCode::Unavailable,
+                format!(
+                    "ARRAY {}: no member with UUID {} among the DEVICE candidates",
+                    array.name, array.uuid
+                ),
+            ));
+        }
+        Ok(found)
+    }
+}
+
+/// The paths `patterns` name (globs expanded; a pattern naming nothing is skipped), or every
+/// block device (whole disks and partitions) when there are none.
+pub fn candidates(patterns: &[String]) -> Result<Vec<PathBuf>, CliError> {
+    if patterns.is_empty() {
+        let mut out: Vec<PathBuf> = std::fs::read_dir("/sys/class/block")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| Path::new("/dev").join(e.file_name()))
+                    .filter(|p| p.exists())
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort();
+        return Ok(out);
+    }
+    let mut out = Vec::new();
+    for p in patterns {
+        let matches = glob::glob(p).map_err(|e| CliError::usage(format!("{p}: {e}")))?;
+        for m in matches.flatten() {
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A member found by a scan.
+#[derive(Clone, Debug, Serialize)]
+pub struct Found {
+    pub path: PathBuf,
+    pub uuid: Uuid,
+    pub name: String,
+    pub level: i32,
+    pub raid_disks: u32,
+    pub metadata: String,
+    pub events: u64,
+    /// "active N", "spare", "faulty", "journal".
+    pub role: String,
+}
+
+/// The md members among `paths` (read-only; a path that cannot be opened, is held by a
+/// writer, or has no superblock is skipped).
+pub fn scan(paths: &[PathBuf]) -> Vec<Found> {
+    let mut out = Vec::new();
+    for p in paths {
+        let Ok(mut disks) = open_members(std::slice::from_ref(p), true) else {
+            continue;
+        };
+        let Some(disk) = disks.pop() else { continue };
+        let Ok(found) = raidkit_engine::read_superblock(disk.as_ref()) else {
+            continue;
+        };
+        let sb = &found.sb;
+        out.push(Found {
+            path: p.clone(),
+            uuid: sb.set_uuid,
+            name: sb.set_name.as_string(),
+            level: sb.level.to_md(),
+            raid_disks: sb.raid_disks,
+            metadata: found.version.to_string(),
+            events: sb.events,
+            role: match sb.role() {
+                DevRole::Active(r) => format!("active {r}"),
+                other => format!("{other:?}").to_ascii_lowercase(),
+            },
+        });
+    }
+    out
+}
+
+/// One array of a scan: its members grouped, the freshest superblock's description.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScannedArray {
+    /// The export name its ARRAY line gives it: the set name without its host part, with
+    /// the UUID's first group added where two arrays found share a name.
+    pub export: String,
+    pub uuid: Uuid,
+    pub name: String,
+    pub level: i32,
+    pub raid_disks: u32,
+    pub metadata: String,
+    pub members: Vec<Found>,
+}
+
+impl ScannedArray {
+    /// The set name without its host part (the UUID's first group for an unnamed array).
+    fn short_name(&self) -> String {
+        let short = self.name.rsplit(':').next().unwrap_or("").trim();
+        if short.is_empty() {
+            self.uuid.to_mdadm_string()[..8].to_string()
+        } else {
+            short.to_string()
+        }
+    }
+
+    /// mdadm's `--examine --scan --verbose` line, with the export name.
+    pub fn config_line(&self) -> String {
+        let devices: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| m.path.display().to_string())
+            .collect();
+        format!(
+            "ARRAY {} level=raid{} metadata={} num-devices={} UUID={} name={}\n   devices={}",
+            self.export,
+            self.level,
+            self.metadata,
+            self.raid_disks,
+            self.uuid,
+            self.name,
+            devices.join(",")
+        )
+    }
+}
+
+/// Groups found members by array UUID (in the order first found).
+pub fn group(found: Vec<Found>) -> Vec<ScannedArray> {
+    let mut out: Vec<ScannedArray> = Vec::new();
+    for f in found {
+        match out.iter_mut().find(|a| a.uuid == f.uuid) {
+            Some(a) => {
+                // The freshest superblock describes the array.
+                if f.events > a.members.iter().map(|m| m.events).max().unwrap_or(0) {
+                    (a.name, a.level, a.raid_disks, a.metadata) =
+                        (f.name.clone(), f.level, f.raid_disks, f.metadata.clone());
+                }
+                a.members.push(f);
+            }
+            None => out.push(ScannedArray {
+                export: String::new(),
+                uuid: f.uuid,
+                name: f.name.clone(),
+                level: f.level,
+                raid_disks: f.raid_disks,
+                metadata: f.metadata.clone(),
+                members: vec![f],
+            }),
+        }
+    }
+    let shorts: Vec<String> = out.iter().map(ScannedArray::short_name).collect();
+    for (i, a) in out.iter_mut().enumerate() {
+        let shared = shorts.iter().filter(|s| **s == shorts[i]).count() > 1;
+        a.export = if shared {
+            format!("{}-{}", shorts[i], &a.uuid.to_mdadm_string()[..8])
+        } else {
+            shorts[i].clone()
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mdadm_style_lines() {
+        let cfg = Config::parse(
+            "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
+             UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
+             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f\nMAILADDR root\n\
+             PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.devices, vec!["/srv/*.img", "/dev/sd*"]);
+        assert_eq!(cfg.arrays.len(), 2);
+        assert_eq!(cfg.arrays[0].name, "md0");
+        assert_eq!(
+            cfg.arrays[0].devices,
+            vec![PathBuf::from("/a.img"), PathBuf::from("/b.img")]
+        );
+        assert_eq!(
+            cfg.arrays[1].uuid.to_mdadm_string(),
+            "6b833081:84bc422c:84c6994c:8e74448f"
+        );
+        assert_eq!(cfg.mailaddr.as_deref(), Some("root"));
+        assert_eq!(cfg.program, Some(PathBuf::from("/bin/alert")));
+        assert_eq!(cfg.controls.len(), 2);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_use() {
+        for bad in [
+            "ARRAY md0\n",
+            "ARRAY md0 UUID=12\n",
+            "ARRAY UUID=6b833081:84bc422c:84c6994c:8e74448e\n",
+            "ARRAY a UUID=6b833081:84bc422c:84c6994c:8e74448e\nARRAY a UUID=6b833081:84bc422c:84c6994c:8e74448f\n",
+            "FROBNICATE x\n",
+        ] {
+            assert!(Config::parse(bad).is_err(), "{bad:?}");
+        }
+        let err = Config::parse("DEVICE a\n\nBOGUS\n").unwrap_err();
+        assert!(err.starts_with("line 3:"), "{err}");
+    }
+}

@@ -1,0 +1,198 @@
+//! The saved configuration: `raidkit scan` finds the arrays among image files (and nothing in
+//! a file that is no member) and prints ARRAY lines; a configuration file made of them brings
+//! both arrays up with `raidkit serve --scan`, no member path typed; `raidkit monitor --scan`
+//! takes the control socket from it; an ARRAY whose members are nowhere is refused.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The UUID `raidkit detail --json` reports for the array on `members`.
+fn uuid_of(members: &[std::path::PathBuf]) -> String {
+    let out = ok(&with(&["detail", "--json"], members, &[]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["status"]["uuid"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn scan_finds_both_arrays_and_serve_scan_brings_them_up() {
+    let dir = TempDir::new("config-scan");
+    let a = dir.members("a", 3);
+    let b = dir.members("b", 2);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--name",
+            "alpha",
+            "--image-size",
+            "16M",
+        ],
+        &a,
+        &[],
+    ));
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "1",
+            "--name",
+            "beta",
+            "--image-size",
+            "16M",
+        ],
+        &b,
+        &[],
+    ));
+    std::fs::write(dir.path("not-a-member.img"), vec![0u8; 1 << 20]).unwrap();
+    let pattern = format!("{}/*.img", dir.0.display());
+    let lines = ok(&["scan", &pattern]);
+    let (ua, ub) = (uuid_of(&a), uuid_of(&b));
+    assert!(
+        lines.contains(&format!(
+            "ARRAY alpha level=raid5 metadata=1.2 num-devices=3 UUID={ua}"
+        )),
+        "{lines}"
+    );
+    assert!(
+        lines.contains(&format!(
+            "ARRAY beta level=raid1 metadata=1.2 num-devices=2 UUID={ub}"
+        )),
+        "{lines}"
+    );
+    assert!(!lines.contains("not-a-member"), "{lines}");
+    assert_eq!(lines.matches("ARRAY ").count(), 2, "{lines}");
+
+    // A configuration made of the scan's lines, with DEVICE candidates instead of the lists.
+    let socket = dir.path("nbd.sock");
+    let control = dir.path("nbd.sock.ctl");
+    let conf = dir.path("raidkit.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "DEVICE {pattern}\nARRAY alpha UUID={ua}\nARRAY beta UUID={ub}\nCONTROL {}\n",
+            control.display()
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(RAIDKIT)
+        .args([
+            "serve",
+            "--scan",
+            "--config",
+            s(&conf),
+            "--socket",
+            s(&socket),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !control.exists() {
+        assert!(
+            Instant::now() < deadline && server.try_wait().unwrap().is_none(),
+            "raidkit serve --scan did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (name, n) in [("alpha", 3), ("beta", 2)] {
+        let out = ok(&[
+            "detail",
+            "--control",
+            s(&control),
+            "--array",
+            name,
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let status = if v["status"].is_null() {
+            &v
+        } else {
+            &v["status"]
+        };
+        assert_eq!(status["raid_disks"], n, "{name}: {out}");
+        assert_eq!(status["degraded"], false, "{name}: {out}");
+    }
+    // The monitor finds the server through the same file.
+    let out = ok(&[
+        "monitor",
+        "--scan",
+        "--config",
+        s(&conf),
+        "--oneshot",
+        "--test",
+    ]);
+    assert_eq!(out.matches("TestMessage event on").count(), 2, "{out}");
+    let _ = server.kill();
+    let _ = server.wait();
+
+    // An ARRAY whose UUID no candidate carries: refused before anything is served.
+    let missing = dir.path("missing.conf");
+    std::fs::write(
+        &missing,
+        format!("DEVICE {pattern}\nARRAY gamma UUID=01234567:89abcdef:01234567:89abcdef\n"),
+    )
+    .unwrap();
+    let (code, err) = fails(&[
+        "serve",
+        "--scan",
+        "--config",
+        s(&missing),
+        "--socket",
+        s(&dir.path("other.sock")),
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("ARRAY gamma"), "{err}");
+    assert!(!dir.path("other.sock").exists());
+    // A malformed file names its line.
+    std::fs::write(&missing, "DEVICE x\nARRAY\n").unwrap();
+    let (code, err) = fails(&[
+        "serve",
+        "--scan",
+        "--config",
+        s(&missing),
+        "--socket",
+        "/tmp/x",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+/// Members written by the real mdadm and md (two members of one RAID 6, superblocks kept as
+/// fixtures from the md VM), placed on image files as md placed them: `raidkit scan` finds
+/// them as one array, with md's UUID.
+#[test]
+fn scan_finds_an_array_mdadm_wrote() {
+    use raidkit_metadata::{Location, Superblock, SuperblockVersion};
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../metadata/tests/fixtures/md-written");
+    let dir = TempDir::new("config-md-scan");
+    let device_sectors = 81920u64;
+    let mut uuid = None;
+    for n in [0, 3] {
+        let bytes = std::fs::read(fixtures.join(format!("v12_r6_dirty_{n}.sb"))).unwrap();
+        let loc = Location::new(SuperblockVersion::V1_2, device_sectors);
+        let sb = Superblock::decode(&bytes, loc).unwrap();
+        uuid = Some(sb.set_uuid.to_mdadm_string());
+        let image = dir.path(&format!("md{n}.img"));
+        let f = std::fs::File::create(&image).unwrap();
+        f.set_len(device_sectors * 512).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&bytes, sb.super_offset_sectors * 512)
+            .unwrap();
+    }
+    let out = ok(&["scan", &format!("{}/md*.img", dir.0.display())]);
+    let uuid = uuid.unwrap();
+    assert!(
+        out.starts_with("ARRAY ")
+            && out.contains(&format!(
+                "level=raid6 metadata=1.2 num-devices=4 UUID={uuid}"
+            )),
+        "{out}"
+    );
+    assert_eq!(out.matches("ARRAY ").count(), 1, "{out}");
+    assert!(out.contains("md0.img") && out.contains("md3.img"), "{out}");
+}
