@@ -785,13 +785,25 @@ fn grow_mirrors(a: &PlannedArray, slots: usize) -> Result<raidkit_engine::Status
             report.new_slots
         )));
     }
+    rebuilt(a, true, "assemble after grow")
+}
+
+/// Assembles the row's members, rebuilds what is to rebuild (`rebuild`: which must complete),
+/// stops the array; its status then.
+fn rebuilt(
+    a: &PlannedArray,
+    rebuild: bool,
+    what: &'static str,
+) -> Result<raidkit_engine::Status, PrepareError> {
     let (array, _) = Array::assemble(open_members(&a.members, false)?, AssembleOptions::default())
-        .map_err(|e| err("assemble after grow")(e.to_string()))?;
-    let r = array
-        .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
-        .map_err(|e| err("rebuild")(e.to_string()))?;
-    if r.outcome != TaskOutcome::Completed {
-        return Err(err("rebuild")(format!("{:?}", r.outcome)));
+        .map_err(|e| err(what)(e.to_string()))?;
+    if rebuild {
+        let r = array
+            .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
+            .map_err(|e| err("rebuild")(e.to_string()))?;
+        if r.outcome != TaskOutcome::Completed {
+            return Err(err("rebuild")(format!("{:?}", r.outcome)));
+        }
     }
     array.stop().map_err(|e| err("stop")(e.to_string()))?;
     Ok(array.status())
@@ -826,18 +838,7 @@ fn take_over(a: &PlannedArray, to: u32) -> Result<raidkit_engine::Status, Prepar
             report.finished, report.written_bytes, report.rebuild_slots
         )));
     }
-    let (array, _) = Array::assemble(open_members(&a.members, false)?, AssembleOptions::default())
-        .map_err(|e| err("assemble after takeover")(e.to_string()))?;
-    if a.spares > 0 {
-        let r = array
-            .run_task(TaskKind::Rebuild, &mut |_| {}, &AtomicBool::new(false))
-            .map_err(|e| err("rebuild")(e.to_string()))?;
-        if r.outcome != TaskOutcome::Completed {
-            return Err(err("rebuild")(format!("{:?}", r.outcome)));
-        }
-    }
-    array.stop().map_err(|e| err("stop")(e.to_string()))?;
-    Ok(array.status())
+    rebuilt(a, a.spares > 0, "assemble after takeover")
 }
 
 /// As `raidkit add` of the row's spares (its members after the first `raid_devices`) to the

@@ -181,20 +181,7 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
     }
     let (tx, rx) = mpsc::channel::<MonitorEvent>();
     for control in &args.control {
-        let arrays = match list(control) {
-            Ok(a) => a,
-            Err(e) => return Err(CliError::failure(format!("{}: {e}", control.display()))),
-        };
-        for name in arrays {
-            let label = format!("{}:{name}", control.display());
-            if args.test {
-                sink.emit(&MonitorEvent::new(
-                    "TestMessage",
-                    &label,
-                    None,
-                    "test message from raidkit monitor".into(),
-                ));
-            }
+        for (name, label) in arrays_of(control, args.test, &sink)? {
             let tx = tx.clone();
             let control = control.clone();
             let (delay, increment) = (Duration::from_secs(args.delay.max(1)), args.increment);
@@ -212,18 +199,7 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
 /// `--oneshot`: DegradedArray for each degraded array, TestMessage with --test.
 fn oneshot(args: &MonitorArgs, sink: &Sink) -> Result<(), CliError> {
     for control in &args.control {
-        let arrays =
-            list(control).map_err(|e| CliError::failure(format!("{}: {e}", control.display())))?;
-        for name in arrays {
-            let label = format!("{}:{name}", control.display());
-            if args.test {
-                sink.emit(&MonitorEvent::new(
-                    "TestMessage",
-                    &label,
-                    None,
-                    "test message from raidkit monitor".into(),
-                ));
-            }
+        for (name, label) in arrays_of(control, args.test, sink)? {
             let status = detail(control, &name).map_err(|e| CliError::failure(e.message))?;
             if status["degraded"].as_bool() == Some(true) {
                 sink.emit(&MonitorEvent::new(
@@ -239,6 +215,27 @@ fn oneshot(args: &MonitorArgs, sink: &Sink) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The arrays `control` serves: export name and the label events carry; a TestMessage for
+/// each when `test`.
+fn arrays_of(control: &Path, test: bool, sink: &Sink) -> Result<Vec<(String, String)>, CliError> {
+    let names =
+        list(control).map_err(|e| CliError::failure(format!("{}: {e}", control.display())))?;
+    let mut out = Vec::new();
+    for name in names {
+        let label = format!("{}:{name}", control.display());
+        if test {
+            sink.emit(&MonitorEvent::new(
+                "TestMessage",
+                &label,
+                None,
+                "test message from raidkit monitor".into(),
+            ));
+        }
+        out.push((name, label));
+    }
+    Ok(out)
 }
 
 /// The export names a control socket serves.
