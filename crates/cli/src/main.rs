@@ -61,6 +61,9 @@ enum Command {
     /// Watch served arrays and report failures, degradation and task progress (mdadm
     /// --monitor's events) to a program, a mail address, syslog and standard output.
     Monitor(cmd::monitor::MonitorArgs),
+    /// Background work on a served array through its control socket: start a check, repair,
+    /// patrol, rebuild or resync, stop it, follow it, change the task rates.
+    Task(cmd::task::TaskArgs),
     /// Find md members (raidkit's or md's) on the paths given or every block device, and print
     /// ARRAY lines for the configuration file (mdadm --examine --scan).
     Scan(cmd::scan::ScanArgs),
@@ -134,6 +137,7 @@ fn main() -> std::process::ExitCode {
         Command::Iostat(args) => cmd::bench::iostat(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Monitor(args) => cmd::monitor::run(args),
+        Command::Task(args) => cmd::task::run(args),
         Command::Scan(args) => cmd::scan::run(args),
         Command::Model(ModelTop {
             command: Some(ModelCommand::Validate(args)),

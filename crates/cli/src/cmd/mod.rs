@@ -8,3 +8,4 @@ pub mod monitor;
 pub mod scan;
 pub mod serve;
 pub mod sim;
+pub mod task;

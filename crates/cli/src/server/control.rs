@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use raidkit_engine::Status;
+use raidkit_engine::{Status, TaskKind};
 use serde::{Deserialize, Serialize};
 
 use super::export::ServedArray;
@@ -96,6 +96,35 @@ pub enum Request {
         since: Option<u64>,
         #[serde(default)]
         wait_ms: Option<u64>,
+    },
+    /// Start background work on the served array: check, repair, patrol, rebuild or resync
+    /// (md's `sync_action`); it runs beside the clients at the array's task rates.
+    StartTask {
+        #[serde(default)]
+        array: Option<String>,
+        task: String,
+    },
+    /// Stop the running task at its next step (its checkpoint recorded).
+    StopTask {
+        #[serde(default)]
+        array: Option<String>,
+    },
+    /// Change the task rates: each task's share of the array's time while clients use it,
+    /// in percent (a hardware controller's rates), and a cap in bytes per second (md's
+    /// speed_limit_max; 0 removes it). Rates not given stay.
+    Rates {
+        #[serde(default)]
+        array: Option<String>,
+        #[serde(default)]
+        rebuild_percent: Option<u8>,
+        #[serde(default)]
+        resync_percent: Option<u8>,
+        #[serde(default)]
+        check_percent: Option<u8>,
+        #[serde(default)]
+        patrol_percent: Option<u8>,
+        #[serde(default)]
+        max_bytes_per_s: Option<u64>,
     },
     /// Add an image file (created with `size_bytes` when missing) or block device as a spare;
     /// a missing slot is rebuilt onto it.
@@ -519,6 +548,57 @@ impl ControlServer {
                     "next": first + events.len() as u64,
                     "events": events,
                 }))
+            }
+            Request::StartTask { array, task } => {
+                let served = self.find(array.as_deref())?;
+                let kind = TaskKind::from_name(&task)
+                    .filter(|k| *k != TaskKind::Replace)
+                    .ok_or_else(|| {
+                        CliError::usage(format!(
+                            "task {task}: use check, repair, patrol, rebuild or resync"
+                        ))
+                    })?;
+                if kind != TaskKind::Check && kind != TaskKind::Patrol {
+                    Self::writable(served)?;
+                }
+                served.array.request_task(kind).map_err(engine_error)?;
+                Ok(result_of(served, None))
+            }
+            Request::StopTask { array } => {
+                let served = self.find(array.as_deref())?;
+                served.array.cancel_task();
+                Ok(result_of(served, None))
+            }
+            Request::Rates {
+                array,
+                rebuild_percent,
+                resync_percent,
+                check_percent,
+                patrol_percent,
+                max_bytes_per_s,
+            } => {
+                let served = self.find(array.as_deref())?;
+                let mut rates = served.array.task_rates();
+                for (given, field) in [
+                    (rebuild_percent, &mut rates.rebuild_percent),
+                    (resync_percent, &mut rates.resync_percent),
+                    (check_percent, &mut rates.check_percent),
+                    (patrol_percent, &mut rates.patrol_percent),
+                ] {
+                    if let Some(p) = given {
+                        if !(1..=100).contains(&p) {
+                            return Err(CliError::usage(format!("rate {p}%: use 1 to 100")));
+                        }
+                        *field = p;
+                    }
+                }
+                if let Some(b) = max_bytes_per_s {
+                    rates.max_bytes_per_s = (b > 0).then_some(b);
+                }
+                served.array.set_task_rates(rates);
+                let mut result = result_of(served, None);
+                result["rates"] = serde_json::to_value(rates).unwrap_or_default();
+                Ok(result)
             }
             Request::Fail { array, member } => {
                 let served = self.find(array.as_deref())?;
