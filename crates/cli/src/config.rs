@@ -7,6 +7,7 @@
 //! DEVICE /srv/raid/*.img /dev/sd*       # where members may be (globs; default: every block device)
 //! ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e   # export name, the array's UUID
 //! ARRAY md1 UUID=... devices=/srv/b0.img,/srv/b1.img   # or its members, named
+//! ARRAY md2 UUID=... spare-group=shelf1 # arrays of a group lend each other their spares
 //! MAILADDR root                         # raidkit monitor --mail
 //! PROGRAM /usr/local/bin/raid-alert     # raidkit monitor --program
 //! CONTROL /run/raidkit/nbd.sock.ctl     # raidkit monitor watches these servers
@@ -34,6 +35,8 @@ pub struct ArrayLine {
     pub uuid: Uuid,
     /// Members named on the line (`devices=`), instead of the DEVICE candidates.
     pub devices: Vec<PathBuf>,
+    /// mdadm's `spare-group=`: arrays of one group lend each other their spares.
+    pub spare_group: Option<String>,
 }
 
 /// A parsed configuration file.
@@ -94,6 +97,7 @@ impl Config {
                     }
                     let mut uuid = None;
                     let mut devices = Vec::new();
+                    let mut spare_group = None;
                     for f in fields {
                         let (k, v) = f.split_once('=').unwrap_or((f, ""));
                         match k.to_ascii_lowercase().as_str() {
@@ -103,6 +107,7 @@ impl Config {
                                         .ok_or_else(|| bad(format!("UUID={v}: not a UUID")))?,
                                 )
                             }
+                            "spare-group" if !v.is_empty() => spare_group = Some(v.to_string()),
                             "devices" => devices
                                 .extend(v.split(',').filter(|d| !d.is_empty()).map(PathBuf::from)),
                             // mdadm's other words (metadata=, name=, level=, num-devices=,
@@ -118,6 +123,7 @@ impl Config {
                         name,
                         uuid,
                         devices,
+                        spare_group,
                     });
                 }
                 "MAILADDR" => cfg.mailaddr = rest.first().map(|s| s.to_string()),
@@ -316,7 +322,7 @@ mod tests {
         let cfg = Config::parse(
             "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
-             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f\nMAILADDR root\n\
+             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g\nMAILADDR root\n\
              PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\n",
         )
         .unwrap();
@@ -331,6 +337,8 @@ mod tests {
             cfg.arrays[1].uuid.to_mdadm_string(),
             "6b833081:84bc422c:84c6994c:8e74448f"
         );
+        assert_eq!(cfg.arrays[1].spare_group.as_deref(), Some("g"));
+        assert_eq!(cfg.arrays[0].spare_group, None);
         assert_eq!(cfg.mailaddr.as_deref(), Some("root"));
         assert_eq!(cfg.program, Some(PathBuf::from("/bin/alert")));
         assert_eq!(cfg.controls.len(), 2);

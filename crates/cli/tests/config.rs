@@ -196,3 +196,113 @@ fn scan_finds_an_array_mdadm_wrote() {
     assert_eq!(out.matches("ARRAY ").count(), 1, "{out}");
     assert!(out.contains("md0.img") && out.contains("md3.img"), "{out}");
 }
+
+/// The issue's scenario: a configuration with two arrays in one spare group brings both up;
+/// the one that loses a member gets the other's spare (mdadm's MoveSpare), rebuilt in the
+/// background; after a restart the spare is still where it went.
+#[test]
+fn a_spare_group_moves_the_spare_to_the_array_that_lost_a_member() {
+    let dir = TempDir::new("config-spare-group");
+    let a = dir.members("a", 4); // three members and a spare
+    let b = dir.members("b", 3);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--raid-devices",
+            "3",
+            "--spare-devices",
+            "1",
+            "--name",
+            "alpha",
+            "--image-size",
+            "16M",
+        ],
+        &a,
+        &[],
+    ));
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--name",
+            "beta",
+            "--image-size",
+            "16M",
+        ],
+        &b,
+        &[],
+    ));
+    let (ua, ub) = (uuid_of(&a), uuid_of(&b));
+    let conf = dir.path("raidkit.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "DEVICE {}/*.img\nARRAY alpha UUID={ua} spare-group=shelf\nARRAY beta UUID={ub} spare-group=shelf\n",
+            dir.0.display()
+        ),
+    )
+    .unwrap();
+    let serve = |tag: &str| Server::start(&dir.0, tag, &["--scan", "--config", s(&conf)]);
+    let mut server = serve("one");
+    let ctl = s(&server.control).to_string();
+    let detail = |name: &str| -> serde_json::Value {
+        let out = ok(&["detail", "--control", &ctl, "--array", name, "--json"]);
+        let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["status"].take()
+    };
+    let roles = |v: &serde_json::Value| -> Vec<(String, String)> {
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let name = m["name"].as_str().unwrap();
+                let file = name.rsplit('/').next().unwrap().to_string();
+                (file, m["role"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    assert!(roles(&detail("alpha")).contains(&("a3.img".into(), "spare".into())));
+    ok(&[
+        "fail",
+        "--control",
+        &ctl,
+        "--array",
+        "beta",
+        "--member",
+        s(&b[1]),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (va, vb) = (detail("alpha"), detail("beta"));
+        let moved = roles(&vb)
+            .iter()
+            .any(|(f, r)| f == "a3.img" && r == "active");
+        if moved && !vb["degraded"].as_bool().unwrap() {
+            assert!(
+                !roles(&va).iter().any(|(f, _)| f == "a3.img"),
+                "alpha gave its spare away: {:?}",
+                roles(&va)
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "alpha {:?}, beta {:?}",
+            roles(&va),
+            roles(&vb)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.stop();
+    // After a restart the spare is beta's: its superblock says so.
+    let server = serve("two");
+    let ctl = s(&server.control).to_string();
+    let out = ok(&["detail", "--control", &ctl, "--array", "beta", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["degraded"], false, "{out}");
+    assert!(out.contains("a3.img"), "{out}");
+}

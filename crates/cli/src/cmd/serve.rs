@@ -276,6 +276,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     for spec in &args.array {
         specs.push(parse_array_spec(spec)?);
     }
+    let mut spare_groups = std::collections::HashMap::new();
     if args.scan {
         let cfg = raidkit_cli::config::Config::load(&args.config)?;
         if cfg.arrays.is_empty() {
@@ -286,6 +287,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         }
         for a in &cfg.arrays {
             specs.push((a.name.clone(), cfg.members_of(a)?));
+            if let Some(g) = &a.spare_group {
+                spare_groups.insert(a.name.clone(), g.clone());
+            }
         }
     }
     for (i, (name, _)) in specs.iter().enumerate() {
@@ -438,6 +442,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         control,
         spares,
         log,
+        spare_groups,
     }
     .run(shutdown)
 }

@@ -168,6 +168,9 @@ pub struct ServedArray {
     pub gate: Arc<WriteGate>,
     /// Where NBD clients reach it: the socket path or the TCP address.
     pub nbd_address: String,
+    /// Its spare group (the configuration's `spare-group=`): arrays of one group lend each
+    /// other their spares (see `spares.rs`).
+    pub spare_group: Option<String>,
 }
 
 #[cfg(test)]

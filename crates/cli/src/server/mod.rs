@@ -133,6 +133,8 @@ pub struct Serving {
     pub control: Option<ControlListener>,
     pub spares: Arc<GlobalSpares>,
     pub log: Arc<ServerLog>,
+    /// Export name -> spare group (`serve --scan`'s `spare-group=`).
+    pub spare_groups: std::collections::HashMap<String, String>,
 }
 
 /// Logs `array`'s events from number `next` on, waiting up to `wait` for the first; returns
@@ -168,6 +170,7 @@ impl Serving {
             control: control_listener,
             spares,
             log,
+            spare_groups,
         } = self;
         let arrays: Vec<(String, Arc<Array>, Arc<WriteGate>)> = arrays
             .into_iter()
@@ -226,10 +229,11 @@ impl Serving {
                 read_only,
                 gate: gate.clone(),
                 nbd_address: listener.describe(),
+                spare_group: spare_groups.get(name).cloned(),
             })
             .collect();
         // Every spare is offered before serving starts: an empty pool stays empty.
-        let tend_spares = !spares.waiting().is_empty();
+        let tend_spares = !spares.waiting().is_empty() || !spare_groups.is_empty();
         let control = ControlServer::new(served.clone()).with_spares(spares.clone());
         let (report, control_report, logged) = std::thread::scope(|scope| {
             let control_thread = control_listener

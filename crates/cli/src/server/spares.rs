@@ -144,7 +144,80 @@ impl GlobalSpares {
             };
             said.push(line);
         }
+        said.extend(move_spares(arrays));
         lock(&self.log).extend(said.iter().cloned());
         said
     }
+}
+
+/// mdadm's spare groups: an array that needs a spare (see [`needs_spare`]) gets one of
+/// another array of its group (mdadm's MoveSpare): removed there, added here (a superblock of
+/// this array written on it, so it stays here across restarts), rebuilt in the background.
+/// Returns the lines to log.
+pub fn move_spares(arrays: &[ServedArray]) -> Vec<String> {
+    let mut said = Vec::new();
+    for to in arrays {
+        let Some(group) = &to.spare_group else {
+            continue;
+        };
+        if to.read_only || !needs_spare(&to.array.status()) {
+            continue;
+        }
+        let lender = arrays.iter().find_map(|from| {
+            let peer =
+                from.name != to.name && !from.read_only && from.spare_group.as_ref() == Some(group);
+            let status = from.array.status();
+            let spare = status.members.iter().find(|m| m.role == "spare")?;
+            peer.then(|| (from, spare.index, PathBuf::from(&spare.name)))
+        });
+        let Some((from, index, path)) = lender else {
+            continue;
+        };
+        if let Err(e) = from.array.remove_member(index) {
+            said.push(format!(
+                "{}: spare {} could not leave for {} (spare group {group}): {e}",
+                from.name,
+                path.display(),
+                to.name
+            ));
+            continue;
+        }
+        let disk = match crate::common::open_members(std::slice::from_ref(&path), false) {
+            Ok(mut d) if d.len() == 1 => d.remove(0),
+            Ok(_) => continue,
+            Err(e) => {
+                said.push(format!(
+                    "{}: spare {} left {} but cannot be opened: {}",
+                    to.name,
+                    path.display(),
+                    from.name,
+                    e.message
+                ));
+                continue;
+            }
+        };
+        let uuid = match random_uuid() {
+            Ok(u) => u,
+            Err(e) => {
+                said.push(format!("{}: cannot make a device uuid: {e}", to.name));
+                continue;
+            }
+        };
+        let _writes_held = to.gate.hold_writes();
+        said.push(match to.array.add_spare(disk, uuid) {
+            Ok(()) => format!(
+                "{}: spare {} moved here from {} (spare group {group}); it is rebuilt in the background",
+                to.name,
+                path.display(),
+                from.name
+            ),
+            Err(e) => format!(
+                "{}: spare {} from {} could not be added: {e}",
+                to.name,
+                path.display(),
+                from.name
+            ),
+        });
+    }
+    said
 }
