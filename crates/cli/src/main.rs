@@ -64,6 +64,8 @@ enum Command {
     /// Background work on a served array through its control socket: start a check, repair,
     /// patrol, rebuild or resync, stop it, follow it, change the task rates.
     Task(cmd::task::TaskArgs),
+    /// Write the systemd units that serve the configuration's arrays and monitor them.
+    InstallUnits(cmd::units::UnitsArgs),
     /// Find md members (raidkit's or md's) on the paths given or every block device, and print
     /// ARRAY lines for the configuration file (mdadm --examine --scan).
     Scan(cmd::scan::ScanArgs),
@@ -138,6 +140,7 @@ fn main() -> std::process::ExitCode {
         Command::Sim(args) => cmd::sim::run(args),
         Command::Monitor(args) => cmd::monitor::run(args),
         Command::Task(args) => cmd::task::run(args),
+        Command::InstallUnits(args) => cmd::units::run(args),
         Command::Scan(args) => cmd::scan::run(args),
         Command::Model(ModelTop {
             command: Some(ModelCommand::Validate(args)),

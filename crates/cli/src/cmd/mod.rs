@@ -9,3 +9,4 @@ pub mod scan;
 pub mod serve;
 pub mod sim;
 pub mod task;
+pub mod units;
