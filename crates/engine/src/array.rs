@@ -71,6 +71,7 @@ mod gather;
 mod grow;
 mod journal;
 mod members;
+mod online;
 mod options;
 mod ppl;
 mod reshape;
@@ -82,6 +83,7 @@ pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskRepor
 use datapath::aligned_window;
 pub use gather::GatherCounters;
 pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
+pub use online::OnlineReshape;
 pub use options::*;
 pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget};
 use write_log::IntentHooks;
@@ -182,6 +184,10 @@ pub struct Array {
     no_space: AtomicBool,
     /// Partial stripes of sequential writes gathered into whole ones (parity levels).
     gather: Option<gather::Gather>,
+    /// One layout's view of an array being reshaped online (see `array/online.rs`): it
+    /// writes no superblock (the reshape records the array's state), so a member failing in
+    /// it is failed in memory and recorded by the reshape's next step.
+    pub(crate) frozen: bool,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -289,6 +295,7 @@ impl Array {
             gather: matches!(geo.scheme(), Scheme::Parity { .. })
                 .then(|| gather::Gather::new(geo.data_disks() as u64 * geo.chunk_sectors)),
             geo,
+            frozen: false,
         })
     }
 

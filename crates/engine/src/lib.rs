@@ -30,8 +30,8 @@ mod tasks;
 pub use array::{
     Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,
     EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport, MemberIo,
-    MemberIoReading, MemberStatus, ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget,
-    Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
+    MemberIoReading, MemberStatus, OnlineReshape, ReshapeControl, ReshapeReport, ReshapeStatus,
+    ReshapeTarget, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
 pub use error::{AbsentMember, EngineError, GrowRefusal, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};

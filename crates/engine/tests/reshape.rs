@@ -953,3 +953,160 @@ fn takeovers_md_cannot_make_are_refused_writing_nothing() {
     ));
     assert!(snapshot(&odd) == before);
 }
+
+fn shared(disks: &[CrashDisk]) -> Vec<Arc<dyn Disk>> {
+    disks
+        .iter()
+        .map(|d| Arc::new(d.clone()) as Arc<dyn Disk>)
+        .collect()
+}
+
+/// Writes `len` bytes of fresh pattern at `at` through `online` and into `model`.
+fn online_write(
+    online: &raidkit_engine::OnlineReshape,
+    model: &mut [u8],
+    rng: &mut Rng,
+    at: usize,
+    len: usize,
+) {
+    let bytes = pattern(rng.next(), len);
+    online.write_at(&bytes, at as u64, false).unwrap();
+    model[at..at + len].copy_from_slice(&bytes);
+}
+
+/// A RAID 5 grows from 4 to 5 members and changes its chunk while it is in use: between
+/// steps, writes below the moved part, above it and across it, and reads of every kind,
+/// must match the model; at the end the array holds the model, consistent, in the new shape;
+/// a stop between steps (a crash: nothing more recorded) is continued offline with the
+/// acknowledged, flushed writes kept.
+#[test]
+fn an_online_reshape_serves_reads_and_writes_between_its_steps() {
+    for (spares, t, want) in [
+        (1, ReshapeTarget::members(5), (5, 2, 16, 5)),
+        (0, target(None, None, Some(64)), (5, 2, 64, 4)),
+    ] {
+        let (disks, data) = written_array(5, 4, spares, ConsistencyPolicy::Resync);
+        let mut model = data.clone();
+        let mut rng = Rng(0x0411_11e0 + spares as u64);
+        let online = raidkit_engine::OnlineReshape::start(
+            shared(&disks),
+            &t,
+            AssembleOptions::default(),
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(online.size_bytes() as usize, data.len());
+        let mut steps = 0;
+        loop {
+            let (pos, _) = online.progress();
+            let boundary = (pos * 512) as usize;
+            let size = model.len();
+            // Below, across and above the moved part, sector-aligned, up to 192 KiB.
+            for around in [boundary / 2, boundary, boundary + (size - boundary) / 2] {
+                let len = 512 * (1 + rng.below(384) as usize);
+                let at = (around.saturating_sub(len / 2) / 512 * 512).min(size - len);
+                online_write(&online, &mut model, &mut rng, at, len);
+                let mut got = vec![0u8; len];
+                online.read_at(&mut got, at as u64).unwrap();
+                assert!(
+                    got == model[at..at + len],
+                    "read back at {at}+{len}, position {pos}"
+                );
+            }
+            let mut whole = vec![0u8; size];
+            online.read_at(&mut whole, 0).unwrap();
+            assert!(whole == model, "whole array at position {pos}");
+            steps += 1;
+            if online.step().unwrap() {
+                break;
+            }
+        }
+        assert!(steps > 3, "{steps} steps");
+        drop(online);
+        verify_shape(&disks, &model, want);
+    }
+    // A stop between steps: the superblocks record the last step; acknowledged and flushed
+    // writes in either layout survive, and the offline continue finishes it.
+    let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let mut model = data.clone();
+    let mut rng = Rng(0xdead_0411);
+    let online = raidkit_engine::OnlineReshape::start(
+        shared(&disks),
+        &ReshapeTarget::members(5),
+        AssembleOptions::default(),
+        1 << 20,
+    )
+    .unwrap();
+    for _ in 0..3 {
+        online.step().unwrap();
+    }
+    let (pos, _) = online.progress();
+    let b = (pos * 512) as usize;
+    online_write(&online, &mut model, &mut rng, b - 4096, 8192);
+    online_write(&online, &mut model, &mut rng, 512, 1024);
+    let last = model.len() - 4096;
+    online_write(&online, &mut model, &mut rng, last, 4096);
+    online.flush().unwrap();
+    drop(online);
+    for d in &disks {
+        d.crash(&mut rng);
+    }
+    continue_reshape(&disks).unwrap();
+    verify_shape(&disks, &model, (5, 2, 16, 5));
+}
+
+/// A writer keeps writing (and checking what it wrote) while the steps run on another
+/// thread: nothing is lost at the moving boundary.
+#[test]
+fn an_online_reshape_keeps_a_concurrent_writer_whole() {
+    let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    let online = Arc::new(
+        raidkit_engine::OnlineReshape::start(
+            shared(&disks),
+            &ReshapeTarget::members(5),
+            AssembleOptions::default(),
+            1 << 20,
+        )
+        .unwrap(),
+    );
+    let model = std::sync::Mutex::new(data.clone());
+    let done = AtomicBool::new(false);
+    let positions = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut rng = Rng(0x5eed_0412);
+            let mut writes = 0;
+            while !done.load(Ordering::SeqCst) || writes < 50 {
+                let size = data.len();
+                let len = 512 * (1 + rng.below(128) as usize);
+                let at = (rng.below((size - len) as u64) as usize) / 512 * 512;
+                let bytes = pattern(rng.next(), len);
+                {
+                    let mut m = model.lock().unwrap();
+                    match online.write_at(&bytes, at as u64, false) {
+                        Ok(()) => m[at..at + len].copy_from_slice(&bytes),
+                        // The last step is done: the server assembles the array again.
+                        Err(EngineError::Busy(_)) => break,
+                        Err(e) => panic!("write at {at}+{len}: {e}"),
+                    }
+                    positions.lock().unwrap().insert(online.progress().0);
+                }
+                let mut got = vec![0u8; len];
+                if online.read_at(&mut got, at as u64).is_ok() {
+                    assert!(got == model.lock().unwrap()[at..at + len], "at {at}+{len}");
+                }
+                writes += 1;
+            }
+        });
+        // Room for the writer between steps, as a server paces its steps.
+        while !online.step().unwrap() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    let seen = positions.into_inner().unwrap().len();
+    assert!(seen > 2, "the writer ran beside {seen} positions only");
+    let model = model.into_inner().unwrap();
+    drop(online);
+    verify_shape(&disks, &model, (5, 2, 16, 5));
+}

@@ -433,6 +433,10 @@ impl Array {
     /// with its slot.
     fn write_superblocks(&self, st: &State) -> Vec<(MemberId, Option<Slot>, EngineError)> {
         let mut failures = Vec::new();
+        if self.frozen {
+            // A view of an online reshape: the reshape writes the superblocks.
+            return failures;
+        }
         for i in st.members.ids() {
             let Some(m) = st.members[i].clone() else {
                 continue;

@@ -116,26 +116,26 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 
 /// A reshape of a stopped array: both layouts, members by new slot, offsets.
 #[derive(Clone)]
-struct Shape {
-    old: Geo,
-    new: Geo,
-    way: Way,
+pub(super) struct Shape {
+    pub(super) old: Geo,
+    pub(super) new: Geo,
+    pub(super) way: Way,
     /// Member index (in the members given) of each new slot; `None`: missing.
-    slot_member: Vec<Option<usize>>,
+    pub(super) slot_member: Vec<Option<usize>>,
     /// Slots without a member to read or write (missing, or failed during the reshape): the
     /// old layout's data there is rebuilt from parity, the new layout's is not written.
-    lost: Vec<bool>,
+    pub(super) lost: Vec<bool>,
     /// Slots of the old layout whose member holds nothing of it yet: a RAID 5 becoming a
     /// RAID 6 takes over with its Q on a new member (md's `*-6` layouts), which only the new
     /// layout fills. Not read; written; recorded in md's way as a member being recovered up
     /// to the reshape's position (`recovery_offset`).
-    fresh: Vec<bool>,
+    pub(super) fresh: Vec<bool>,
     /// The level, layout and member count at the end when they are not the new layout's: a
     /// RAID 0 that grew as a RAID 4 without its parity member is a RAID 0 again.
     finish_as: Option<(i32, u32, usize)>,
     /// Data offsets of each slot's member, old and new layout (0 for a missing member).
-    old_offset: Vec<u64>,
-    new_offset: Vec<u64>,
+    pub(super) old_offset: Vec<u64>,
+    pub(super) new_offset: Vec<u64>,
 }
 
 impl Shape {
@@ -1187,7 +1187,7 @@ fn bblog_end(sb: &Superblock) -> Option<u64> {
 
 /// Decides how a recorded reshape goes on (no I/O): both layouts from the superblocks, the
 /// members by slot, each member's offsets, and the position to start from.
-fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> {
+pub(super) fn resume_plan(a: &Assembly, found: &[FoundSuperblock]) -> Result<(Shape, u64)> {
     let refuse = |why| Err(EngineError::CannotGrow(why));
     let Some(r) = a.reshape else {
         return refuse(GrowRefusal::NoReshape);

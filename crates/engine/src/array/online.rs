@@ -1,0 +1,318 @@
+//! Reshaping an array that stays in use ([`OnlineReshape`]): the served array keeps serving
+//! reads and writes while every stripe moves to the new layout.
+//!
+//! The reshape runs in steps, each the offline reshape of `reshape.rs` from the recorded
+//! position to a pause a few megabytes on, which records its new position in md's fields
+//! before it returns (so between steps the members are exactly an array stopped mid-reshape,
+//! which md or `grow --continue` goes on with after a crash). Between steps the array serves
+//! requests through two views of the members: the new layout below the position (what the
+//! steps have moved), the old layout from it on, each an `Array` over the same disks with its
+//! layout's data offsets, which writes no superblock (`Array::frozen`). A request that
+//! crosses the position is split there. A write lands in the layout that holds its sectors
+//! at that moment and is never lost in between: a step holds the views exclusively (requests
+//! wait; the views are flushed first), and what it moves it reads from the old layout as the
+//! requests left it. The rule every step keeps (it writes the new layout only over old rows
+//! it has already moved, see `plan::reshape`) holds for the requests' writes too: a write to
+//! the old layout lands on rows not moved yet, a write to the new layout on rows no old data
+//! lives in any more.
+//!
+//! A member failing in a view is failed there (in memory); the request still completes on the
+//! others as a degraded write would. The next step stops the reshape instead of moving on
+//! with a member whose last writes are missing (recorded, to go on with `grow --continue`
+//! offline, which takes it as lost). Fewer data members (md's backwards reshape, which also
+//! shrinks the array under its clients) is not done online.
+
+use super::grow::decide_stopped;
+use super::reshape::{resume_plan, Shape};
+use super::*;
+use crate::membership::{ByMember, BySlot, MemberId};
+use crate::plan::reshape::Way;
+use std::sync::RwLock;
+
+/// One disk shared by the views and the steps.
+#[derive(Debug)]
+struct Shared(Arc<dyn Disk>);
+
+impl raidkit_disk::DiskWrapper for Shared {
+    type Inner = dyn Disk;
+    fn inner(&self) -> &(dyn Disk + 'static) {
+        self.0.as_ref()
+    }
+}
+
+fn boxed(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
+    disks
+        .iter()
+        .map(|d| Box::new(Shared(d.clone())) as Box<dyn Disk>)
+        .collect()
+}
+
+/// The two layouts' views, and the array sector the moved part ends at.
+struct Views {
+    old: Array,
+    new: Array,
+    position: u64,
+}
+
+/// A reshape of an array that stays in use (see the module's notes).
+pub struct OnlineReshape {
+    disks: Vec<Arc<dyn Disk>>,
+    opts: AssembleOptions,
+    step_bytes: u64,
+    /// What clients see meanwhile: the old layout's size.
+    size_bytes: u64,
+    /// Array sectors of the new layout.
+    end_sectors: u64,
+    /// `None` once the last step is done.
+    views: RwLock<Option<Views>>,
+    /// The first step's report (the shapes, the new members), then each step's.
+    report: Mutex<ReshapeReport>,
+}
+
+impl OnlineReshape {
+    /// Starts reshaping the (stopped) array on `disks` to `target`: records the start and
+    /// moves the first `step_bytes`, then serves requests between steps ([`Self::step`]).
+    /// A change that moves nothing (md's takeovers) is done at once ([`Self::finished`]).
+    /// Refuses, writing nothing, what `Array::reshape` refuses, and fewer data members.
+    pub fn start(
+        disks: Vec<Arc<dyn Disk>>,
+        target: &ReshapeTarget,
+        opts: AssembleOptions,
+        step_bytes: u64,
+    ) -> Result<OnlineReshape> {
+        let step_bytes = step_bytes.max(1 << 20);
+        {
+            let (_, _, a) = decide_stopped(&boxed(&disks), &opts)?;
+            let parity = usize::from(a.geo.level() == RaidLevel::Raid5)
+                + 2 * usize::from(a.geo.level() == RaidLevel::Raid6);
+            if target
+                .raid_devices
+                .is_some_and(|n| target.level.is_none() && n < a.geo.raid_disks && parity > 0)
+            {
+                return Err(EngineError::CannotGrow(
+                    crate::error::GrowRefusal::ReshapeNotYet {
+                        what: "removing members from a served array (stop it: `raidkit grow` shrinks it offline)".into(),
+                    },
+                ));
+            }
+        }
+        let never = AtomicBool::new(false);
+        let ctl = ReshapeControl {
+            progress: &|_, _| {},
+            stop: &never,
+            pause_at_bytes: Some(step_bytes),
+        };
+        let report = Array::reshape(boxed(&disks), target, &opts, &ctl)?;
+        let online = OnlineReshape {
+            size_bytes: report.old_array_bytes,
+            end_sectors: report.new_array_bytes / SECTOR as u64,
+            views: RwLock::new(None),
+            disks,
+            opts,
+            step_bytes,
+            report: Mutex::new(report.clone()),
+        };
+        if !report.finished {
+            *online.write_views() = Some(online.views()?);
+        }
+        Ok(online)
+    }
+
+    fn write_views(&self) -> std::sync::RwLockWriteGuard<'_, Option<Views>> {
+        self.views.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_views(&self) -> std::sync::RwLockReadGuard<'_, Option<Views>> {
+        self.views.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The two views of the reshape the superblocks record now.
+    fn views(&self) -> Result<Views> {
+        let members = boxed(&self.disks);
+        let (found, _, a) = decide_stopped(&members, &self.opts)?;
+        let (shape, position) = resume_plan(&a, &found)?;
+        if matches!(shape.way, Way::Backward(_)) {
+            return Err(EngineError::Invalid(
+                "a backwards reshape is not served online".into(),
+            ));
+        }
+        let version = found[0].version;
+        let view = |geo: &Geo, offsets: &[u64], missing: &dyn Fn(usize) -> bool| {
+            let mut sbs: Vec<Superblock> = found.iter().map(|f| f.sb.clone()).collect();
+            let mut slot_member = Vec::with_capacity(geo.raid_disks);
+            let mut slot_state = Vec::with_capacity(geo.raid_disks);
+            for (s, &offset) in offsets.iter().enumerate().take(geo.raid_disks) {
+                let m = shape.slot_member[s].filter(|_| !missing(s));
+                if let Some(i) = m {
+                    sbs[i].data_offset_sectors = offset;
+                }
+                slot_member.push(m.map(MemberId));
+                slot_state.push(if m.is_some() {
+                    MemberState::InSync
+                } else {
+                    MemberState::Missing
+                });
+            }
+            let array = Array::build(
+                geo.clone(),
+                version,
+                false,
+                self.opts.config,
+                boxed(&self.disks),
+                ByMember::from_vec(sbs),
+                BySlot::from_vec(slot_member),
+                BySlot::from_vec(slot_state),
+                // Never marks itself dirty: the reshape's superblocks say what is recorded.
+                true,
+            )?;
+            Ok::<Array, EngineError>(array)
+        };
+        let shape: &Shape = &shape;
+        let mut old = view(&shape.old, &shape.old_offset, &|s| {
+            shape.lost[s] || shape.fresh[s]
+        })?;
+        let mut new = view(&shape.new, &shape.new_offset, &|s| shape.lost[s])?;
+        old.frozen = true;
+        new.frozen = true;
+        Ok(Views { old, new, position })
+    }
+
+    /// Bytes clients see while it runs (the old layout's; the new size once it is done and
+    /// the array is assembled again).
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Array sectors moved so far, and the new layout's.
+    pub fn progress(&self) -> (u64, u64) {
+        let pos = self
+            .read_views()
+            .as_ref()
+            .map_or(self.end_sectors, |v| v.position);
+        (pos, self.end_sectors)
+    }
+
+    /// Whether the last step is done (the array is then assembled again, [`Self::assemble`]).
+    pub fn finished(&self) -> bool {
+        self.read_views().is_none()
+    }
+
+    /// The report of the last step: what changed, members that failed, bytes moved by it.
+    pub fn report(&self) -> ReshapeReport {
+        lock(&self.report).clone()
+    }
+
+    /// Moves the next `step_bytes` while requests wait (at most one step's time), recorded
+    /// before it returns. `Ok(true)` once the reshape is done.
+    pub fn step(&self) -> Result<bool> {
+        let mut guard = self.write_views();
+        let Some(views) = guard.as_ref() else {
+            return Ok(true);
+        };
+        views.old.flush()?;
+        views.new.flush()?;
+        for v in [&views.old, &views.new] {
+            let st = lock(&v.state);
+            if let Some(slot) = st
+                .roster
+                .slot_state
+                .ids()
+                .find(|&s| st.roster.slot_state[s] == MemberState::Faulty)
+            {
+                return Err(EngineError::Invalid(format!(
+                    "slot {} failed while the array was reshaped online; the reshape is recorded at array sector {}: stop the array and `raidkit grow --continue` finishes it without that member",
+                    slot.0, views.position
+                )));
+            }
+        }
+        let done = views.position * SECTOR as u64;
+        let never = AtomicBool::new(false);
+        let ctl = ReshapeControl {
+            progress: &|_, _| {},
+            stop: &never,
+            pause_at_bytes: Some(done + self.step_bytes),
+        };
+        let report = Array::continue_reshape(boxed(&self.disks), &self.opts, &ctl)?;
+        let finished = report.finished;
+        let lost = !report.failed_members.is_empty();
+        let position = report.position_sectors;
+        *lock(&self.report) = report;
+        if finished {
+            *guard = None;
+            return Ok(true);
+        }
+        if lost {
+            // A member the step lost is not used by the views either.
+            *guard = Some(self.views()?);
+        } else if let Some(v) = guard.as_mut() {
+            v.position = position;
+        }
+        Ok(false)
+    }
+
+    /// Runs `io` on each part of `[offset, offset + len)` in its layout's view: `(view,
+    /// offset, range in the request)`.
+    fn route(
+        &self,
+        offset: u64,
+        len: usize,
+        mut io: impl FnMut(&Array, u64, std::ops::Range<usize>) -> Result<()>,
+    ) -> Result<()> {
+        let guard = self.read_views();
+        let Some(v) = guard.as_ref() else {
+            return Err(EngineError::Busy(
+                "the online reshape is done; the array is being assembled again".into(),
+            ));
+        };
+        let boundary = v.position * SECTOR as u64;
+        let end = offset + len as u64;
+        if offset < boundary {
+            let cut = end.min(boundary);
+            io(&v.new, offset, 0..(cut - offset) as usize)?;
+        }
+        if end > boundary {
+            let from = offset.max(boundary);
+            io(&v.old, from, (from - offset) as usize..len)?;
+        }
+        Ok(())
+    }
+
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let len = buf.len();
+        self.route(offset, len, |view, at, r| view.read_at(&mut buf[r], at))
+    }
+
+    pub fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
+        self.route(offset, buf.len(), |view, at, r| {
+            view.write_at(&buf[r], at, fua)
+        })
+    }
+
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        let zeros = vec![0u8; len.min(1 << 20) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(zeros.len() as u64) as usize;
+            self.write_at(&zeros[..n], offset + done, false)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&self) -> Result<()> {
+        let guard = self.read_views();
+        if let Some(v) = guard.as_ref() {
+            v.new.flush()?;
+            v.old.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Assembles the reshaped array (after the last step).
+    pub fn assemble(&self) -> Result<(Array, AssembleReport)> {
+        if !self.finished() {
+            return Err(EngineError::Busy("the online reshape is not done".into()));
+        }
+        Array::assemble(boxed(&self.disks), self.opts.clone())
+    }
+}
