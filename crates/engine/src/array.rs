@@ -83,7 +83,7 @@ pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskRepor
 use datapath::aligned_window;
 pub use gather::GatherCounters;
 pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
-pub use online::OnlineReshape;
+pub use online::{shared_disks, OnlineReshape};
 pub use options::*;
 pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget};
 use write_log::IntentHooks;
@@ -553,6 +553,25 @@ impl Array {
             st.dirty = false;
         }
         Ok(())
+    }
+
+    /// Stops the array ([`Array::stop`]) and hands over its members' disks, every attached
+    /// member in member order, to go on with them elsewhere (an online reshape); the array
+    /// keeps none, so nothing reaches them through it any more.
+    pub fn stop_and_release(&self) -> Result<Vec<Arc<dyn Disk>>> {
+        self.stop()?;
+        let mut st = lock(&self.state);
+        let disks = st
+            .members
+            .iter()
+            .flatten()
+            .map(|m| m.disk.clone())
+            .collect();
+        for m in st.members.iter_mut() {
+            *m = None;
+        }
+        st.roster.failed = Some("the array was stopped and its members handed over".into());
+        Ok(disks)
     }
 
     /// Each attached member's I/O counters now, by member index, with its slot (the cheap

@@ -28,10 +28,11 @@ pub mod recon;
 mod tasks;
 
 pub use array::{
-    Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy, CreateOptions,
-    EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport, MemberIo,
-    MemberIoReading, MemberStatus, OnlineReshape, ReshapeControl, ReshapeReport, ReshapeStatus,
-    ReshapeTarget, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
+    shared_disks, Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy,
+    CreateOptions, EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport,
+    MemberIo, MemberIoReading, MemberStatus, OnlineReshape, ReshapeControl, ReshapeReport,
+    ReshapeStatus, ReshapeTarget, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates,
+    TaskReport,
 };
 pub use error::{AbsentMember, EngineError, GrowRefusal, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};

@@ -292,6 +292,12 @@ fn watch(
                     wait_ms: Some(1000),
                 })?;
                 let first = reply["first"].as_u64().unwrap_or(0);
+                if next.is_some_and(|n| first < n) {
+                    // The array was assembled again (after an online reshape): its events
+                    // are numbered from 0 again.
+                    next = Some(0);
+                    continue;
+                }
                 if let Some(n) = next.filter(|&n| first > n) {
                     out.push(MonitorEvent::new(
                         "EventsMissed",

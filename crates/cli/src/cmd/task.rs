@@ -26,6 +26,7 @@ pub struct TaskArgs {
 pub enum Action {
     /// Start a task: check, repair, patrol, rebuild or resync.
     Start {
+        /// check, repair, patrol, rebuild or resync.
         task: String,
         /// Follow its progress until it ends and report what it found (exit 5 when a check
         /// or repair found mismatches).
@@ -39,13 +40,16 @@ pub enum Action {
     /// Change the task rates: percent of the array's time each task takes while clients use
     /// it (1-100; idle, every task runs at full speed), and a cap.
     Rates {
+        /// Rebuild and replace.
         #[arg(long, value_name = "PERCENT")]
         rebuild: Option<u8>,
+        /// Resync after an unclean stop (md's background initialisation too).
         #[arg(long, value_name = "PERCENT")]
         resync: Option<u8>,
         /// Check and repair.
         #[arg(long, value_name = "PERCENT")]
         check: Option<u8>,
+        /// Patrol read.
         #[arg(long, value_name = "PERCENT")]
         patrol: Option<u8>,
         /// Cap every task at this many MB/s (md's speed_limit_max); 0 removes the cap.

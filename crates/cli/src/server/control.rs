@@ -45,7 +45,8 @@ use std::time::{Duration, Instant};
 use raidkit_engine::{Status, TaskKind};
 use serde::{Deserialize, Serialize};
 
-use super::export::ServedArray;
+use super::export::{Backend, ServedArray};
+use super::log::ServerLog;
 use super::spares::GlobalSpares;
 use crate::common::{engine_error, open_or_create, random_uuid};
 use crate::error::{CliError, ExitCode};
@@ -125,6 +126,21 @@ pub enum Request {
         patrol_percent: Option<u8>,
         #[serde(default)]
         max_bytes_per_s: Option<u64>,
+    },
+    /// Reshape the served array while it serves (mdadm --grow's --raid-devices, --level,
+    /// --layout, --chunk): the spares it needs are added first (`add`); progress is in
+    /// `detail`'s `reshape`.
+    Grow {
+        #[serde(default)]
+        array: Option<String>,
+        #[serde(default)]
+        raid_devices: Option<usize>,
+        #[serde(default)]
+        level: Option<i32>,
+        #[serde(default)]
+        layout: Option<u32>,
+        #[serde(default)]
+        chunk_sectors: Option<u64>,
     },
     /// Add an image file (created with `size_bytes` when missing) or block device as a spare;
     /// a missing slot is rebuilt onto it.
@@ -248,6 +264,7 @@ pub struct ControlReport {
 pub struct ControlServer {
     arrays: Vec<ServedArray>,
     spares: Arc<GlobalSpares>,
+    log: Arc<ServerLog>,
 }
 
 /// The uid of the process at the other end of a unix socket.
@@ -295,7 +312,14 @@ impl ControlServer {
         ControlServer {
             arrays,
             spares: Arc::default(),
+            log: Arc::default(),
         }
+    }
+
+    /// The server's log (what an online reshape says goes there).
+    pub fn with_log(mut self, log: Arc<ServerLog>) -> ControlServer {
+        self.log = log;
+        self
     }
 
     /// The global spare pool `list` reports and `add` keeps clear of.
@@ -504,9 +528,8 @@ impl ControlServer {
                 let arrays: Vec<serde_json::Value> = self
                     .arrays
                     .iter()
-                    .map(|a| {
-                        let s = a.array.status();
-                        serde_json::json!({
+                    .map(|a| match status_of(a) {
+                        Ok(s) => serde_json::json!({
                             "name": a.name,
                             "level": s.level,
                             "raid_disks": s.raid_disks,
@@ -514,7 +537,9 @@ impl ControlServer {
                             "degraded": s.degraded,
                             "failed": s.failed,
                             "read_only": a.read_only,
-                        })
+                            "reshaping": matches!(a.slot.get(), Backend::Reshaping(_)),
+                        }),
+                        Err(e) => serde_json::json!({ "name": a.name, "error": e.message }),
                     })
                     .collect();
                 Ok(serde_json::json!({
@@ -538,9 +563,21 @@ impl ControlServer {
             } => {
                 let served = self.find(array.as_deref())?;
                 let wait = Duration::from_millis(wait_ms.unwrap_or(0).min(MAX_EVENTS_WAIT_MS));
+                let Ok(current) = served.array() else {
+                    // An online reshape runs: the array's events start again once it is
+                    // assembled in its new shape (a `next` below `since` says so).
+                    std::thread::sleep(wait);
+                    let n = since.unwrap_or(0);
+                    return Ok(serde_json::json!({
+                        "array": served.name,
+                        "first": n,
+                        "next": n,
+                        "events": [],
+                    }));
+                };
                 let (first, events) = match since {
-                    Some(n) => served.array.events_since(n, wait),
-                    None => served.array.events_since(u64::MAX, Duration::ZERO),
+                    Some(n) => current.events_since(n, wait),
+                    None => current.events_since(u64::MAX, Duration::ZERO),
                 };
                 Ok(serde_json::json!({
                     "array": served.name,
@@ -561,12 +598,39 @@ impl ControlServer {
                 if kind != TaskKind::Check && kind != TaskKind::Patrol {
                     Self::writable(served)?;
                 }
-                served.array.request_task(kind).map_err(engine_error)?;
+                served.array()?.request_task(kind).map_err(engine_error)?;
+                Ok(result_of(served, None))
+            }
+            Request::Grow {
+                array,
+                raid_devices,
+                level,
+                layout,
+                chunk_sectors,
+            } => {
+                let served = self.find(array.as_deref())?;
+                Self::writable(served)?;
+                let target = raidkit_engine::ReshapeTarget {
+                    raid_devices,
+                    level,
+                    layout,
+                    chunk_sectors,
+                    array_sectors: None,
+                };
+                let started =
+                    super::reshape::start(&served.name, &served.slot, &target, &self.log)?;
+                if let Some(online) = started {
+                    let (name, slot, log) =
+                        (served.name.clone(), served.slot.clone(), self.log.clone());
+                    slot.driving
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    std::thread::spawn(move || super::reshape::drive(&name, &slot, &online, &log));
+                }
                 Ok(result_of(served, None))
             }
             Request::StopTask { array } => {
                 let served = self.find(array.as_deref())?;
-                served.array.cancel_task();
+                served.array()?.cancel_task();
                 Ok(result_of(served, None))
             }
             Request::Rates {
@@ -578,7 +642,8 @@ impl ControlServer {
                 max_bytes_per_s,
             } => {
                 let served = self.find(array.as_deref())?;
-                let mut rates = served.array.task_rates();
+                let current = served.array()?;
+                let mut rates = current.task_rates();
                 for (given, field) in [
                     (rebuild_percent, &mut rates.rebuild_percent),
                     (resync_percent, &mut rates.resync_percent),
@@ -595,7 +660,7 @@ impl ControlServer {
                 if let Some(b) = max_bytes_per_s {
                     rates.max_bytes_per_s = (b > 0).then_some(b);
                 }
-                served.array.set_task_rates(rates);
+                current.set_task_rates(rates);
                 let mut result = result_of(served, None);
                 result["rates"] = serde_json::to_value(rates).unwrap_or_default();
                 Ok(result)
@@ -603,13 +668,14 @@ impl ControlServer {
             Request::Fail { array, member } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
-                let status = served.array.status();
+                let current = served.array()?;
+                let status = current.status();
                 let (index, name) = member_of(&status, &member, &served.name)?;
                 let was_faulty = status
                     .members
                     .iter()
                     .any(|m| m.index == index && m.role == "faulty");
-                served.array.fail_member(index).map_err(engine_error)?;
+                current.fail_member(index).map_err(engine_error)?;
                 let mut result = result_of(served, Some(&name));
                 result["was_faulty"] = serde_json::Value::from(was_faulty);
                 Ok(result)
@@ -617,8 +683,9 @@ impl ControlServer {
             Request::Remove { array, member } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
-                let (index, name) = member_of(&served.array.status(), &member, &served.name)?;
-                served.array.remove_member(index).map_err(engine_error)?;
+                let current = served.array()?;
+                let (index, name) = member_of(&current.status(), &member, &served.name)?;
+                current.remove_member(index).map_err(engine_error)?;
                 Ok(result_of(served, Some(&name)))
             }
             Request::Add {
@@ -637,9 +704,8 @@ impl ControlServer {
                 }
                 // A member of any served array (this one or another) is never taken over.
                 for other in &self.arrays {
-                    if member_of(&other.array.status(), &path.to_string_lossy(), &other.name)
-                        .is_ok()
-                    {
+                    let Ok(st) = status_of(other) else { continue };
+                    if member_of(&st, &path.to_string_lossy(), &other.name).is_ok() {
                         return Err(CliError::new(
                             ExitCode::Refused,
                             format!(
@@ -665,7 +731,10 @@ impl ControlServer {
                 let uuid = random_uuid()?;
                 {
                     let _writes_held = served.gate.hold_writes();
-                    served.array.add_spare(disk, uuid).map_err(engine_error)?;
+                    served
+                        .array()?
+                        .add_spare(disk, uuid)
+                        .map_err(engine_error)?;
                 }
                 Ok(result_of(served, Some(&name)))
             }
@@ -684,14 +753,48 @@ pub fn parse_request(line: &[u8]) -> Result<Request, CliError> {
     serde_json::from_str(text).map_err(|e| CliError::usage(format!("bad request: {e}")))
 }
 
+/// The served array's status; while an online reshape runs, its new layout's (with the
+/// reshape's progress in `result_of`).
+fn status_of(served: &ServedArray) -> Result<Status, CliError> {
+    match served.slot.get() {
+        Backend::Array(a) => Ok(a.status()),
+        Backend::Reshaping(r) => r.status().ok_or_else(|| {
+            CliError::failure(format!(
+                "{}: the reshape is done but the array is not assembled again: {}",
+                served.name,
+                r.error().unwrap_or_default()
+            ))
+        }),
+    }
+}
+
 fn result_of(served: &ServedArray, member: Option<&str>) -> serde_json::Value {
-    let status: Status = served.array.status();
+    let status = match status_of(served) {
+        Ok(st) => serde_json::to_value(st).unwrap_or_default(),
+        Err(e) => serde_json::json!({ "error": e.message }),
+    };
     let mut v = serde_json::json!({
         "array": served.name,
         "nbd": served.nbd_address,
         "read_only": served.read_only,
         "status": status,
     });
+    if let Backend::Reshaping(r) = served.slot.get() {
+        let (pos, end) = r.progress();
+        let report = r.report();
+        v["reshape"] = serde_json::json!({
+            "position_sectors": pos,
+            "end_sectors": end,
+            "percent": pos as f64 * 100.0 / end.max(1) as f64,
+            "old_raid_devices": report.old_raid_devices,
+            "new_raid_devices": report.new_raid_devices,
+            "old_level": report.old_level,
+            "new_level": report.new_level,
+            "old_chunk_sectors": report.old_chunk_sectors,
+            "new_chunk_sectors": report.new_chunk_sectors,
+            "error": r.error(),
+        });
+    }
     if let Some(m) = member {
         v["member"] = serde_json::Value::from(m);
     }

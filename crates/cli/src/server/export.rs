@@ -16,7 +16,7 @@
 use std::io;
 use std::sync::Arc;
 
-use raidkit_engine::{Array, EngineError};
+use raidkit_engine::{Array, EngineError, OnlineReshape};
 use raidkit_nbd::{BlockSize, Export};
 
 /// Holds NBD writes back while a member is attached to a served array.
@@ -42,17 +42,69 @@ impl WriteGate {
     }
 }
 
+/// What serves a served array's requests: the array, or an online reshape of it (see the
+/// engine's `array/online.rs`), which becomes the reshaped array when it is done.
+#[derive(Clone)]
+pub enum Backend {
+    Array(Arc<Array>),
+    Reshaping(Arc<OnlineReshape>),
+}
+
+/// A served array's backend, swapped when an online reshape starts or ends. Requests hold it
+/// shared for their duration; a swap (and each reshape step) holds it exclusively, so no
+/// request ever reaches a backend that was replaced.
+pub struct ArraySlot {
+    backend: std::sync::RwLock<Backend>,
+    /// Requests served so far (the reshape paces itself against them).
+    pub requests: std::sync::atomic::AtomicU64,
+    /// Set at shutdown: an online reshape stops between steps.
+    pub stopping: std::sync::atomic::AtomicBool,
+    /// An online reshape's steps run (the server waits for them to stop at shutdown).
+    pub driving: std::sync::atomic::AtomicBool,
+}
+
+impl ArraySlot {
+    pub fn new(backend: Backend) -> Arc<ArraySlot> {
+        Arc::new(ArraySlot {
+            backend: std::sync::RwLock::new(backend),
+            requests: Default::default(),
+            stopping: Default::default(),
+            driving: Default::default(),
+        })
+    }
+
+    /// Shared, for one request.
+    pub fn read(&self) -> std::sync::RwLockReadGuard<'_, Backend> {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A `Backend` is replaced whole: a panic elsewhere cannot leave it half-changed.
+        self.backend.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Exclusive: a reshape step or a swap.
+    pub fn write(&self) -> std::sync::RwLockWriteGuard<'_, Backend> {
+        self.backend.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self) -> Backend {
+        self.backend
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
 /// An array as an NBD export.
 pub struct ArrayExport {
-    array: Arc<Array>,
+    slot: Arc<ArraySlot>,
     read_only: bool,
     gate: Arc<WriteGate>,
 }
 
 impl ArrayExport {
-    pub fn new(array: Arc<Array>, read_only: bool, gate: Arc<WriteGate>) -> Self {
+    pub fn new(slot: Arc<ArraySlot>, read_only: bool, gate: Arc<WriteGate>) -> Self {
         ArrayExport {
-            array,
+            slot,
             read_only,
             gate,
         }
@@ -61,7 +113,10 @@ impl ArrayExport {
 
 impl Export for ArrayExport {
     fn size_bytes(&self) -> u64 {
-        self.array.size_bytes()
+        match &*self.slot.read() {
+            Backend::Array(a) => a.size_bytes(),
+            Backend::Reshaping(r) => r.size_bytes(),
+        }
     }
 
     fn block_size(&self) -> BlockSize {
@@ -73,11 +128,16 @@ impl Export for ArrayExport {
     }
 
     fn description(&self) -> Option<String> {
-        let status = self.array.status();
-        Some(format!(
-            "raidkit RAID {} over {} members",
-            status.level, status.raid_disks
-        ))
+        match self.slot.get() {
+            Backend::Array(a) => {
+                let status = a.status();
+                Some(format!(
+                    "raidkit RAID {} over {} members",
+                    status.level, status.raid_disks
+                ))
+            }
+            Backend::Reshaping(_) => Some("raidkit array being reshaped".into()),
+        }
     }
 
     fn read_only(&self) -> bool {
@@ -105,29 +165,39 @@ impl Export for ArrayExport {
     /// Parity levels: a full stripe, written without reading anything back (and, with a
     /// partial parity log, with no partial parity to log).
     fn write_gather_bytes(&self) -> u64 {
-        self.array.full_stripe_bytes().unwrap_or(0)
+        match self.slot.get() {
+            Backend::Array(a) => a.full_stripe_bytes().unwrap_or(0),
+            Backend::Reshaping(_) => 0,
+        }
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.array.read_at(buf, offset).map_err(io_error)
+        match &*self.slot.read() {
+            Backend::Array(a) => a.read_at(buf, offset),
+            Backend::Reshaping(r) => r.read_at(buf, offset),
+        }
+        .map_err(io_error)
     }
 
     fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let _gate = self.gate.write();
-        self.array.write_at(data, offset, fua).map_err(io_error)
+        match &*self.slot.read() {
+            Backend::Array(a) => a.write_at(data, offset, fua),
+            Backend::Reshaping(r) => r.write_at(data, offset, fua),
+        }
+        .map_err(io_error)
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.array.flush().map_err(io_error)
+        match &*self.slot.read() {
+            Backend::Array(a) => a.flush(),
+            Backend::Reshaping(r) => r.flush(),
+        }
+        .map_err(io_error)
     }
 
     fn trim(&self, offset: u64, len_bytes: u64, fua: bool) -> io::Result<()> {
-        let _gate = self.gate.write();
-        self.array.trim(offset, len_bytes).map_err(io_error)?;
-        if fua {
-            self.array.flush().map_err(io_error)?;
-        }
-        Ok(())
+        self.write_zeroes(offset, len_bytes, fua, true)
     }
 
     fn write_zeroes(
@@ -138,13 +208,18 @@ impl Export for ArrayExport {
         _may_trim: bool,
     ) -> io::Result<()> {
         let _gate = self.gate.write();
-        self.array
-            .write_zeroes(offset, len_bytes)
-            .map_err(io_error)?;
-        if fua {
-            self.array.flush().map_err(io_error)?;
-        }
-        Ok(())
+        let backend = self.slot.read();
+        let zeroed = match &*backend {
+            Backend::Array(a) => {
+                a.write_zeroes(offset, len_bytes)
+                    .and_then(|()| if fua { a.flush() } else { Ok(()) })
+            }
+            Backend::Reshaping(r) => {
+                r.write_zeroes(offset, len_bytes)
+                    .and_then(|()| if fua { r.flush() } else { Ok(()) })
+            }
+        };
+        zeroed.map_err(io_error)
     }
 }
 
@@ -162,7 +237,7 @@ fn io_error(err: EngineError) -> io::Error {
 #[derive(Clone)]
 pub struct ServedArray {
     pub name: String,
-    pub array: Arc<Array>,
+    pub slot: Arc<ArraySlot>,
     pub read_only: bool,
     /// Shared with the array's NBD export; held while a spare is added (see [`WriteGate`]).
     pub gate: Arc<WriteGate>,
@@ -171,6 +246,26 @@ pub struct ServedArray {
     /// Its spare group (the configuration's `spare-group=`): arrays of one group lend each
     /// other their spares (see `spares.rs`).
     pub spare_group: Option<String>,
+}
+
+impl ServedArray {
+    /// The array, unless an online reshape runs on it (refused then: wait for it).
+    pub fn array(&self) -> Result<Arc<Array>, crate::error::CliError> {
+        match self.slot.get() {
+            Backend::Array(a) => Ok(a),
+            Backend::Reshaping(r) => {
+                let (pos, end) = r.progress();
+                Err(crate::error::CliError::new(
+                    crate::error::ExitCode::Refused,
+                    format!(
+                        "{}: an online reshape runs ({:.1}% done); wait for it (`raidkit detail --control` shows it)",
+                        self.name,
+                        pos as f64 * 100.0 / end.max(1) as f64
+                    ),
+                ))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -315,8 +410,11 @@ mod tests {
         let server = Server::builder()
             .export(
                 "md",
-                Arc::new(ArrayExport::new(array.clone(), false, Default::default()))
-                    as Arc<dyn Export>,
+                Arc::new(ArrayExport::new(
+                    ArraySlot::new(Backend::Array(array.clone())),
+                    false,
+                    Default::default(),
+                )) as Arc<dyn Export>,
             )
             .build()
             .unwrap();

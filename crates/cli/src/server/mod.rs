@@ -21,6 +21,7 @@
 pub mod control;
 pub mod export;
 pub mod log;
+pub mod reshape;
 pub mod spares;
 
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ use raidkit_sim::{FaultSpec, FaultyDisk};
 use crate::common::{assembly_error, engine_error, open_members_mapped};
 use crate::error::{CliError, ExitCode};
 use control::{ControlListener, ControlServer};
-use export::{ArrayExport, ServedArray, WriteGate};
+use export::{ArrayExport, ArraySlot, Backend, ServedArray, WriteGate};
 use log::ServerLog;
 use spares::GlobalSpares;
 
@@ -58,7 +59,7 @@ pub fn assemble_served(
     map_memory: bool,
     injections: &[Injection],
     log: &ServerLog,
-) -> Result<Arc<Array>, CliError> {
+) -> Result<Backend, CliError> {
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let (mut disks, mapped) = open_members_mapped(members, options.read_only, map_memory)?;
     for p in mapped {
@@ -87,8 +88,32 @@ pub fn assemble_served(
             ));
         }
     }
-    let (array, report) =
-        Array::assemble(disks, options).map_err(|e| assembly_error(e, members))?;
+    let (array, report) = match Array::assemble(disks, options.clone()) {
+        Ok(a) => a,
+        Err(raidkit_engine::EngineError::ReshapeInProgress {
+            position_sectors, ..
+        }) if !options.read_only => {
+            // A reshape the members record (a server stopped mid-reshape, a crash, md): it
+            // goes on online.
+            let disks: Vec<Arc<dyn raidkit_disk::Disk>> =
+                open_members_mapped(members, false, false)?
+                    .0
+                    .into_iter()
+                    .map(Arc::from)
+                    .collect();
+            let online = raidkit_engine::OnlineReshape::resume(disks, options, reshape::STEP_BYTES)
+                .map_err(|e| assembly_error(e, members))?;
+            log.info(
+                "reshape-resumed",
+                Some(name),
+                &format!(
+                    "a reshape is recorded at array sector {position_sectors}; it goes on online"
+                ),
+            );
+            return Ok(Backend::Reshaping(Arc::new(online)));
+        }
+        Err(e) => return Err(assembly_error(e, members)),
+    };
     for (member, why) in &report.excluded {
         log.warning(
             "member-excluded",
@@ -109,7 +134,7 @@ pub fn assemble_served(
             &format!("{kind} pending; it runs in the background"),
         );
     }
-    Ok(array)
+    Ok(Backend::Array(array))
 }
 
 /// How the NBD side serves, from the binary's flags.
@@ -126,7 +151,7 @@ pub struct NbdSettings {
 pub struct Serving {
     /// Export name and array, in the order given (the first is the default export, and gets
     /// a global spare first).
-    pub arrays: Vec<(String, Arc<Array>)>,
+    pub arrays: Vec<(String, Backend)>,
     pub read_only: bool,
     pub nbd: NbdSettings,
     pub listener: Listener,
@@ -172,9 +197,15 @@ impl Serving {
             log,
             spare_groups,
         } = self;
-        let arrays: Vec<(String, Arc<Array>, Arc<WriteGate>)> = arrays
+        let arrays: Vec<(String, Arc<ArraySlot>, Arc<WriteGate>)> = arrays
             .into_iter()
-            .map(|(name, array)| (name, array, Arc::new(WriteGate::default())))
+            .map(|(name, backend)| {
+                (
+                    name,
+                    ArraySlot::new(backend),
+                    Arc::new(WriteGate::default()),
+                )
+            })
             .collect();
         let observer_log = log.clone();
         let mut builder = Server::builder()
@@ -186,9 +217,9 @@ impl Serving {
             .observer(Arc::new(move |e: &ServerEvent<'_>| {
                 observer_log.server_event(e)
             }));
-        for (name, array, gate) in &arrays {
+        for (name, slot, gate) in &arrays {
             let export: Arc<dyn Export> =
-                Arc::new(ArrayExport::new(array.clone(), read_only, gate.clone()));
+                Arc::new(ArrayExport::new(slot.clone(), read_only, gate.clone()));
             builder = builder.export(name.clone(), export);
         }
         if let Some((first, _, _)) = arrays.first() {
@@ -198,13 +229,17 @@ impl Serving {
             .build()
             .map_err(|e| CliError::failure(format!("cannot start the server: {e}")))?;
 
-        for (name, array, _) in &arrays {
+        for (name, slot, _) in &arrays {
+            let size = match slot.get() {
+                Backend::Array(a) => a.size_bytes(),
+                Backend::Reshaping(r) => r.size_bytes(),
+            };
             log.info(
                 "server-serving",
                 Some(name),
                 &format!(
                     "serving {} bytes on {}{}",
-                    array.size_bytes(),
+                    size,
                     listener.describe(),
                     match nbd.tls_mode {
                         TlsMode::Off => "",
@@ -223,9 +258,9 @@ impl Serving {
         }
         let served: Vec<ServedArray> = arrays
             .iter()
-            .map(|(name, array, gate)| ServedArray {
+            .map(|(name, slot, gate)| ServedArray {
                 name: name.clone(),
-                array: array.clone(),
+                slot: slot.clone(),
                 read_only,
                 gate: gate.clone(),
                 nbd_address: listener.describe(),
@@ -234,7 +269,9 @@ impl Serving {
             .collect();
         // Every spare is offered before serving starts: an empty pool stays empty.
         let tend_spares = !spares.waiting().is_empty() || !spare_groups.is_empty();
-        let control = ControlServer::new(served.clone()).with_spares(spares.clone());
+        let control = ControlServer::new(served.clone())
+            .with_spares(spares.clone())
+            .with_log(log.clone());
         let (report, control_report, logged) = std::thread::scope(|scope| {
             let control_thread = control_listener
                 .as_ref()
@@ -250,16 +287,33 @@ impl Serving {
                     }
                 });
             }
+            // A reshape found recorded at start goes on.
+            for (name, slot, _) in &arrays {
+                if let Backend::Reshaping(online) = slot.get() {
+                    let log = &log;
+                    scope.spawn(move || reshape::drive(name, slot, &online, log));
+                }
+            }
             // Every array's events, logged as they happen (from the first: what assembly found
-            // is logged so, and a task started at once must not be missed).
+            // is logged so, and a task started at once must not be missed). An array assembled
+            // again (after an online reshape) is logged from its first event.
             let watchers: Vec<_> = arrays
                 .iter()
-                .map(|(name, array, _)| {
+                .map(|(name, slot, _)| {
                     let log = &log;
                     scope.spawn(move || {
                         let mut next = 0;
+                        let mut current: Option<Arc<Array>> = None;
                         while !shutdown.load(Ordering::SeqCst) {
-                            next = log_events(log, name, array, next, Duration::from_millis(200));
+                            let Backend::Array(array) = slot.get() else {
+                                std::thread::sleep(Duration::from_millis(200));
+                                continue;
+                            };
+                            if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &array)) {
+                                next = 0;
+                                current = Some(array.clone());
+                            }
+                            next = log_events(log, name, &array, next, Duration::from_millis(200));
                         }
                         next
                     })
@@ -268,6 +322,15 @@ impl Serving {
             let report = server.serve(&listener, shutdown);
             // The NBD server may also end on an error: the control server must end with it.
             shutdown.store(true, Ordering::SeqCst);
+            for (_, slot, _) in &arrays {
+                slot.stopping.store(true, Ordering::SeqCst);
+            }
+            // An online reshape stops at the end of its step (recorded there).
+            for (_, slot, _) in &arrays {
+                while slot.driving.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             let control_report = control_thread.map(|t| t.join());
             let logged: Vec<u64> = watchers
                 .into_iter()
@@ -305,7 +368,23 @@ impl Serving {
         for (name, err) in &report.flush_failures {
             failed.push(format!("{name}: flush failed: {err}"));
         }
-        for ((name, array, _), next) in arrays.iter().zip(logged) {
+        for ((name, slot, _), next) in arrays.iter().zip(logged) {
+            // Waits for a reshape step in progress (it holds the slot).
+            let array = match slot.get() {
+                Backend::Array(a) => a,
+                Backend::Reshaping(r) => {
+                    match r.flush() {
+                        Ok(()) => log.info(
+                            "array-stopped",
+                            Some(name),
+                            "flushed; its reshape is recorded and goes on when it is served again",
+                        ),
+                        Err(e) => failed.push(format!("{name}: flush failed: {e}")),
+                    }
+                    continue;
+                }
+            };
+            let array = &array;
             let stopped = if read_only || report.flush_failures.iter().any(|(n, _)| n == name) {
                 // Not flushed: left marked dirty so the next assembly resyncs.
                 None

@@ -110,7 +110,8 @@ impl GlobalSpares {
     pub fn tend(&self, arrays: &[ServedArray]) -> Vec<String> {
         let mut said = Vec::new();
         for served in arrays {
-            if served.read_only || !needs_spare(&served.array.status()) {
+            let Ok(array) = served.array() else { continue };
+            if served.read_only || !needs_spare(&array.status()) {
                 continue;
             }
             let Some(spare) = ({
@@ -130,7 +131,7 @@ impl GlobalSpares {
             };
             let line = {
                 let _writes_held = served.gate.hold_writes();
-                match served.array.add_spare(spare.disk, uuid) {
+                match array.add_spare(spare.disk, uuid) {
                     Ok(()) => format!(
                         "{}: global spare {path} taken; it is rebuilt in the background",
                         served.name
@@ -160,20 +161,29 @@ pub fn move_spares(arrays: &[ServedArray]) -> Vec<String> {
         let Some(group) = &to.spare_group else {
             continue;
         };
-        if to.read_only || !needs_spare(&to.array.status()) {
+        let Ok(to_array) = to.array() else { continue };
+        if to.read_only || !needs_spare(&to_array.status()) {
             continue;
         }
         let lender = arrays.iter().find_map(|from| {
             let peer =
                 from.name != to.name && !from.read_only && from.spare_group.as_ref() == Some(group);
-            let status = from.array.status();
+            let from_array = from.array().ok()?;
+            let status = from_array.status();
             let spare = status.members.iter().find(|m| m.role == "spare")?;
-            peer.then(|| (from, spare.index, PathBuf::from(&spare.name)))
+            peer.then(|| {
+                (
+                    from,
+                    from_array.clone(),
+                    spare.index,
+                    PathBuf::from(&spare.name),
+                )
+            })
         });
-        let Some((from, index, path)) = lender else {
+        let Some((from, from_array, index, path)) = lender else {
             continue;
         };
-        if let Err(e) = from.array.remove_member(index) {
+        if let Err(e) = from_array.remove_member(index) {
             said.push(format!(
                 "{}: spare {} could not leave for {} (spare group {group}): {e}",
                 from.name,
@@ -204,7 +214,7 @@ pub fn move_spares(arrays: &[ServedArray]) -> Vec<String> {
             }
         };
         let _writes_held = to.gate.hold_writes();
-        said.push(match to.array.add_spare(disk, uuid) {
+        said.push(match to_array.add_spare(disk, uuid) {
             Ok(()) => format!(
                 "{}: spare {} moved here from {} (spare group {group}); it is rebuilt in the background",
                 to.name,

@@ -40,6 +40,11 @@ impl raidkit_disk::DiskWrapper for Shared {
     }
 }
 
+/// Boxed disks over shared ones (to assemble an array whose disks are held elsewhere too).
+pub fn shared_disks(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
+    boxed(disks)
+}
+
 fn boxed(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
     disks
         .iter()
@@ -67,6 +72,10 @@ pub struct OnlineReshape {
     views: RwLock<Option<Views>>,
     /// The first step's report (the shapes, the new members), then each step's.
     report: Mutex<ReshapeReport>,
+    /// The new layout's view's status when the views were last there (for `detail`).
+    last_status: Mutex<Option<Status>>,
+    /// Why the reshape stopped going on, if it did (the caller's word, see [`Self::set_error`]).
+    error: Mutex<Option<String>>,
 }
 
 impl OnlineReshape {
@@ -111,11 +120,84 @@ impl OnlineReshape {
             opts,
             step_bytes,
             report: Mutex::new(report.clone()),
+            last_status: Mutex::new(None),
+            error: Mutex::new(None),
         };
         if !report.finished {
             *online.write_views() = Some(online.views()?);
         }
         Ok(online)
+    }
+
+    /// Goes on, serving, with the reshape the (stopped) array on `disks` records (started
+    /// online or offline, by raidkit or md), as a server does when it finds one at start.
+    pub fn resume(
+        disks: Vec<Arc<dyn Disk>>,
+        opts: AssembleOptions,
+        step_bytes: u64,
+    ) -> Result<OnlineReshape> {
+        let status = Array::reshape_status(&boxed(&disks), &opts)?.ok_or(
+            EngineError::CannotGrow(crate::error::GrowRefusal::NoReshape),
+        )?;
+        if let Some(why) = status.refusal {
+            return Err(EngineError::Invalid(why));
+        }
+        let report = ReshapeReport {
+            old_raid_devices: status.old_raid_devices,
+            new_raid_devices: status.new_raid_devices,
+            old_level: status.level,
+            new_level: status.new_level,
+            old_layout: status.layout,
+            new_layout: status.new_layout,
+            old_chunk_sectors: status.chunk_sectors,
+            new_chunk_sectors: status.new_chunk_sectors,
+            new_members: Vec::new(),
+            old_array_bytes: status.old_array_bytes,
+            new_array_bytes: status.new_array_bytes,
+            started_at_sectors: status.position_sectors,
+            checkpoints: 0,
+            read_bytes: 0,
+            written_bytes: 0,
+            old_data_offset: status.old_data_offset,
+            new_data_offset: status.new_data_offset,
+            failed_members: Vec::new(),
+            finished: false,
+            position_sectors: status.position_sectors,
+            backwards: status.backwards,
+            rebuild_slots: Vec::new(),
+            left_members: Vec::new(),
+        };
+        let online = OnlineReshape {
+            size_bytes: report.old_array_bytes,
+            end_sectors: report.new_array_bytes / SECTOR as u64,
+            views: RwLock::new(None),
+            disks,
+            opts,
+            step_bytes: step_bytes.max(1 << 20),
+            report: Mutex::new(report),
+            last_status: Mutex::new(None),
+            error: Mutex::new(None),
+        };
+        *online.write_views() = Some(online.views()?);
+        Ok(online)
+    }
+
+    /// The status of the new layout's view (members, their states), for `detail`; its last
+    /// one once the views are gone.
+    pub fn status(&self) -> Option<Status> {
+        match self.read_views().as_ref() {
+            Some(v) => Some(v.new.status()),
+            None => lock(&self.last_status).clone(),
+        }
+    }
+
+    /// Why the reshape does not go on, once the caller said so.
+    pub fn error(&self) -> Option<String> {
+        lock(&self.error).clone()
+    }
+
+    pub fn set_error(&self, why: String) {
+        *lock(&self.error) = Some(why);
     }
 
     fn write_views(&self) -> std::sync::RwLockWriteGuard<'_, Option<Views>> {
@@ -238,6 +320,9 @@ impl OnlineReshape {
         let position = report.position_sectors;
         *lock(&self.report) = report;
         if finished {
+            if let Some(v) = guard.as_ref() {
+                *lock(&self.last_status) = Some(v.new.status());
+            }
             *guard = None;
             return Ok(true);
         }

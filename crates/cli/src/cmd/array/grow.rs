@@ -14,7 +14,7 @@
 use super::tasks::{self, ProgressBar, SpeedArgs};
 use raidkit_cli::common::{
     assemble_writable, engine_error, open_members, parse_chunk_sectors, parse_layout, parse_level,
-    parse_size_bytes, print_json, report_notes, MembersArgs,
+    parse_size_bytes, print_json, report_notes,
 };
 use raidkit_cli::view::layout_name;
 use raidkit_cli::CliError;
@@ -23,13 +23,41 @@ use raidkit_engine::{
     Array, AssembleOptions, EngineError, GrowRefusal, GrowSize, ReshapeControl, ReshapeTarget,
     TaskKind, TaskOutcome,
 };
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// The members of a stopped array, or (`--control`) a served one.
+#[derive(clap::Args, Debug)]
+pub struct GrowMembers {
+    /// All members of the (stopped) array, spares to take new slots included.
+    #[arg(required_unless_present = "control")]
+    pub members: Vec<PathBuf>,
+    /// Accept stale members / a dirty degraded array, as mdadm --force.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    #[arg(long, help = raidkit_cli::common::RUN_HELP)]
+    pub run: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(clap::Args, Debug)]
 pub struct GrowArgs {
     #[command(flatten)]
-    pub array: MembersArgs,
+    pub array: GrowMembers,
+    /// Reshape an array `raidkit serve` is serving, through its control socket: it keeps
+    /// serving reads and writes throughout (--raid-devices, --level, --layout, --chunk; add
+    /// the spares first with `raidkit add --control`).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "force", "size", "continue_reshape", "pause_at", "array_size"])]
+    pub control: Option<PathBuf>,
+    /// Export name of the served array (when the server serves several).
+    #[arg(long = "array", value_name = "NAME", requires = "control")]
+    pub served: Option<String>,
+    /// With --control: follow the reshape until it is done.
+    #[arg(long, requires = "control")]
+    pub wait: bool,
     /// Data to use on each member: `max` (all the room every member has, as mdadm's
     /// `--size max`) or a size (K, M, G, T suffix; a bare number is KiB, as mdadm's), rounded
     /// down to whole chunks. It may only grow.
@@ -104,6 +132,9 @@ pub struct GrowArgs {
 }
 
 pub fn grow(args: GrowArgs) -> Result<(), CliError> {
+    if let Some(control) = &args.control {
+        return grow_served(&args, control);
+    }
     if args.level.is_some()
         || args.layout.is_some()
         || args.chunk.is_some()
@@ -148,6 +179,77 @@ fn target(args: &GrowArgs) -> Result<ReshapeTarget, CliError> {
         chunk_sectors,
         array_sectors,
     })
+}
+
+/// `grow --control`: starts an online reshape of a served array; with --wait, follows it.
+fn grow_served(args: &GrowArgs, control: &std::path::Path) -> Result<(), CliError> {
+    use raidkit_cli::server::control::{ControlClient, Request};
+    let t = target(args)?;
+    if t.raid_devices.is_none()
+        && t.level.is_none()
+        && t.layout.is_none()
+        && t.chunk_sectors.is_none()
+    {
+        return Err(CliError::usage(
+            "--control: give --raid-devices, --level, --layout or --chunk",
+        ));
+    }
+    let mut client = ControlClient::connect(control)?;
+    let reply = client.call(&Request::Grow {
+        array: args.served.clone(),
+        raid_devices: t.raid_devices,
+        level: t.level,
+        layout: t.layout,
+        chunk_sectors: t.chunk_sectors,
+    })?;
+    let name = reply["array"].as_str().unwrap_or("array").to_string();
+    if reply["reshape"].is_null() {
+        println!(
+            "raidkit: {name}: done at once (nothing moves): RAID {} over {} members",
+            reply["status"]["level"], reply["status"]["raid_disks"]
+        );
+        return Ok(());
+    }
+    println!("raidkit: {name}: online reshape started; the array serves throughout");
+    if !args.wait {
+        println!(
+            "raidkit: `raidkit detail --control {}` shows its progress",
+            control.display()
+        );
+        return Ok(());
+    }
+    let (bar, _) = progress_bar(args);
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let d = client.call(&Request::Detail {
+            array: args.served.clone(),
+        })?;
+        let r = &d["reshape"];
+        if r.is_null() {
+            if let Ok(mut b) = bar.lock() {
+                b.finish();
+            }
+            println!(
+                "raidkit: {name}: reshaped online in {:.1} s: RAID {} over {} members, {} bytes (clients see the new size when they reconnect)",
+                start.elapsed().as_secs_f64(),
+                d["status"]["level"],
+                d["status"]["raid_disks"],
+                d["status"]["array_bytes"]
+            );
+            return Ok(());
+        }
+        if let Some(e) = r["error"].as_str() {
+            return Err(CliError::failure(format!(
+                "{name}: the online reshape stopped: {e}"
+            )));
+        }
+        let (pos, end) = (
+            r["position_sectors"].as_u64().unwrap_or(0),
+            r["end_sectors"].as_u64().unwrap_or(1),
+        );
+        draw(&bar, "reshape", pos * 512, end * 512);
+    }
 }
 
 /// A progress bar (hidden for --quiet and --json), when it started, and how many bytes were
