@@ -19,8 +19,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bytes of the array moved by one step (requests wait at most one step).
+/// Bytes of the array moved by one step while clients use the array (requests wait at most
+/// one step).
 pub const STEP_BYTES: u64 = 16 << 20;
+
+/// The largest step, reached by doubling while no client comes: a step's fixed cost
+/// (superblocks read and written on every member, members flushed) costs a few seeks on a
+/// hard disk, which small steps would pay hundreds of times.
+pub const IDLE_STEP_BYTES: u64 = 512 << 20;
 
 /// Starts reshaping the served array in `slot` to `target`. A change that moves nothing
 /// (md's takeovers) is done at once and the array assembled again; one that is refused
@@ -98,6 +104,7 @@ pub fn drive(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerL
 fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) {
     let mut seen = slot.requests.load(Ordering::Relaxed);
     let mut decile = 0;
+    let mut step = STEP_BYTES;
     let started = Instant::now();
     loop {
         if slot.stopping.load(Ordering::SeqCst) {
@@ -112,7 +119,7 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
         let t0 = Instant::now();
         {
             let mut held = slot.write();
-            match online.step() {
+            match online.step_by(step) {
                 Ok(false) => {}
                 Ok(true) => {
                     let again = online.assemble().map_err(engine_error).and_then(|(a, _)| {
@@ -162,10 +169,14 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
                 &format!("online reshape {}% done", d * 10),
             );
         }
-        // Clients came meanwhile: they get 70 % of the time.
+        // Clients came meanwhile: they get 70 % of the time, and steps are short; while none
+        // come, steps grow.
         let now = slot.requests.load(Ordering::Relaxed);
         if now != seen {
+            step = STEP_BYTES;
             std::thread::sleep(t0.elapsed() * 7 / 3);
+        } else {
+            step = (step * 2).min(IDLE_STEP_BYTES);
         }
         seen = slot.requests.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(1));

@@ -287,6 +287,13 @@ impl OnlineReshape {
     /// Moves the next `step_bytes` while requests wait (at most one step's time), recorded
     /// before it returns. `Ok(true)` once the reshape is done.
     pub fn step(&self) -> Result<bool> {
+        self.step_by(self.step_bytes)
+    }
+
+    /// [`Self::step`] of `bytes` (at least 1 MiB): larger steps while nobody waits spread
+    /// the fixed cost of a step (superblocks read and written, members flushed) thinner.
+    pub fn step_by(&self, bytes: u64) -> Result<bool> {
+        let bytes = bytes.max(1 << 20);
         let mut guard = self.write_views();
         let Some(views) = guard.as_ref() else {
             return Ok(true);
@@ -312,7 +319,7 @@ impl OnlineReshape {
         let ctl = ReshapeControl {
             progress: &|_, _| {},
             stop: &never,
-            pause_at_bytes: Some(done + self.step_bytes),
+            pause_at_bytes: Some(done + bytes),
         };
         let report = Array::continue_reshape(boxed(&self.disks), &self.opts, &ctl)?;
         let finished = report.finished;
