@@ -999,8 +999,9 @@ fn an_online_reshape_serves_reads_and_writes_between_its_steps() {
         let mut steps = 0;
         loop {
             let (pos, _) = online.progress();
-            let boundary = (pos * 512) as usize;
             let size = model.len();
+            // The position runs on past the old size (the new layout is larger).
+            let boundary = ((pos * 512) as usize).min(size);
             // Below, across and above the moved part, sector-aligned, up to 192 KiB.
             for around in [boundary / 2, boundary, boundary + (size - boundary) / 2] {
                 let len = 512 * (1 + rng.below(384) as usize);
@@ -1041,7 +1042,7 @@ fn an_online_reshape_serves_reads_and_writes_between_its_steps() {
         online.step().unwrap();
     }
     let (pos, _) = online.progress();
-    let b = (pos * 512) as usize;
+    let b = ((pos * 512) as usize).min(model.len());
     online_write(&online, &mut model, &mut rng, b - 4096, 8192);
     online_write(&online, &mut model, &mut rng, 512, 1024);
     let last = model.len() - 4096;
