@@ -112,18 +112,9 @@ impl OnlineReshape {
             pause_at_bytes: Some(step_bytes),
         };
         let report = Array::reshape(boxed(&disks), target, &opts, &ctl)?;
-        let online = OnlineReshape {
-            size_bytes: report.old_array_bytes,
-            end_sectors: report.new_array_bytes / SECTOR as u64,
-            views: RwLock::new(None),
-            disks,
-            opts,
-            step_bytes,
-            report: Mutex::new(report.clone()),
-            last_status: Mutex::new(None),
-            error: Mutex::new(None),
-        };
-        if !report.finished {
+        let finished = report.finished;
+        let online = OnlineReshape::new(disks, opts, step_bytes, report);
+        if !finished {
             *online.write_views() = Some(online.views()?);
         }
         Ok(online)
@@ -167,7 +158,20 @@ impl OnlineReshape {
             rebuild_slots: Vec::new(),
             left_members: Vec::new(),
         };
-        let online = OnlineReshape {
+        let online = OnlineReshape::new(disks, opts, step_bytes, report);
+        *online.write_views() = Some(online.views()?);
+        Ok(online)
+    }
+
+    /// A reshape on `disks` whose first step (or recorded state) `report` describes; its
+    /// views are made by the caller.
+    fn new(
+        disks: Vec<Arc<dyn Disk>>,
+        opts: AssembleOptions,
+        step_bytes: u64,
+        report: ReshapeReport,
+    ) -> OnlineReshape {
+        OnlineReshape {
             size_bytes: report.old_array_bytes,
             end_sectors: report.new_array_bytes / SECTOR as u64,
             views: RwLock::new(None),
@@ -177,9 +181,7 @@ impl OnlineReshape {
             report: Mutex::new(report),
             last_status: Mutex::new(None),
             error: Mutex::new(None),
-        };
-        *online.write_views() = Some(online.views()?);
-        Ok(online)
+        }
     }
 
     /// The status of the new layout's view (members, their states), for `detail`; its last
