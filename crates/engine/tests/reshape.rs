@@ -918,6 +918,99 @@ fn a_raid0_with_fewer_spares_than_members_becomes_a_raid10_missing_copies() {
     array.stop().unwrap();
 }
 
+/// RAID 5 over four members and a spare, reshaped to RAID 6 in its RAID 5 form
+/// (left-symmetric-6) and rebuilt: a RAID 6 that becomes a RAID 5 by a takeover.
+fn raid6_in_raid5_form() -> (Vec<CrashDisk>, Vec<u8>) {
+    let (disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    reshape(&disks, &target(Some(6), Some(18), None)).unwrap();
+    assert_eq!(rebuild(&disks), raidkit_engine::TaskOutcome::Completed);
+    (disks, data)
+}
+
+#[test]
+fn a_power_loss_in_a_takeovers_superblock_round_is_finished() {
+    // A takeover writes the new level in every member's superblock, member by member: cut at
+    // each of its writes and flushes, the members disagree on the level. Continuing finishes
+    // the round (the data never moved); the array is whole in its new shape.
+    type Setup = fn() -> (Vec<CrashDisk>, Vec<u8>);
+    let cases: [(Setup, ReshapeTarget, Want); 5] = [
+        (
+            || written_array(5, 4, 1, ConsistencyPolicy::Resync),
+            target(Some(6), Some(18), None),
+            (6, 18, 16, 5),
+        ),
+        (
+            raid6_in_raid5_form,
+            target(Some(5), None, None),
+            (5, 2, 16, 4),
+        ),
+        (
+            || written_array(4, 4, 0, ConsistencyPolicy::Resync),
+            target(Some(5), None, None),
+            (5, 5, 16, 4),
+        ),
+        (
+            || written_array(0, 3, 3, ConsistencyPolicy::Resync),
+            target(Some(10), None, None),
+            (10, 0x102, 16, 6),
+        ),
+        (
+            || written_array(1, 2, 0, ConsistencyPolicy::Resync),
+            target(Some(5), None, None),
+            (5, 2, 0, 2),
+        ),
+    ];
+    let mut rng = Rng(0x7a4e_0ce5_0000_0013);
+    for (k, (setup, t, mut want)) in cases.into_iter().enumerate() {
+        let (disks, _) = setup();
+        let power = Arc::new(AtomicI64::new(i64::MAX));
+        let counted: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+        reshape(&counted, &t).unwrap();
+        let budget = i64::MAX - power.load(Ordering::SeqCst);
+        assert!(budget >= 2, "case {k}: a round of superblock writes");
+        let mut disagreed = 0;
+        for cut_at in 1..budget {
+            let (disks, data) = setup();
+            let power = Arc::new(AtomicI64::new(cut_at));
+            let cut: Vec<CrashDisk> = disks.iter().map(|d| d.clone().on_power(&power)).collect();
+            assert!(reshape(&cut, &t).is_err(), "case {k} cut at {cut_at}");
+            for d in &disks {
+                d.crash(&mut rng);
+            }
+            let levels: std::collections::BTreeSet<u32> = disks
+                .iter()
+                .map(|d| raidkit_engine::read_superblock(d).unwrap().sb.level.to_md() as u32)
+                .collect();
+            if levels.len() > 1 {
+                disagreed += 1;
+            }
+            match continue_reshape(&disks) {
+                Ok(r) => assert!(r.finished && r.written_bytes == 0, "case {k}: {r:?}"),
+                // Cut before the first member was written (the takeover is made again), or
+                // at the last flush with every write landed (nothing left to do).
+                Err(EngineError::CannotGrow(GrowRefusal::NoReshape)) => match reshape(&disks, &t) {
+                    Ok(_) | Err(EngineError::CannotGrow(GrowRefusal::NothingToChange)) => {}
+                    Err(e) => panic!("case {k} cut at {cut_at}: again: {e}"),
+                },
+                Err(e) => panic!("case {k} cut at {cut_at}: continue: {e}"),
+            }
+            let (array, _) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+            let g = array.geometry();
+            if want.2 == 0 {
+                // RAID 1 to 5: md picks the chunk.
+                want.2 = g.chunk_sectors;
+            }
+            array.stop().unwrap();
+            rebuild(&disks);
+            verify_shape(&disks, &data, want);
+        }
+        assert!(
+            disagreed > 0,
+            "case {k}: no cut left the members disagreeing"
+        );
+    }
+}
+
 #[test]
 fn takeovers_md_cannot_make_are_refused_writing_nothing() {
     let (three, _) = written_array(1, 3, 0, ConsistencyPolicy::Resync);

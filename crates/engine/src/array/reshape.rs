@@ -253,33 +253,10 @@ impl Array {
                         members[i].flush()?;
                     }
                 }
-                let bytes = old.array_sectors() * SECTOR as u64;
-                let offset = sbs[0].data_offset_sectors;
-                Ok(ReshapeReport {
-                    old_raid_devices: a.geo.raid_disks,
-                    new_raid_devices: old.raid_disks,
-                    old_level: a.nsb.level.to_md(),
-                    new_level: old.md_level(),
-                    old_layout: a.nsb.layout,
-                    new_layout: old.md_layout(),
-                    old_chunk_sectors: a.geo.chunk_sectors,
-                    new_chunk_sectors: old.chunk_sectors,
-                    new_members,
-                    old_array_bytes: bytes,
-                    new_array_bytes: bytes,
-                    started_at_sectors: 0,
-                    checkpoints: 1,
-                    read_bytes: 0,
-                    written_bytes: 0,
-                    old_data_offset: offset,
-                    new_data_offset: offset,
-                    failed_members: Vec::new(),
-                    finished: true,
-                    position_sectors: 0,
-                    backwards: false,
-                    rebuild_slots: rebuild,
-                    left_members: leave.iter().map(|&i| names[i].clone()).collect(),
-                })
+                let mut report = takeover_report(&a, &old, rebuild);
+                report.new_members = new_members;
+                report.left_members = leave.iter().map(|&i| names[i].clone()).collect();
+                Ok(report)
             }
         }
     }
@@ -292,6 +269,29 @@ impl Array {
         ctl: &ReshapeControl,
     ) -> Result<ReshapeReport> {
         let (found, _, a) = decide_stopped(&members, opts)?;
+        if a.reshape.is_none() {
+            // A takeover whose superblock round a crash cut short: the members behind it
+            // are written now, and the takeover is done (it moves nothing).
+            let behind: Vec<usize> = (0..found.len())
+                .filter(|&i| {
+                    a.use_member[MemberId(i)]
+                        && crate::membership::assembly::took_over_behind(&found[i].sb, &a.nsb)
+                })
+                .collect();
+            if !behind.is_empty() {
+                for &i in &behind {
+                    write_superblock(members[i].as_ref(), &a.sbs[MemberId(i)], found[i].version)?;
+                    members[i].flush()?;
+                }
+                let old_level = found[behind[0]].sb.level.to_md();
+                let mut report = takeover_report(&a, &a.geo, Vec::new());
+                report.old_level = old_level;
+                report.old_layout = found[behind[0]].sb.layout;
+                report.old_raid_devices = found[behind[0]].sb.raid_disks as usize;
+                report.old_chunk_sectors = found[behind[0]].sb.chunk_sectors as u64;
+                return Ok(report);
+            }
+        }
         let (shape, pos) = resume_plan(&a, &found)?;
         let sbs = a.sbs.to_vec();
         run(&members, &found, &a, shape, sbs, Start::At(pos), ctl)
@@ -876,6 +876,38 @@ fn start_plan(
         sbs,
         new_members,
     })
+}
+
+/// What a takeover reports (it moves nothing): from the array `a` assembled to the geometry
+/// `new` it runs as, with the slots to rebuild (a new parity member's).
+fn takeover_report(a: &Assembly, new: &Geo, rebuild: Vec<usize>) -> ReshapeReport {
+    let bytes = new.array_sectors() * SECTOR as u64;
+    let offset = a.nsb.data_offset_sectors;
+    ReshapeReport {
+        old_raid_devices: a.geo.raid_disks,
+        new_raid_devices: new.raid_disks,
+        old_level: a.nsb.level.to_md(),
+        new_level: new.md_level(),
+        old_layout: a.nsb.layout,
+        new_layout: new.md_layout(),
+        old_chunk_sectors: a.geo.chunk_sectors,
+        new_chunk_sectors: new.chunk_sectors,
+        new_members: Vec::new(),
+        old_array_bytes: bytes,
+        new_array_bytes: bytes,
+        started_at_sectors: 0,
+        checkpoints: 1,
+        read_bytes: 0,
+        written_bytes: 0,
+        old_data_offset: offset,
+        new_data_offset: offset,
+        failed_members: Vec::new(),
+        finished: true,
+        position_sectors: 0,
+        backwards: false,
+        rebuild_slots: rebuild,
+        left_members: Vec::new(),
+    }
 }
 
 /// md's takeovers between a level with copies and one without, where no data moves (each

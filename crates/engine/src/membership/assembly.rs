@@ -127,13 +127,18 @@ pub(crate) fn decide(
             // The shape the newest records: the start's, or the end's (which may differ
             // from the reshape's new layout: a RAID 0 that grew as a RAID 4 is a RAID 0
             // again).
-            _ if behind_start(s) || finished_behind(s, nsb0).is_some() => (
-                nsb0.level.to_md(),
-                nsb0.layout,
-                nsb0.chunk_sectors,
-                nsb0.raid_disks,
-                f.version.name(),
-            ),
+            _ if behind_start(s)
+                || finished_behind(s, nsb0).is_some()
+                || took_over_behind(s, nsb0) =>
+            {
+                (
+                    nsb0.level.to_md(),
+                    nsb0.layout,
+                    nsb0.chunk_sectors,
+                    nsb0.raid_disks,
+                    f.version.name(),
+                )
+            }
             _ => (
                 s.level.to_md(),
                 s.layout,
@@ -350,9 +355,14 @@ pub(crate) fn decide(
                 // A spare one round behind the start of a reshape that gives it a slot: it
                 // takes the slot (nothing moved before every member recorded the start).
                 let joins_reshape = behind_start(&f.sb) && f.sb.role() == DevRole::Spare;
+                // A member one round behind a takeover (see `took_over_behind`) holds what
+                // its new slot holds: the takeover moved nothing (a RAID 0 member k is a
+                // RAID 10's slot 2k); a spare the takeover gave a slot holds nothing yet.
+                let took_over = took_over_behind(&f.sb, &nsb);
                 if f.sb.events < nsb.events
                     && f.sb.role() != DevRole::Active(slot as u16)
                     && !joins_reshape
+                    && !took_over
                 {
                     report.excluded.push((
                         (*m).into(),
@@ -370,6 +380,14 @@ pub(crate) fn decide(
                 if f.sb.events + 1 < nsb.events {
                     stale.push(i);
                     slot_state[Slot(slot)] = MemberState::Faulty;
+                } else if took_over && f.sb.role() == DevRole::Spare {
+                    report.events.push(ArrayEvent::RebuildResumes {
+                        member: (*m).into(),
+                        slot,
+                        done_sectors: 0,
+                        member_sectors: used,
+                    });
+                    slot_state[Slot(slot)] = MemberState::Rebuilding;
                 } else if joins_reshape && (slot as i64) < old_slots {
                     // A slot of the old layout given to a spare: a RAID 5's new Q, which
                     // holds nothing yet (see the reshape's `fresh` slots).
@@ -669,6 +687,14 @@ pub(crate) fn decide(
             }
             sb.devflags = f.sb.devflags;
             sb.cnt_corrected_read = f.sb.cnt_corrected_read;
+            // A spare a cut-short takeover gave a slot (a new parity member) is recovered
+            // from the start, as the takeover records it.
+            if took_over_behind(&f.sb, &nsb)
+                && f.sb.role() == DevRole::Spare
+                && matches!(nsb.role_of(f.sb.dev_number), DevRole::Active(_))
+            {
+                sb.set_recovery_offset(0);
+            }
             sb
         })
         .collect();
@@ -717,6 +743,21 @@ pub(crate) fn decide(
 /// For a member whose superblock records a reshape complete (its position at the new
 /// layout's end, or at 0 for one running backwards) while the newest records none: it missed the reshape's last round, and its
 /// data is `new_offset` sectors from where its superblock says.
+/// True when `own` is one superblock round behind a takeover `newest` records: a level
+/// change that moves no data (md's takeovers: RAID 6 of a `*-6` layout to 5, RAID 4 or 5 to
+/// parity-last 5 or 6, RAID 1 to 5 and back on two members, RAID 0 to 10 and back), written
+/// member by member in one round and cut short. Nothing else changes the level without a
+/// reshape recorded: a restripe's first round records one. The array is the newest's; the
+/// next superblock write finishes the round.
+pub(crate) fn took_over_behind(own: &Superblock, newest: &Superblock) -> bool {
+    own.reshape().is_none()
+        && newest.reshape().is_none()
+        && own.events + 1 == newest.events
+        && own.level != newest.level
+        && own.ctime == newest.ctime
+        && own.data_offset_sectors == newest.data_offset_sectors
+}
+
 fn finished_behind(own: &Superblock, newest: &Superblock) -> Option<i64> {
     let r = own.reshape()?;
     if newest.reshape().is_some() || !own.feature_map.contains(FeatureMap::NEW_OFFSET) {
