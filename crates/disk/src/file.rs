@@ -58,6 +58,9 @@ pub struct FileDisk {
     is_block_device: bool,
     /// A block device whose queue says it spins (`/sys/dev/block/M:m/queue/rotational`).
     rotational: bool,
+    /// `write_zeroes` writes no data: an image file (a zeroed extent or a hole), or a block
+    /// device whose queue offloads zeroing (`queue/write_zeroes_max_bytes` > 0).
+    zeroes_offloaded: bool,
     /// Cleared once hole punching is refused, so later discards go straight to zeroes.
     punch_supported: AtomicBool,
     /// The file's pages mapped into memory ([`OpenOptions::map_memory`]).
@@ -227,6 +230,7 @@ impl FileDisk {
             direct,
             is_block_device,
             rotational: is_block_device && block_device_rotational(meta.rdev()),
+            zeroes_offloaded: !is_block_device || block_device_zeroes_offloaded(meta.rdev()),
             punch_supported: AtomicBool::new(true),
             map: None,
             allocated: None,
@@ -429,14 +433,27 @@ fn with_bounce<R>(len: usize, align: usize, f: impl FnOnce(&mut [u8]) -> R) -> O
     Some(r)
 }
 
-/// Whether the kernel says the block device `rdev` spins: its queue's `rotational`, or its
-/// parent's for a partition. False when unknown.
-fn block_device_rotational(rdev: u64) -> bool {
+/// The block device `rdev`'s queue attribute `name` (a partition's queue is its disk's).
+fn queue_attribute(rdev: u64, name: &str) -> Option<String> {
     let base = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
-    ["queue/rotational", "../queue/rotational"]
+    ["queue", "../queue"]
         .iter()
-        .find_map(|q| std::fs::read_to_string(format!("{base}/{q}")).ok())
-        .is_some_and(|v| v.trim() == "1")
+        .find_map(|q| std::fs::read_to_string(format!("{base}/{q}/{name}")).ok())
+        .map(|v| v.trim().to_string())
+}
+
+/// Whether the kernel says the block device `rdev` spins (its queue's `rotational`). False
+/// when unknown.
+fn block_device_rotational(rdev: u64) -> bool {
+    queue_attribute(rdev, "rotational").is_some_and(|v| v == "1")
+}
+
+/// Whether the kernel offloads zeroing on the block device `rdev` (its queue's
+/// `write_zeroes_max_bytes`). False when unknown.
+fn block_device_zeroes_offloaded(rdev: u64) -> bool {
+    queue_attribute(rdev, "write_zeroes_max_bytes")
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|v| v > 0)
 }
 
 /// Allocates every page of the image file at `path` (contents unchanged): on tmpfs this is
@@ -699,6 +716,10 @@ impl Disk for FileDisk {
 
     fn is_rotational(&self) -> bool {
         self.rotational
+    }
+
+    fn zeroes_cheaply(&self) -> bool {
+        self.zeroes_offloaded
     }
 
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {

@@ -86,6 +86,14 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn is_rotational(&self) -> bool {
         false
     }
+    /// True when [`Disk::write_zeroes`] costs next to nothing however long the range: an
+    /// image file (a hole or a zeroed extent, no data written) or a block device that offloads
+    /// zeroing (the kernel's `queue/write_zeroes_max_bytes`: a loop device, NVMe's Write
+    /// Zeroes). Create's fast initialisation relies on it. False (the default) where zeroing
+    /// means writing every byte: a hard disk, an emulated drive, unknown devices.
+    fn zeroes_cheaply(&self) -> bool {
+        false
+    }
 }
 
 /// Checks that `[offset, offset+len)` lies inside a disk of `size` bytes (the error names
@@ -185,6 +193,10 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
     fn is_rotational(&self) -> bool {
         self.inner().is_rotational()
     }
+    #[inline]
+    fn zeroes_cheaply(&self) -> bool {
+        self.inner().zeroes_cheaply()
+    }
 }
 
 /// Every wrapper is a disk: each method is the wrapper's (its own or the forwarding default).
@@ -233,6 +245,10 @@ impl<W: DiskWrapper> Disk for W {
     fn is_rotational(&self) -> bool {
         DiskWrapper::is_rotational(self)
     }
+    #[inline]
+    fn zeroes_cheaply(&self) -> bool {
+        DiskWrapper::zeroes_cheaply(self)
+    }
 }
 
 impl<D: Disk + ?Sized> DiskWrapper for Box<D> {
@@ -258,7 +274,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Every method of `Disk`, in declaration order: the counting disk counts calls by index.
-    const METHODS: [&str; 11] = [
+    const METHODS: [&str; 12] = [
         "read_at",
         "write_at",
         "flush",
@@ -270,12 +286,13 @@ mod tests {
         "is_read_only",
         "reserve",
         "is_rotational",
+        "zeroes_cheaply",
     ];
 
     /// A disk that counts calls of each method and answers with values no default would give.
     #[derive(Debug, Default)]
     struct Counting {
-        calls: [AtomicU64; 11],
+        calls: [AtomicU64; 12],
     }
 
     impl Counting {
@@ -337,6 +354,10 @@ mod tests {
             self.hit("is_rotational");
             true
         }
+        fn zeroes_cheaply(&self) -> bool {
+            self.hit("zeroes_cheaply");
+            true
+        }
     }
 
     /// A wrapper that writes nothing but `inner`.
@@ -364,6 +385,7 @@ mod tests {
         assert!(disk.is_read_only());
         disk.reserve(0, 8).unwrap();
         assert!(disk.is_rotational());
+        assert!(disk.zeroes_cheaply());
     }
 
     #[test]

@@ -76,7 +76,7 @@ fn main() {
             set_uuid: [7; 16],
             device_uuids: (0..n).map(|i| [i as u8; 16]).collect(),
             ctime_seconds: 0,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },

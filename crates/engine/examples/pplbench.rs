@@ -49,7 +49,7 @@ fn make(dir: &Path, tag: &str, level: i32, members: usize, policy: ConsistencyPo
             set_uuid: [tag.len() as u8; 16],
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 0,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: raidkit_engine::ConsistencyPolicy::Auto,
             config: EngineConfig::default(),
         },

@@ -350,7 +350,7 @@ impl Bench {
                 device_uuids: (0..n).map(|i| [i as u8; 16]).collect(),
                 ctime_seconds: 0,
                 // the files were written with zeroes
-                members_zeroed: true,
+                init: raidkit_engine::Init::Zeroed,
                 consistency: raidkit_engine::ConsistencyPolicy::Resync,
                 config: EngineConfig::default(),
             },

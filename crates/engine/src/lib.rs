@@ -29,7 +29,7 @@ mod tasks;
 
 pub use array::{
     shared_disks, Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy,
-    CreateOptions, EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport,
+    CreateOptions, EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport, Init,
     MemberIo, MemberIoReading, MemberStatus, OnlineReshape, ReshapeControl, ReshapeReport,
     ReshapeStatus, ReshapeTarget, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates,
     TaskReport,

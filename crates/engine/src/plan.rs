@@ -346,6 +346,21 @@ impl PieceOp {
         dir: Dir,
         states: &[MemberState],
     ) -> Result<PieceOp, PlanError> {
+        Self::new_unsynced(geo, piece, dir, states, false)
+    }
+
+    /// As [`PieceOp::new`]; `unsynced`: the piece lies where a pending resync has not
+    /// passed, so a parity write reconstructs its parity from the data (md forces
+    /// reconstruct-write beyond `recovery_cp`): parity derived from old parity would stay as
+    /// wrong as the old parity was, and a member lost before the resync passes would then
+    /// reconstruct wrong data where the write had put good data.
+    pub fn new_unsynced(
+        geo: &Geo,
+        piece: &Piece,
+        dir: Dir,
+        states: &[MemberState],
+        unsynced: bool,
+    ) -> Result<PieceOp, PlanError> {
         let ok = |m: usize| states.get(m).is_some_and(|s| s.usable());
         match &piece.kind {
             PieceKind::Copies {
@@ -430,7 +445,7 @@ impl PieceOp {
                 };
                 match dir {
                     Dir::Read => Ok(Self::plan_band_read(ctx, &ok)),
-                    Dir::Write => Ok(Self::plan_band_write(ctx, &ok)),
+                    Dir::Write => Ok(Self::plan_band_write(ctx, &ok, unsynced)),
                 }
             }
         }
@@ -491,7 +506,7 @@ impl PieceOp {
         }
     }
 
-    fn plan_band_write(ctx: BandCtx, ok: &dyn Fn(usize) -> bool) -> PieceOp {
+    fn plan_band_write(ctx: BandCtx, ok: &dyn Fn(usize) -> bool, unsynced: bool) -> PieceOp {
         let d = ctx.info.data_members.len();
         let p_ok = ok(ctx.info.p_member);
         let q_ok = ctx.info.q_member.is_some_and(ok);
@@ -521,7 +536,7 @@ impl PieceOp {
             PlanKind::Direct
         } else if unwritten.is_empty() {
             PlanKind::FullStripe
-        } else if rmw_ok && rmw_reads < rcw_reads {
+        } else if rmw_ok && rmw_reads < rcw_reads && !unsynced {
             PlanKind::ReadModifyWrite
         } else {
             PlanKind::ReconstructWrite

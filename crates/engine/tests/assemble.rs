@@ -87,7 +87,7 @@ fn create_on(
                 .map(|i| [uuid ^ (i as u8 + 1); 16])
                 .collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },

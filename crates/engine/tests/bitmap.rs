@@ -48,7 +48,7 @@ fn create(level: i32, layout: u32, n: usize) -> (Vec<MemDisk>, Array) {
             set_uuid: [0x5b; 16],
             device_uuids: (0..n).map(|i| [0x30 + i as u8; 16]).collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: ConsistencyPolicy::Bitmap {
                 chunk_bytes: BITMAP_CHUNK,
             },

@@ -98,7 +98,7 @@ fn create(
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
             // Sparse backing files read as zeroes.
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency,
             config: EngineConfig::default(),
         },

@@ -44,7 +44,7 @@ fn create(level: i32, n: usize, emulated: bool) -> Array {
             set_uuid: [9; 16],
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },

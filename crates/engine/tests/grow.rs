@@ -80,7 +80,7 @@ fn create(
             set_uuid: [9; 16],
             device_uuids: (0..paths.len()).map(|i| [i as u8 + 20; 16]).collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: policy,
             config: EngineConfig::default(),
         },

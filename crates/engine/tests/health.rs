@@ -95,7 +95,7 @@ fn options(
         set_uuid: [seed; 16],
         device_uuids: (0..n + spares).map(|i| [i as u8 + 1; 16]).collect(),
         ctime_seconds: 1_700_000_000,
-        members_zeroed: true,
+        init: raidkit_engine::Init::Zeroed,
         consistency: raidkit_engine::ConsistencyPolicy::Resync,
         config: config_with(task_threads),
     }
@@ -1389,7 +1389,7 @@ fn the_automatic_choice_runs_bursts_on_memory_members() {
             set_uuid: [43; 16],
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: ConsistencyPolicy::Resync,
             config: config_with(threads),
         };

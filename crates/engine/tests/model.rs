@@ -81,7 +81,7 @@ fn create_on(
             set_uuid: [seed as u8; 16],
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: config(),
         },

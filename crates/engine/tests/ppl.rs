@@ -80,7 +80,7 @@ fn crash_then_lose(
         set_uuid: [seed as u8 ^ 0x5a; 16],
         device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
         ctime_seconds: 1_700_000_000,
-        members_zeroed: true,
+        init: raidkit_engine::Init::Zeroed,
         consistency: raidkit_engine::ConsistencyPolicy::Auto,
         config: EngineConfig {
             stripe_cache_bytes: 1 << 20,
@@ -265,7 +265,7 @@ fn default_raid5(name: &str, set_uuid: [u8; 16]) -> CreateOptions {
         set_uuid,
         device_uuids: (0..4).map(|i| [i as u8 + 1; 16]).collect(),
         ctime_seconds: 1_700_000_000,
-        members_zeroed: true,
+        init: raidkit_engine::Init::Zeroed,
         consistency: raidkit_engine::ConsistencyPolicy::Auto,
         config: EngineConfig::default(),
     }

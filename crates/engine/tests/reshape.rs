@@ -37,7 +37,7 @@ fn create_opts(level: i32, n: usize, policy: ConsistencyPolicy, chunk: u32) -> C
         set_uuid: [7; 16],
         device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
         ctime_seconds: 1_700_000_000,
-        members_zeroed: true,
+        init: raidkit_engine::Init::Zeroed,
         consistency: policy,
         config: EngineConfig::default(),
     }

@@ -87,7 +87,7 @@ pub fn build(sys: &System, catalog: &Catalog, opts: &EmulatedOptions) -> Result<
             set_uuid: [0x4d; 16],
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },

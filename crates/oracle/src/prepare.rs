@@ -454,7 +454,7 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
                 .collect(),
             ctime_seconds: created_at,
             // Fresh sparse image files read as zeroes.
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency,
             config: EngineConfig::default(),
         },

@@ -431,7 +431,7 @@ impl Run<'_> {
             set_uuid,
             device_uuids,
             ctime_seconds: 1_700_000_000,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: if self.journal {
                 raidkit_engine::ConsistencyPolicy::Journal
             } else {

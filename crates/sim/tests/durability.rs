@@ -33,7 +33,7 @@ fn mirror(world: &mut SimWorld) -> Array {
             set_uuid: [8; 16],
             device_uuids: vec![[9; 16], [10; 16]],
             ctime_seconds: 0,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: raidkit_engine::ConsistencyPolicy::Resync,
             config: EngineConfig::default(),
         },

@@ -36,7 +36,7 @@ fn create(world: &mut SimWorld, level: i32, n: usize) -> Array {
             set_uuid: [3; 16],
             device_uuids: (0..=n as u8).map(|i| [40 + i; 16]).collect(),
             ctime_seconds: 0,
-            members_zeroed: true,
+            init: raidkit_engine::Init::Zeroed,
             consistency: ConsistencyPolicy::Journal,
             config: EngineConfig::default(),
         },

@@ -130,7 +130,7 @@ impl DisksConfig {
                 set_uuid: [0x44; 16],
                 device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
                 ctime_seconds: 1_700_000_000,
-                members_zeroed: true,
+                init: raidkit_engine::Init::Zeroed,
                 // Each level's default write-hole protection (raidkit create's).
                 consistency: ConsistencyPolicy::Auto,
                 config: EngineConfig::default(),

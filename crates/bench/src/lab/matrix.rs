@@ -186,7 +186,11 @@ fn run_cell(cfg: &MatrixConfig, spec: &LevelSpec, n: usize) -> Result<Cell, LabE
                 device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
                 ctime_seconds: 1_700_000_000,
                 // Fresh sparse image files read as zeroes; given devices are zeroed by create.
-                members_zeroed: made,
+                init: if made {
+                    raidkit_engine::Init::Zeroed
+                } else {
+                    raidkit_engine::Init::Zero
+                },
                 consistency: ConsistencyPolicy::Resync,
                 config: EngineConfig::default(),
             },

@@ -396,7 +396,7 @@ mod tests {
                 set_uuid: [7; 16],
                 device_uuids: (0..4u8).map(|i| [i + 1; 16]).collect(),
                 ctime_seconds: 0,
-                members_zeroed: true,
+                init: raidkit_engine::Init::Zeroed,
                 consistency: raidkit_engine::ConsistencyPolicy::Resync,
                 config: Default::default(),
             },

@@ -530,6 +530,11 @@ impl crate::DiskWrapper for EmuDisk {
     fn is_rotational(&self) -> bool {
         EmuDisk::is_rotational(self)
     }
+
+    fn zeroes_cheaply(&self) -> bool {
+        // The emulated drive writes the zeroes (see `write_zeroes`).
+        false
+    }
 }
 
 #[cfg(test)]

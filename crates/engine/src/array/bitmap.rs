@@ -50,13 +50,16 @@ fn bitmap_byte_offset(sb: &Superblock, offset_sectors: i32) -> u64 {
 }
 
 impl WriteIntent {
-    /// A new bitmap for a new array: all bits clear (the array is created consistent).
+    /// A new bitmap for a new array: all bits clear (the array is created consistent), or
+    /// with `all_set` every bit set (initialised in the background: every chunk is to be
+    /// resynced, as mdadm writes a new bitmap).
     pub(super) fn create(
         set_uuid: [u8; 16],
         offset_sectors: i32,
         sync_size_sectors: u64,
         chunk_bytes: u64,
         events: u64,
+        all_set: bool,
     ) -> Result<WriteIntent> {
         let mut sb = BitmapSuper::new_internal(
             Uuid(set_uuid),
@@ -66,7 +69,12 @@ impl WriteIntent {
         );
         sb.events = events;
         sb.events_cleared = events;
-        let bits = BitmapBits::new_clear(sb.bits()).map_err(meta_err)?;
+        let bits = if all_set {
+            BitmapBits::new_set(sb.bits())
+        } else {
+            BitmapBits::new_clear(sb.bits())
+        }
+        .map_err(meta_err)?;
         Ok(WriteIntent {
             inner: Mutex::new(Wi {
                 sb,
@@ -215,13 +223,20 @@ impl WriteIntent {
 
     /// Clears idle bits (idle at least `after`, or all idle ones with `all`); returns the
     /// image to write, or `None` when nothing changed. `events` becomes `events_cleared`.
-    fn clear_idle(&self, after: Duration, all: bool, events: u64) -> Option<Vec<u8>> {
+    fn clear_idle(
+        &self,
+        after: Duration,
+        all: bool,
+        events: u64,
+        unsynced_from: Option<u64>,
+    ) -> Option<Vec<u8>> {
         let mut wi = lock(&self.inner);
         let now = Instant::now();
+        let passed = |b: u64| unsynced_from.is_none_or(|at| (b + 1) * self.sectors_per_bit <= at);
         let ready: Vec<u64> = wi
             .idle
             .iter()
-            .filter(|(_, t)| all || now.duration_since(**t) >= after)
+            .filter(|(b, t)| passed(**b) && (all || now.duration_since(**t) >= after))
             .map(|(b, _)| *b)
             .collect();
         if ready.is_empty() {
@@ -322,7 +337,9 @@ impl Array {
         if self.read_only {
             return;
         }
-        {
+        // A pending resync has not passed its cursor: the bits there stay (md's NEEDED
+        // bits), or a resync guided by the bitmap would skip what it still has to do.
+        let unsynced_from = {
             let st = lock(&self.state);
             if st.roster.failed.is_some()
                 || st
@@ -333,7 +350,8 @@ impl Array {
             {
                 return;
             }
-        }
+            st.resync_from
+        };
         let events = {
             let st = lock(&self.state);
             st.roster.sbs.iter().map(|sb| sb.events).max().unwrap_or(0)
@@ -346,7 +364,7 @@ impl Array {
             }
         }
         let _serial = lock(&wi.io);
-        if let Some(image) = wi.clear_idle(after, all, events) {
+        if let Some(image) = wi.clear_idle(after, all, events, unsynced_from) {
             let failed = Self::write_bitmap(&targets, &image);
             drop(_serial);
             self.fail_indices(failed);

@@ -252,7 +252,8 @@ impl Array {
                     None
                 },
                 events: 0,
-                clean: true,
+                // A background initialisation is md's initial resync: resync_offset 0.
+                clean: opts.init != Init::Background || geo.level() == RaidLevel::Raid0,
             })
             .map_err(meta_err)?;
             let mut sb = sb;
@@ -296,7 +297,7 @@ impl Array {
             }
         }
         // Make the array consistent: zero data areas unless known zero already.
-        if !opts.members_zeroed {
+        if opts.init == Init::Zero {
             for (i, disk) in members.iter().enumerate().take(opts.raid_devices) {
                 disk.write_zeroes(
                     sbs[i].data_offset_sectors * 512,
@@ -339,6 +340,7 @@ impl Array {
                     sync,
                     chunk,
                     0,
+                    opts.init == Init::Background,
                 )?)
             }
             (ConsistencyPolicy::Bitmap { .. }, None) => {
@@ -385,6 +387,15 @@ impl Array {
         array.bitmap = intent;
         let mut events = Vec::new();
         array.start_log(write_log::LogStart::Created, &mut events)?;
+        if opts.init == Init::Background && array.geo.level() != RaidLevel::Raid0 {
+            let mut st = lock(&array.state);
+            st.resync_from = Some(0);
+            st.events.push(ArrayEvent::ResyncNeeded { from_sector: 0 });
+            drop(st);
+            array
+                .resync_pending
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(array)
     }
 }

@@ -256,6 +256,11 @@ impl Array {
         let resync_pending = self
             .resync_pending
             .load(std::sync::atomic::Ordering::Relaxed);
+        let unsynced_from = if resync_pending && dir == Dir::Write {
+            lock(&self.state).resync_from
+        } else {
+            None
+        };
         let guard = self
             .has_bad
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -270,6 +275,7 @@ impl Array {
         let inputs = plan::PlanInputs {
             states,
             resync_pending,
+            unsynced_from,
             unreadable,
             bad: guard
                 .as_ref()

@@ -583,8 +583,16 @@ impl WriteLog for Journal {
     /// every stripe consistent: no resync is needed after a crash.
     fn start(&self, array: &Array, how: LogStart, events: &mut Vec<ArrayEvent>) -> Result<bool> {
         let rows_replayed = self.replay(array, events)?;
-        if let LogStart::Assembled { dirty: true, .. } = how {
+        // The journal keeps the array clean (`keeps_array_clean`): recorded not in sync, it
+        // is a resync not finished (a background initialisation's), which replay does not
+        // make up for.
+        if let LogStart::Assembled {
+            dirty: true,
+            resync_offset,
+        } = how
+        {
             events.push(ArrayEvent::JournalMadeConsistent { rows_replayed });
+            return Ok(resync_offset == u64::MAX);
         }
         Ok(true)
     }

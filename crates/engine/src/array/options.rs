@@ -31,6 +31,24 @@ impl Default for EngineConfig {
 
 /// Parameters of a new array. UUIDs and the creation time come from the caller (the CLI reads
 /// /dev/urandom and the clock), so creating is deterministic given them.
+/// How `create` makes a new array's parity and copies consistent with its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Every member's data area is known to read as zeroes (freshly created sparse image
+    /// files): all-zero data has all-zero P and Q, so the array is consistent as is.
+    Zeroed,
+    /// Create writes zeroes over the data areas before it returns (on members that offload
+    /// zeroing, a file's hole or a device's write-zeroes, this is the fast initialisation).
+    Zero,
+    /// Nothing is written but the metadata: the array is recorded not in sync from its
+    /// start, usable at once, and a resync builds parity and copies behind it (md's initial
+    /// resync; a controller's background initialisation). RAID 0 has nothing to build.
+    Background,
+    /// Nothing is written but the metadata and the array is recorded in sync (mdadm's
+    /// `--assume-clean`): for members known consistent, or a check that repairs later.
+    AssumeClean,
+}
+
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
     pub level: i32,
@@ -49,10 +67,8 @@ pub struct CreateOptions {
     /// One per member.
     pub device_uuids: Vec<[u8; 16]>,
     pub ctime_seconds: u64,
-    /// True when every member's data area is known to read as zeroes (freshly created sparse
-    /// image files): all-zero data has all-zero P and Q, so the array is consistent as is.
-    /// When false, create writes zeroes over the data areas to make it so.
-    pub members_zeroed: bool,
+    /// How the new array is made consistent (see [`Init`]).
+    pub init: Init,
     /// How parity and copies are kept consistent across a crash (mdadm's
     /// --consistency-policy).
     pub consistency: ConsistencyPolicy,

@@ -565,10 +565,12 @@ impl Ppl {
             // member as it was (a refused command must not change a member).
             self.reset_pending.store(true, Ordering::SeqCst);
         }
-        // md also asks for at least one recovered entry; every stripe write with a live parity
-        // member is logged here, so an empty log without mismatches means none was in flight.
-        let _ = recovered;
-        Ok(dirty && !array.read_only && mismatched == 0 && resync_offset == 0)
+        // md's ppl_init_log: at least one entry recovered and none mismatched. An empty log
+        // on a dirty array is not proof of consistency: an array created to be initialised
+        // in the background (md's initial resync) is dirty from 0 with empty logs. The logs
+        // are emptied only at assembly and a member's joining, so an array written since
+        // has entries.
+        Ok(dirty && !array.read_only && recovered > 0 && mismatched == 0 && resync_offset == 0)
     }
 
     /// Records rows of an entry that cannot be recomputed ([`EntryRecovery::lost_rows`]) as

@@ -14,6 +14,9 @@ pub struct PlanInputs<'a> {
     /// one the resync copies from), as md's do, so a read never sees two different versions
     /// of a sector the crash left unsynced.
     pub resync_pending: bool,
+    /// Where a pending resync has not passed yet (member sectors of a parity level), `None`
+    /// with none pending: parity writes there reconstruct (see [`PieceOp::new_unsynced`]).
+    pub unsynced_from: Option<u64>,
     /// Slots that returned a read error to this piece: it is planned without them (served
     /// from redundancy).
     pub unreadable: &'a [usize],
@@ -161,7 +164,19 @@ pub fn plan_piece(
         }
         _ => piece,
     };
-    PieceOp::new(geo, piece, dir, states)
+    let unsynced = match (&piece.kind, inputs.unsynced_from) {
+        (
+            PieceKind::Band {
+                stripe,
+                lo,
+                sectors,
+                ..
+            },
+            Some(at),
+        ) if dir == Dir::Write => stripe * geo.chunk_sectors + lo + sectors > at,
+        _ => false,
+    };
+    PieceOp::new_unsynced(geo, piece, dir, states, unsynced)
 }
 
 /// What a failed member I/O of a request means.

@@ -57,6 +57,33 @@ fn write_plans_take_the_fewest_reads() {
 }
 
 #[test]
+fn parity_writes_where_a_resync_has_not_passed_reconstruct() {
+    // RAID 5 on 6 members: one chunk is a read-modify-write, unless the stripe lies where a
+    // pending resync has not passed (its parity may be wrong: md forces reconstruct-write).
+    let g5 = Geo::new(5, 2, 6, 16, 16 * 100).unwrap();
+    let ok = [MemberState::InSync; 6];
+    let kinds = |unsynced_from: Option<u64>, at: u64| -> Vec<PlanKind> {
+        let inputs = PlanInputs {
+            states: &ok,
+            resync_pending: unsynced_from.is_some(),
+            unsynced_from,
+            unreadable: &[],
+            bad: None,
+            mirrors: None,
+        };
+        split(&g5, at, 16, 4096)
+            .iter()
+            .map(|p| plan_piece(&g5, p, Dir::Write, inputs).unwrap().kind())
+            .collect()
+    };
+    assert_eq!(kinds(None, 0), vec![PlanKind::ReadModifyWrite]);
+    // Stripe 10 (array sectors 800..880) is member sectors 160..176.
+    assert_eq!(kinds(Some(0), 800), vec![PlanKind::ReconstructWrite]);
+    assert_eq!(kinds(Some(170), 800), vec![PlanKind::ReconstructWrite]);
+    assert_eq!(kinds(Some(176), 800), vec![PlanKind::ReadModifyWrite]);
+}
+
+#[test]
 fn degraded_plans_never_touch_lost_members() {
     let g = Geo::new(6, 2, 6, 16, 16 * 100).unwrap();
     for lost in 0..6 {
@@ -245,6 +272,7 @@ fn reads_avoid_bad_blocks_unreadable_members_and_follow_a_pending_resync() {
     let plain = PlanInputs {
         states: &states,
         resync_pending: false,
+        unsynced_from: None,
         unreadable: &[],
         bad: None,
         mirrors: None,
@@ -273,6 +301,7 @@ fn reads_avoid_bad_blocks_unreadable_members_and_follow_a_pending_resync() {
     let spread = PlanInputs {
         states: &states,
         resync_pending: false,
+        unsynced_from: None,
         unreadable: &[],
         bad: None,
         mirrors: None,

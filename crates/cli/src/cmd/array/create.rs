@@ -14,7 +14,7 @@ use raidkit_cli::common::{
 };
 use raidkit_cli::{CliError, ExitCode};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
-use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError};
+use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError, Init};
 use raidkit_metadata::SuperblockVersion;
 use std::path::{Path, PathBuf};
 
@@ -82,9 +82,51 @@ pub struct CreateArgs {
     /// Bytes of the array per bitmap bit (K, M, G suffix); default mdadm's choice.
     #[arg(long = "bitmap-chunk", value_name = "SIZE")]
     pub bitmap_chunk: Option<String>,
+    /// How the new array is made consistent: auto (the default: nothing to do on new image
+    /// files, fast where every member zeroes without writing, background otherwise), fast
+    /// (zero the members where that writes nothing: image files, devices that offload
+    /// zeroing; refused otherwise), background (md's initial resync: the array is usable at
+    /// once and a resync builds parity and copies behind it, with progress, a rate limit and
+    /// resume, under `raidkit serve`), zero (write zeroes over every member now), none (as
+    /// --assume-clean).
+    #[arg(long, value_name = "auto|fast|background|zero|none")]
+    pub init: Option<String>,
+    /// mdadm's --assume-clean: write nothing but the metadata and record the array in sync.
+    /// Only for members known consistent (all zeroes, or an array being recreated over its
+    /// own members); a later check finds and repair fixes what is not.
+    #[arg(long = "assume-clean", conflicts_with = "init")]
+    pub assume_clean: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `create --init`: how the new array is made consistent (see [`CreateArgs::init`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitMode {
+    #[default]
+    Auto,
+    Fast,
+    Background,
+    Zero,
+    AssumeClean,
+}
+
+impl InitMode {
+    fn parse(text: &str) -> Result<InitMode, CliError> {
+        Ok(match text {
+            "auto" => InitMode::Auto,
+            "fast" => InitMode::Fast,
+            "background" | "bgi" => InitMode::Background,
+            "zero" | "foreground" => InitMode::Zero,
+            "none" | "assume-clean" => InitMode::AssumeClean,
+            other => {
+                return Err(CliError::usage(format!(
+                    "--init {other}: one of auto, fast, background, zero, none"
+                )))
+            }
+        })
+    }
 }
 
 fn hostname() -> String {
@@ -114,6 +156,8 @@ pub struct CreateChecks {
     pub force: bool,
     /// mdadm's --consistency-policy; `None` for the default.
     pub consistency: Option<ConsistencyPolicy>,
+    /// How the new array is made consistent.
+    pub init: InitMode,
 }
 
 fn parse_metadata(text: &str) -> Result<SuperblockVersion, CliError> {
@@ -227,6 +271,11 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
             size_sectors,
             force: args.force,
             consistency: policy,
+            init: match (&args.init, args.assume_clean) {
+                (_, true) => InitMode::AssumeClean,
+                (Some(t), false) => InitMode::parse(t)?,
+                (None, false) => InitMode::Auto,
+            },
         },
     ))
 }
@@ -258,6 +307,8 @@ enum Before {
     Exists {
         size_bytes: u64,
         logical_block_size: u32,
+        /// Zeroing it writes no data ([`Disk::zeroes_cheaply`]).
+        zeroes_cheaply: bool,
     },
 }
 
@@ -352,6 +403,7 @@ pub fn create_array_checked(
         before.push(Before::Exists {
             size_bytes: disk.size_bytes(),
             logical_block_size: disk.logical_block_size(),
+            zeroes_cheaply: disk.zeroes_cheaply(),
         });
     }
     if !in_use.is_empty() && !checks.force {
@@ -368,7 +420,7 @@ pub fn create_array_checked(
     for line in &in_use {
         eprintln!("raidkit: --force: overwriting what {line}");
     }
-    let all_new = before.iter().all(|b| matches!(b, Before::Missing { .. }));
+    let init = choose_init(paths, &before, checks.init)?;
     let options = |disks: &[Box<dyn Disk>]| -> Result<CreateOptions, CliError> {
         let mut device_uuids = Vec::new();
         for _ in disks {
@@ -385,8 +437,7 @@ pub fn create_array_checked(
             set_uuid: random_uuid()?,
             device_uuids,
             ctime_seconds: now_seconds(),
-            // Freshly created sparse image files read as zeroes: P and Q of zero data are zero.
-            members_zeroed: all_new,
+            init,
             consistency: checks.consistency.unwrap_or(ConsistencyPolicy::Auto),
             config,
         })
@@ -402,6 +453,7 @@ pub fn create_array_checked(
                 Before::Exists {
                     size_bytes,
                     logical_block_size,
+                    ..
                 } => (size_bytes, logical_block_size),
             };
             Box::new(util::DryRunDisk::new(
@@ -455,6 +507,42 @@ pub fn create_array_checked(
     Ok(array)
 }
 
+/// The engine's [`Init`] for `mode` on members that looked like `before`: new sparse image
+/// files read as zeroes already (P and Q of zero data are zero); `fast` zeroes members only
+/// where that writes no data, and is refused, before anything is written, on a member where
+/// it would write every byte.
+fn choose_init(paths: &[PathBuf], before: &[Before], mode: InitMode) -> Result<Init, CliError> {
+    let all_new = before.iter().all(|b| matches!(b, Before::Missing { .. }));
+    let slow: Vec<String> = paths
+        .iter()
+        .zip(before)
+        .filter(|(_, b)| {
+            matches!(
+                b,
+                Before::Exists {
+                    zeroes_cheaply: false,
+                    ..
+                }
+            )
+        })
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    Ok(match mode {
+        InitMode::AssumeClean => Init::AssumeClean,
+        InitMode::Background => Init::Background,
+        _ if all_new => Init::Zeroed,
+        InitMode::Zero => Init::Zero,
+        InitMode::Fast | InitMode::Auto if slow.is_empty() => Init::Zero,
+        InitMode::Auto => Init::Background,
+        InitMode::Fast => {
+            return Err(CliError::usage(format!(
+                "--init fast: zeroing {} means writing every byte (a hard disk, an emulated drive, or a device that does not offload zeroing); nothing was written. Use --init background (usable at once, parity built behind it) or --init zero",
+                slow.join(", ")
+            )))
+        }
+    })
+}
+
 /// `raidkit create`.
 pub fn run(args: CreateArgs) -> Result<(), CliError> {
     let (plan, checks) = plan_create(&args)?;
@@ -465,6 +553,9 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
     }
     let array = create_array_checked(&paths, &plan, checks, EngineConfig::default())?;
     let spinning = array.has_spinning_members();
+    let initialising = array
+        .pending_tasks()
+        .contains(&raidkit_engine::TaskKind::Resync);
     array.stop().map_err(engine_error)?;
     let status = array.status();
     if args.json {
@@ -478,6 +569,14 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
         status.uuid
     );
     warn_if_sparse_members_may_not_fit(&paths);
+    if initialising {
+        println!(
+            "raidkit: initialising in the background: the array is usable now; a resync builds its {} from the start when it runs (`raidkit serve` starts it at once, `raidkit task --control SOCK status` shows its progress, a stop records where it got to). Until it finishes, a member lost is data lost where it has not passed",
+            if status.level == 1 || status.level == 10 { "copies" } else { "parity" }
+        );
+    } else if checks_assumed_clean(&args) {
+        println!("raidkit: --assume-clean: recorded in sync, nothing written but the metadata");
+    }
     let policy = status.consistency_policy.name();
     if (4..=6).contains(&status.level) && policy != "journal" && policy != "ppl" {
         eprintln!(
@@ -491,6 +590,10 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+fn checks_assumed_clean(args: &CreateArgs) -> bool {
+    args.assume_clean || args.init.as_deref() == Some("none")
 }
 
 /// Warns when sparse image members could grow past the free space of their filesystem:
