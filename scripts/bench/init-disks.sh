@@ -46,16 +46,16 @@ until nbdinfo --size "$uri" > /dev/null 2>&1; do sleep 0.05; done
 first=$(date +%s.%N)
 # The client's first seconds: 4 KiB random reads and 1 MiB sequential reads while the
 # resync runs.
-RAND=$("$R" bench run --workload rand-read --bs 4k --qd 4 --time 3 --warmup 0 --json "$uri" \
+RAND=$("$R" bench run --workload custom --read-pct 100 --random-pct 100 --bs 4k --qd 4 --time 3 --warmup 0 --json "$uri" \
   | python3 -c 'import json,sys; w=json.load(sys.stdin)["workloads"][0]; print(w["iops"]["median"])')
 SEQ=$("$R" bench run --workload seq-read --bs 1m --qd 4 --time 3 --warmup 0 --json "$uri" | mb_s)
 detail() { "$R" detail --control "$ctl" --json; }
-detail | python3 -c 'import json,sys; t=json.load(sys.stdin).get("task") or {}; print(f"  during the client reads: {t.get(\"kind\",\"no task\")} at {t.get(\"percent\",0):.0f}%")'
+detail | python3 -c 'import json,sys; t=json.load(sys.stdin)["status"].get("task") or {}; print("  during the client reads: %s at %.0f%%" % (t.get("kind", "no task"), t.get("percent", 0)))'
 # Idle from here: the resync's rate over its remaining run, sampled every second.
-t0=$(date +%s.%N); p0=$(detail | python3 -c 'import json,sys; t=json.load(sys.stdin).get("task") or {}; print(t.get("position_sectors",0))')
+t0=$(date +%s.%N); p0=$(detail | python3 -c 'import json,sys; t=json.load(sys.stdin)["status"].get("task") or {}; print(t.get("position_sectors",0))')
 last=$p0; tl=$t0
 while :; do
-  out=$(detail | python3 -c 'import json,sys; t=json.load(sys.stdin).get("task"); print(t["position_sectors"] if t and t["kind"]=="resync" else "done")')
+  out=$(detail | python3 -c 'import json,sys; t=json.load(sys.stdin)["status"].get("task"); print(t["position_sectors"] if t and t["kind"]=="resync" else "done")')
   [ "$out" = done ] && break
   last=$out; tl=$(date +%s.%N)
   sleep 1

@@ -60,16 +60,27 @@ fn create(disks: &[MemDisk], level: i32, n: usize, policy: ConsistencyPolicy, in
             ctime_seconds: 1_700_000_000,
             init,
             consistency: policy,
-            config: EngineConfig::default(),
+            config: one_task_thread(),
         },
     )
     .unwrap()
 }
 
+/// Tasks on the plain loop (one thread), where check, repair and resync of a parity level
+/// read each step ahead while the last one is compared: the path they take on disks.
+fn one_task_thread() -> EngineConfig {
+    EngineConfig {
+        task_threads: Some(1),
+        ..EngineConfig::default()
+    }
+}
+
 fn assemble(disks: &[MemDisk]) -> Array {
-    Array::assemble(boxed(disks), AssembleOptions::default())
-        .unwrap()
-        .0
+    let opts = AssembleOptions {
+        config: one_task_thread(),
+        ..AssembleOptions::default()
+    };
+    Array::assemble(boxed(disks), opts).unwrap().0
 }
 
 fn run(array: &Array, kind: TaskKind, stop: &AtomicBool) -> raidkit_engine::TaskReport {

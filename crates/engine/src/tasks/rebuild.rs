@@ -36,10 +36,10 @@ pub(super) struct Rebuild<'a> {
 
 /// A rebuild step whose reads are in flight: it holds the step's stripe locks, and its buffers
 /// stay untouched until the batch completes.
-struct Prefetch {
-    ms: u64,
+pub(super) struct Prefetch {
+    pub(super) ms: u64,
     n: u64,
-    keys: Vec<u64>,
+    pub(super) keys: Vec<u64>,
     bufs: Vec<Vec<u8>>,
     batch: Arc<Batch>,
     /// Slot states the reads were planned with.
@@ -48,9 +48,26 @@ struct Prefetch {
 
 impl Prefetch {
     /// Waits for the reads and lets the locks go without using them.
-    fn abandon(self, array: &Array) {
+    pub(super) fn abandon(self, array: &Array) {
         let _ = self.batch.wait();
         array.locks.release(&self.keys);
+    }
+
+    /// Waits for the reads: (member sector, sectors, the locks' keys, the buffers, the read
+    /// errors, the slot states the reads were planned with). The locks stay held.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn wait(
+        self,
+    ) -> (
+        u64,
+        u64,
+        Vec<u64>,
+        Vec<Vec<u8>>,
+        Vec<(usize, raidkit_disk::DiskError)>,
+        Vec<MemberState>,
+    ) {
+        let errors = self.batch.wait();
+        (self.ms, self.n, self.keys, self.bufs, errors, self.states)
     }
 }
 
@@ -227,7 +244,7 @@ impl Array {
 
     /// Takes the stripe locks of member range `[ms, ms + n)` and starts reading it from every
     /// readable member on their workers.
-    fn prefetch(&self, ms: u64, n: u64, mut bufs: Vec<Vec<u8>>) -> Prefetch {
+    pub(super) fn prefetch(&self, ms: u64, n: u64, mut bufs: Vec<Vec<u8>>) -> Prefetch {
         let len = n as usize * SECTOR;
         fit_bufs(&mut bufs, self.geo.raid_disks, len);
         let keys = self.keys_for_parity_range(ms, n);
