@@ -361,7 +361,7 @@ impl fmt::Display for ArrayEvent {
             ),
             ArrayEvent::ResyncNeeded { from_sector } => write!(
                 f,
-                "a resync is needed from sector {from_sector} (parity or copies may disagree where writes were in flight)"
+                "a resync is needed from sector {from_sector} (parity or copies may disagree where writes were in flight at an unclean stop, or where a background initialisation has not passed yet)"
             ),
             ArrayEvent::PplReplayed {
                 recovered,

@@ -86,11 +86,14 @@ impl ArraySlot {
         self.backend.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Shared, without counting as a client request (the reshape's pacing counts those):
+    /// what the server asks of the array for itself.
+    pub fn peek(&self) -> std::sync::RwLockReadGuard<'_, Backend> {
+        self.backend.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn get(&self) -> Backend {
-        self.backend
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.peek().clone()
     }
 }
 
@@ -113,7 +116,7 @@ impl ArrayExport {
 
 impl Export for ArrayExport {
     fn size_bytes(&self) -> u64 {
-        match &*self.slot.read() {
+        match &*self.slot.peek() {
             Backend::Array(a) => a.size_bytes(),
             Backend::Reshaping(r) => r.size_bytes(),
         }
@@ -165,7 +168,7 @@ impl Export for ArrayExport {
     /// Parity levels: a full stripe, written without reading anything back (and, with a
     /// partial parity log, with no partial parity to log).
     fn write_gather_bytes(&self) -> u64 {
-        match self.slot.get() {
+        match &*self.slot.peek() {
             Backend::Array(a) => a.full_stripe_bytes().unwrap_or(0),
             Backend::Reshaping(_) => 0,
         }
