@@ -321,16 +321,35 @@ fn check_assembly(
     }
     let rebuild = plan.rebuild_percent.is_some();
     let a = |k: &str| report.assembled.get(k).map(String::as_str);
-    if let Some(v) = a("resync_start") {
-        if v != "none" {
-            f.push(format!(
-                "resync_start {v} right after assembly: md does not consider the array in sync (want none)"
-            ));
+    if plan.init_background {
+        // raidkit recorded its initial resync not run: md must run it (from sector 0; it
+        // may have got past the start by the time it is looked at), as after mdadm's own
+        // create, and must not take the array for in sync.
+        if a("resync_start") == Some("none") && a("sync_action") == Some("idle") {
+            f.push(
+                "md took the array for in sync right after assembly (resync_start none, sync_action idle); want md's initial resync"
+                    .into(),
+            );
         }
-    }
-    if let Some(v) = a("sync_action") {
-        if v != "idle" {
-            f.push(format!("sync_action {v} right after assembly (want idle)"));
+        if !report
+            .dmesg
+            .iter()
+            .any(|l| l.contains("resync of RAID array"))
+        {
+            f.push("md ran no resync of the array (no \"resync of RAID array\" in dmesg)".into());
+        }
+    } else {
+        if let Some(v) = a("resync_start") {
+            if v != "none" {
+                f.push(format!(
+                    "resync_start {v} right after assembly: md does not consider the array in sync (want none)"
+                ));
+            }
+        }
+        if let Some(v) = a("sync_action") {
+            if v != "idle" {
+                f.push(format!("sync_action {v} right after assembly (want idle)"));
+            }
         }
     }
     // Rebuild rows are assembled read-only (the VM starts the recovery itself, held at its
@@ -385,9 +404,13 @@ fn check_assembly(
     for l in &report.dmesg {
         let expected_recovery = rebuild && l.contains(RECOVERY_MESSAGE);
         let expected_dirty_start = ppl_crash && l.contains("not clean");
+        // The initial resync raidkit left to md: md's dirty start and its resync.
+        let expected_resync =
+            plan.init_background && (l.contains("not clean") || l.contains("resync of RAID array"));
         if RESYNC_MESSAGES.iter().any(|m| l.contains(m))
             && !expected_recovery
             && !expected_dirty_start
+            && !expected_resync
         {
             f.push(format!("kernel: {l}"));
         }
@@ -398,6 +421,9 @@ fn check_assembly(
                 format!("assembled(read-only, {want_degraded} spares to recover, no resync)")
             }
             (true, false) => "assembled(degraded, no resync)".into(),
+            (false, false) if plan.init_background => {
+                "assembled(md ran raidkit's initial resync)".into()
+            }
             (false, false) => "assembled(clean, no resync)".into(),
         });
     }
@@ -958,10 +984,12 @@ fn check_detail(
             continue;
         };
         let got = detail(detail_field);
-        if (journal || reshape) && detail_field == "Update Time" {
+        // md's own resync (an initialisation raidkit left to it) writes superblocks too.
+        let resynced = plan.init_background;
+        if (journal || reshape || resynced) && detail_field == "Update Time" {
             continue;
         }
-        if reshape && detail_field == "Events" {
+        if (reshape || resynced) && detail_field == "Events" {
             continue;
         }
         if journal && detail_field == "Events" {

@@ -65,6 +65,10 @@
 //! - `mirrors=N` (RAID 1, alone, N above the member count): after writing and stopping,
 //!   raidkit adds one spare per new slot, changes the slot count to N (`raidkit grow
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
+//! - `init=background` (RAID 1, 4, 5, 6, 10): raidkit creates the array with a background
+//!   initialisation (`raidkit create --init background`: md's initial resync, recorded from
+//!   sector 0), writes and stops it before the resync ran; md must assemble it, run the
+//!   resync itself, read the data and find parity and copies consistent.
 //! - `takeover=L` (alone): md's takeovers, where no data moves: a RAID 1 or 5 of two members
 //!   to RAID 5 or 1, a RAID 0 to RAID 10 (one spare per member is added first and takes the
 //!   new copy slots, rebuilt), a RAID 10 `n2` of an even count to RAID 0 (the odd slots'
@@ -195,6 +199,9 @@ pub struct MatrixRow {
     /// Reshape rows: the array is created using this many bytes of each member (mdadm's
     /// `--size`), leaving room behind the data (a shrinking reshape moves the data there).
     pub size_bytes: Option<u64>,
+    /// raidkit rows (`init=background`): created with a background initialisation, written
+    /// and stopped before its resync ran.
+    pub init_background: bool,
 }
 
 impl MatrixRow {
@@ -548,6 +555,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut takeover = None;
         let mut reshape = None;
         let mut size_bytes = None;
+        let mut init_background = false;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
@@ -650,6 +658,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                     _ => return Err(err(format!("grow={v}: use a size in 4K units"))),
                 },
                 None if *opt == "bitmap" => bitmap_chunk_bytes = Some(0),
+                Some(("init", "background")) => init_background = true,
                 None if *opt == "journal" => journal = Some(JournalMode::Clean),
                 Some(("journal", "crash")) => journal = Some(JournalMode::Crash),
                 None if *opt == "ppl" => ppl = Some(PplMode::Clean),
@@ -738,6 +747,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             takeover,
             reshape,
             size_bytes,
+            init_background,
         });
     }
     Ok(rows)

@@ -91,6 +91,9 @@ pub struct PlannedArray {
     /// The array has a write journal: the last of `members` is the journal device.
     #[serde(default)]
     pub journal: Option<JournalMode>,
+    /// raidkit rows: created with a background initialisation (its resync not run).
+    #[serde(default)]
+    pub init_background: bool,
     /// raidkit RAID 5 rows: the array has md's partial parity log.
     #[serde(default)]
     pub ppl: Option<PplMode>,
@@ -461,6 +464,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                         .map_or(0, |m| m.saturating_sub(row.member_bytes.len()))
                 },
                 journal: row.journal,
+                init_background: row.init_background,
                 ppl: row.ppl,
                 grow_bytes: row.grow_bytes,
                 mirrors: row.mirrors,

@@ -453,8 +453,13 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
                 })
                 .collect(),
             ctime_seconds: created_at,
-            // Fresh sparse image files read as zeroes.
-            init: raidkit_engine::Init::Zeroed,
+            // Fresh sparse image files read as zeroes; `init=background` rows are recorded
+            // not in sync all the same (md's initial resync).
+            init: if a.init_background {
+                raidkit_engine::Init::Background
+            } else {
+                raidkit_engine::Init::Zeroed
+            },
             consistency,
             config: EngineConfig::default(),
         },
@@ -490,6 +495,20 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         drop(array);
         status
     };
+    if a.init_background {
+        // What md is to finish: the superblocks record the initial resync from its start.
+        for disk in open_members(&a.members[..n], true)? {
+            let found = raidkit_engine::read_superblock(disk.as_ref())
+                .map_err(|e| err("init")(e.to_string()))?;
+            if found.sb.resync_offset_sectors != 0 {
+                return Err(err("init")(format!(
+                    "{}: resync_offset {} after a background initialisation that never ran, want 0",
+                    disk.name(),
+                    found.sb.resync_offset_sectors
+                )));
+            }
+        }
+    }
     let journal_status = a.journal.map(|_| {
         let role = status
             .members

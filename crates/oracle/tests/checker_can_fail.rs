@@ -144,6 +144,7 @@ fn fixture(tag: &str) -> Fixture {
         bitmap_chunk_bytes: None,
         spares: 0,
         journal: None,
+        init_background: false,
         ppl: None,
         expect: None,
         grow_bytes: None,

@@ -576,6 +576,10 @@ md_measure() {
     has_flag "$flags" reshape && [ -e "/tmp/created.$name" ] && reshaping=1
     if [ -w "$sys/sync_action" ] && [ "$(cat "$sys/level")" != raid0 ] && [ "$degraded" = 0 ] \
         && [ "$reshaping" = 0 ]; then
+        # A resync md started at assembly (an array created to be initialised in the
+        # background) runs to its end first: check is refused while it runs.
+        mdadm --wait "/dev/$md" > /dev/null 2>&1 || true
+        while [ "$(cat "$sys/sync_action")" != idle ]; do sleep 0.2; done
         echo check > "$sys/sync_action"
         sleep 0.2
         mdadm --wait "/dev/$md" > /dev/null 2>&1

@@ -140,20 +140,7 @@ impl<'a> Task<'a> for Rebuild<'a> {
             self.settle();
             return self.step(ms, n, sc);
         }
-        let current = match self.ahead.take() {
-            Some(p) if p.ms == ms => p,
-            other => {
-                if let Some(p) = other {
-                    p.abandon(a);
-                }
-                a.prefetch(ms, n, Vec::new())
-            }
-        };
-        let next = ms + n;
-        if next < self.end && current.keys.last() < Some(&(next / a.geo.chunk_sectors.max(1))) {
-            let spare = std::mem::take(&mut sc.bufs);
-            self.ahead = Some(a.prefetch(next, self.step.min(self.end - next), spare));
-        }
+        let current = a.read_ahead(&mut self.ahead, ms, n, self.step, self.end, sc);
         let (live, used) = a.finish_prefetch(current)?;
         sc.bufs = used;
         Ok(alive(live))
@@ -240,6 +227,35 @@ impl Array {
             }
             _ => Ok(self.intent_covers(ms, n)),
         }
+    }
+
+    /// The prefetch of step `[ms, ms + n)` (the one `ahead` holds, or started now), with the
+    /// next step's reads (of at most `step` sectors, below `end`) started into `sc`'s buffers
+    /// and kept in `ahead`, unless its stripe locks would meet this step's.
+    pub(super) fn read_ahead(
+        &self,
+        ahead: &mut Option<Prefetch>,
+        ms: u64,
+        n: u64,
+        step: u64,
+        end: u64,
+        sc: &mut StepScratch,
+    ) -> Prefetch {
+        let current = match ahead.take() {
+            Some(p) if p.ms == ms => p,
+            other => {
+                if let Some(p) = other {
+                    p.abandon(self);
+                }
+                self.prefetch(ms, n, Vec::new())
+            }
+        };
+        let next = ms + n;
+        if next < end && current.keys.last() < Some(&(next / self.geo.chunk_sectors.max(1))) {
+            let spare = std::mem::take(&mut sc.bufs);
+            *ahead = Some(self.prefetch(next, step.min(end - next), spare));
+        }
+        current
     }
 
     /// Takes the stripe locks of member range `[ms, ms + n)` and starts reading it from every

@@ -180,20 +180,7 @@ impl ReadAhead {
             self.settle(a);
             return a.scrub_step(ms, n, fix, sc);
         }
-        let current = match self.next.take() {
-            Some(p) if p.ms == ms => p,
-            other => {
-                if let Some(p) = other {
-                    p.abandon(a);
-                }
-                a.prefetch(ms, n, Vec::new())
-            }
-        };
-        let next = ms + n;
-        if next < self.end && current.keys.last() < Some(&(next / a.geo.chunk_sectors.max(1))) {
-            let spare = std::mem::take(&mut sc.bufs);
-            self.next = Some(a.prefetch(next, self.step.min(self.end - next), spare));
-        }
+        let current = a.read_ahead(&mut self.next, ms, n, self.step, self.end, sc);
         let (mismatch_sectors, used) = a.scrub_finish_prefetch(current, fix, &mut sc.parity)?;
         sc.bufs = used;
         Ok(StepResult::Done(StepCounts {
