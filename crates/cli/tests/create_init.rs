@@ -121,6 +121,19 @@ fn fast_initialisation_zeroes_image_files_and_is_refused_on_emulated_hard_disks(
         before == after,
         "the emulated drives' images are as they were"
     );
+
+    // Zeroed in the foreground instead, every byte written: with its progress shown.
+    let emu_refs: Vec<&str> = emu.iter().map(String::as_str).collect();
+    let out = raidkit(&with(
+        &["create", "--level", "5", "--init", "zero"],
+        &[],
+        &emu_refs,
+    ));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("zeroing 100%"), "{err}");
+    let (code, err) = exit_code(&with(&["check"], &[], &emu_refs));
+    assert_eq!(code, 0, "{err}");
 }
 
 #[test]

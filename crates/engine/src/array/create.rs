@@ -12,9 +12,19 @@ impl Array {
     /// which moves data 1 MiB further in) get the resync policy instead; [`Status`] and
     /// `examine` show which one an array has.
     pub fn create(members: Vec<Box<dyn Disk>>, opts: CreateOptions) -> Result<Array> {
+        Self::create_observed(members, opts, &|_, _| {})
+    }
+
+    /// [`Array::create`], telling `progress` (bytes zeroed, bytes to zero over every
+    /// member) how a foreground zeroing ([`Init::Zero`]) goes, a few times a second.
+    pub fn create_observed(
+        members: Vec<Box<dyn Disk>>,
+        opts: CreateOptions,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Array> {
         if opts.consistency != ConsistencyPolicy::Auto {
             let policy = opts.consistency;
-            return Self::create_with_policy(members, opts, policy);
+            return Self::create_policy_observed(members, opts, policy, progress);
         }
         let mut policy = ConsistencyPolicy::default_for(opts.level);
         if policy == ConsistencyPolicy::Ppl {
@@ -37,19 +47,28 @@ impl Array {
                 policy = ConsistencyPolicy::Resync;
             }
         }
-        Self::create_with_policy(members, opts, policy)
+        Self::create_policy_observed(members, opts, policy, progress)
     }
 
     /// Creates a new array with the given consistency policy (mdadm's
     /// `--consistency-policy`); `Ppl` is refused for levels other than RAID 5, as mdadm does.
     pub fn create_with_policy(
         members: Vec<Box<dyn Disk>>,
+        opts: CreateOptions,
+        policy: ConsistencyPolicy,
+    ) -> Result<Array> {
+        Self::create_policy_observed(members, opts, policy, &|_, _| {})
+    }
+
+    fn create_policy_observed(
+        members: Vec<Box<dyn Disk>>,
         mut opts: CreateOptions,
         policy: ConsistencyPolicy,
+        progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Array> {
         if policy == ConsistencyPolicy::Auto {
             opts.consistency = ConsistencyPolicy::Auto;
-            return Self::create(members, opts);
+            return Self::create_observed(members, opts, progress);
         }
         opts.consistency = policy;
         // The checks before there is a geometry ask the level as a type too.
@@ -298,12 +317,13 @@ impl Array {
         }
         // Make the array consistent: zero data areas unless known zero already.
         if opts.init == Init::Zero {
-            for (i, disk) in members.iter().enumerate().take(opts.raid_devices) {
-                disk.write_zeroes(
-                    sbs[i].data_offset_sectors * 512,
-                    geo.member_data_sectors * 512,
-                )?;
-            }
+            let ranges: Vec<(&dyn Disk, u64)> = members
+                .iter()
+                .zip(&sbs)
+                .take(opts.raid_devices)
+                .map(|(d, sb)| (d.as_ref(), sb.data_offset_sectors * 512))
+                .collect();
+            zero_data_areas(&ranges, geo.member_data_sectors * 512, progress)?;
         }
         let intent = match (opts.consistency, bitmap_place) {
             (ConsistencyPolicy::Bitmap { chunk_bytes }, Some((offset, default_chunk))) => {
@@ -398,4 +418,59 @@ impl Array {
         }
         Ok(array)
     }
+}
+
+/// Zeroes `len` bytes of each member from its offset, every member on a thread of its own
+/// (members are separate disks), 64 MiB at a time, telling `progress` the bytes done over
+/// all of them every 200 ms and at the end.
+fn zero_data_areas(
+    ranges: &[(&dyn Disk, u64)],
+    len: u64,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const PIECE: u64 = 64 << 20;
+    let total = len * ranges.len() as u64;
+    let done = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = ranges
+            .iter()
+            .map(|&(disk, at)| {
+                let (done, failed) = (&done, &failed);
+                scope.spawn(move || -> Result<()> {
+                    let mut off = 0;
+                    while off < len && !failed.load(Ordering::Relaxed) {
+                        let n = PIECE.min(len - off);
+                        if let Err(e) = disk.write_zeroes(at + off, n) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e.into());
+                        }
+                        off += n;
+                        done.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let mut told = std::time::Instant::now();
+        progress(0, total);
+        while !workers.iter().all(|w| w.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            if told.elapsed() >= std::time::Duration::from_millis(200) {
+                progress(done.load(Ordering::Relaxed), total);
+                told = std::time::Instant::now();
+            }
+        }
+        progress(done.load(Ordering::Relaxed), total);
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(EngineError::Invalid("a zeroing thread panicked".into()))
+                })
+            })
+            .collect::<Result<Vec<()>>>()
+            .map(|_| ())
+    })
 }

@@ -158,6 +158,8 @@ pub struct CreateChecks {
     pub consistency: Option<ConsistencyPolicy>,
     /// How the new array is made consistent.
     pub init: InitMode,
+    /// Draw a progress bar while members are zeroed in the foreground.
+    pub progress: bool,
 }
 
 fn parse_metadata(text: &str) -> Result<SuperblockVersion, CliError> {
@@ -276,6 +278,7 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
                 (Some(t), false) => InitMode::parse(t)?,
                 (None, false) => InitMode::Auto,
             },
+            progress: !args.json,
         },
     ))
 }
@@ -502,7 +505,26 @@ pub fn create_array_checked(
         }
     }
     let opts = options(&disks)?;
-    let array = Array::create(disks, opts).map_err(engine_error)?;
+    // A foreground zeroing that writes every byte takes as long as writing the members
+    // whole: it shows its progress.
+    let slow_zeroing = init == Init::Zero && disks.iter().any(|d| !d.zeroes_cheaply());
+    let bar = std::sync::Mutex::new(super::tasks::ProgressBar::new(
+        !(checks.progress && slow_zeroing),
+    ));
+    let start = std::time::Instant::now();
+    let array = Array::create_observed(disks, opts, &|done, total| {
+        let secs = start.elapsed().as_secs_f64().max(1e-3);
+        let rate = done as f64 / secs;
+        let percent = done as f64 * 100.0 / total.max(1) as f64;
+        let eta = (rate > 0.0).then(|| (total - done) as f64 / rate);
+        if let Ok(mut b) = bar.lock() {
+            b.draw("zeroing", percent, rate, eta, false);
+        }
+    })
+    .map_err(engine_error)?;
+    if let Ok(mut b) = bar.lock() {
+        b.finish();
+    }
     created.keep = true;
     Ok(array)
 }
