@@ -23,8 +23,8 @@ rate() { # MB/s of the client's sequential 1 MiB reads at queue depth 4 for $1 s
   "$R" bench run --workload seq-read --bs 1m --qd 4 --time "$1" --warmup 0 --json "$uri" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["workloads"][0]["mb_s"]["median"])'
 }
-echo "RAID 5 over 4 $DRIVE drives of $SIZE, chunk $CHUNK, and a spare (create initialises the members)"
-"$R" create --level 5 --raid-devices 4 --chunk "$CHUNK" --consistency-policy resync --init zero \
+echo "RAID 5 over 4 $DRIVE drives of $SIZE, chunk $CHUNK, and a spare (new drives: nothing to initialise)"
+"$R" create --level 5 --raid-devices 4 --chunk "$CHUNK" --consistency-policy resync \
   "$(m 0)" "$(m 1)" "$(m 2)" "$(m 3)" > /dev/null 2>&1
 "$R" add --member "$(m 4)" "$(m 0)" "$(m 1)" "$(m 2)" "$(m 3)" > /dev/null
 "$R" serve --socket "$D/nbd.sock" --name md0 "$(m 0)" "$(m 1)" "$(m 2)" "$(m 3)" "$(m 4)" 2> "$D/serve.log" &

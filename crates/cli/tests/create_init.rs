@@ -107,7 +107,11 @@ fn fast_initialisation_zeroes_image_files_and_is_refused_on_emulated_hard_disks(
         })
         .collect();
     let images: Vec<PathBuf> = (0..3).map(|i| dir.path(&format!("e{i}.img"))).collect();
-    let before: Vec<Option<Vec<u8>>> = images.iter().map(|p| std::fs::read(p).ok()).collect();
+    // Drives that held something (a drive whose image file create makes reads as zeroes).
+    for (i, p) in images.iter().enumerate() {
+        std::fs::write(p, pattern(16 << 20, 70 + 9 * i as u64)).unwrap();
+    }
+    let before = contents(&images);
     let mut args = vec!["create", "--level", "5", "--init", "fast"];
     args.extend(emu.iter().map(String::as_str));
     let (code, err) = fails(&args);
@@ -116,11 +120,7 @@ fn fast_initialisation_zeroes_image_files_and_is_refused_on_emulated_hard_disks(
         err.contains("--init fast") && err.contains("nothing was written"),
         "{err}"
     );
-    let after: Vec<Option<Vec<u8>>> = images.iter().map(|p| std::fs::read(p).ok()).collect();
-    assert!(
-        before == after,
-        "the emulated drives' images are as they were"
-    );
+    assert_unchanged(&images, &before, "the emulated drives' images");
 
     // Zeroed in the foreground instead, every byte written: with its progress shown.
     let emu_refs: Vec<&str> = emu.iter().map(String::as_str).collect();
@@ -132,6 +132,26 @@ fn fast_initialisation_zeroes_image_files_and_is_refused_on_emulated_hard_disks(
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("zeroing 100%"), "{err}");
+    let (code, err) = exit_code(&with(&["check"], &[], &emu_refs));
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn new_emulated_drives_need_no_initialisation() {
+    let dir = TempDir::new("init-emu-new");
+    let emu: Vec<String> = (0..3)
+        .map(|i| {
+            format!(
+                "emu:hds72101:16M:{}",
+                dir.path(&format!("n{i}.img")).display()
+            )
+        })
+        .collect();
+    let emu_refs: Vec<&str> = emu.iter().map(String::as_str).collect();
+    let out = ok(&with(&["create", "--level", "5"], &[], &emu_refs));
+    assert!(!out.contains("initialising"), "{out}");
+    let detail = ok(&with(&["detail"], &[], &emu_refs));
+    assert!(!detail.contains("Pending"), "{detail}");
     let (code, err) = exit_code(&with(&["check"], &[], &emu_refs));
     assert_eq!(code, 0, "{err}");
 }

@@ -312,6 +312,9 @@ enum Before {
         logical_block_size: u32,
         /// Zeroing it writes no data ([`Disk::zeroes_cheaply`]).
         zeroes_cheaply: bool,
+        /// It reads as zeroes already: an emulated drive whose image file create makes now
+        /// (or that keeps its bytes in memory).
+        fresh: bool,
     },
 }
 
@@ -372,6 +375,8 @@ pub fn create_array_checked(
     let mut in_use = Vec::new();
     for p in paths {
         let emulated = raidkit_cli::common::is_spelled(p);
+        let fresh = raidkit_disk::emu::EmuSpec::parse(&p.to_string_lossy())
+            .is_ok_and(|spec| spec.path.is_none_or(|image| !image.exists()));
         if !p.exists() && !emulated {
             let Some(image_bytes) = plan.image_bytes else {
                 return Err(CliError::usage(format!(
@@ -407,6 +412,7 @@ pub fn create_array_checked(
             size_bytes: disk.size_bytes(),
             logical_block_size: disk.logical_block_size(),
             zeroes_cheaply: disk.zeroes_cheaply(),
+            fresh,
         });
     }
     if !in_use.is_empty() && !checks.force {
@@ -534,7 +540,12 @@ pub fn create_array_checked(
 /// where that writes no data, and is refused, before anything is written, on a member where
 /// it would write every byte.
 fn choose_init(paths: &[PathBuf], before: &[Before], mode: InitMode) -> Result<Init, CliError> {
-    let all_new = before.iter().all(|b| matches!(b, Before::Missing { .. }));
+    let all_new = before.iter().all(|b| {
+        matches!(
+            b,
+            Before::Missing { .. } | Before::Exists { fresh: true, .. }
+        )
+    });
     let slow: Vec<String> = paths
         .iter()
         .zip(before)
