@@ -486,6 +486,58 @@ pub fn parse_chunk_sectors(text: &str) -> Result<u32, CliError> {
     u32::try_from(sectors).map_err(|_| bad())
 }
 
+/// Adds `disk` (opened from `path`) to `array`: a former member of this array comes back
+/// through re-add (only what it missed is rebuilt, with a write-intent bitmap); a device
+/// holding another array's superblock, or a former member that cannot be re-added, is
+/// refused unless `force`, as mdadm does, since adding it as a spare overwrites it (with
+/// `force` the device is opened again through `reopen` and added as a new spare). Returns the
+/// slot a re-added member took, `None` for a spare.
+pub fn add_or_re_add(
+    array: &Array,
+    disk: Box<dyn Disk>,
+    path: &Path,
+    force: bool,
+    reopen: impl FnOnce() -> Result<Box<dyn Disk>, CliError>,
+) -> Result<Option<usize>, CliError> {
+    let disk = match raidkit_engine::read_superblock(disk.as_ref()) {
+        Ok(found) if array.status().uuid == found.sb.set_uuid.to_mdadm_string() => {
+            match array.re_add(disk) {
+                Ok(slot) => return Ok(Some(slot)),
+                Err(e) if force => {
+                    eprintln!(
+                        "raidkit: re-add not possible ({e}); --force: adding it as a new spare"
+                    );
+                    reopen()?
+                }
+                Err(e) => {
+                    return Err(CliError::new(
+                        ExitCode::Refused,
+                        format!(
+                            "{}: a former member of this array, but it cannot be re-added: {e}. Adding it as a spare would overwrite it; give --force to do that",
+                            path.display()
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(found) if !force => {
+            return Err(CliError::new(
+                ExitCode::Refused,
+                format!(
+                    "{}: holds an md superblock of another array (UUID {}); adding it would overwrite that array's member. Give --force to do it anyway",
+                    path.display(),
+                    found.sb.set_uuid.to_mdadm_string()
+                ),
+            ))
+        }
+        _ => disk,
+    };
+    array
+        .add_spare(disk, random_uuid()?)
+        .map_err(engine_error)?;
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -98,8 +98,8 @@ pub enum ArrayCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct ReplaceArgs {
-    /// The array's members.
-    #[arg(required = true)]
+    /// The (stopped) array's members.
+    #[arg(required_unless_present = "control")]
     pub members: Vec<PathBuf>,
     /// The member to replace (one of the members).
     #[arg(long, short = 'm')]
@@ -116,6 +116,12 @@ pub struct ReplaceArgs {
     pub force: bool,
     #[arg(long, help = RUN_HELP)]
     pub run: bool,
+    #[command(flatten)]
+    pub target: ControlTarget,
+    /// With --control: return only once the copy is complete and the new member holds the
+    /// slot. Without --control the copy always finishes before the command returns.
+    #[arg(long, requires = "control", conflicts_with = "members")]
+    pub wait: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -719,7 +725,15 @@ fn add(args: AddArgs) -> Result<(), CliError> {
     };
     if let Some(control) = &args.target.control {
         let array = args.target.array.as_deref();
-        return control::add(control, array, &args.member, size, args.wait, args.json);
+        return control::add(
+            control,
+            array,
+            &args.member,
+            size,
+            args.force,
+            args.wait,
+            args.json,
+        );
     }
     if args.members.iter().any(|m| m == &args.member) {
         return Err(CliError::usage(format!(
@@ -730,54 +744,10 @@ fn add(args: AddArgs) -> Result<(), CliError> {
     let (disk, mut created) = open_new_member(&args.member, size)?;
     let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
-    // A device that already holds an md superblock: a former member of this array comes
-    // back through re-add (only what it missed is rebuilt, with a write-intent bitmap);
-    // anything else is refused unless --force, as mdadm does, since adding it as a spare
-    // overwrites what it holds.
-    let mut re_added = None;
-    let disk = match raidkit_engine::read_superblock(disk.as_ref()) {
-        Ok(found) => {
-            let ours = array.status().uuid == found.sb.set_uuid.to_mdadm_string();
-            if ours {
-                match array.re_add(disk) {
-                    Ok(slot) => {
-                        re_added = Some(slot);
-                        None
-                    }
-                    Err(e) if args.force => {
-                        eprintln!("raidkit: re-add not possible ({e}); --force: adding it as a new spare");
-                        Some(open_or_create(&args.member, size)?)
-                    }
-                    Err(e) => {
-                        return Err(CliError::new(
-                            ExitCode::Refused,
-                            format!(
-                                "{}: a former member of this array, but it cannot be re-added: {e}. Adding it as a spare would overwrite it; give --force to do that",
-                                args.member.display()
-                            ),
-                        ))
-                    }
-                }
-            } else if args.force {
-                Some(disk)
-            } else {
-                return Err(CliError::new(
-                    ExitCode::Refused,
-                    format!(
-                        "{}: holds an md superblock of another array (UUID {}); adding it would overwrite that array's member. Give --force to do it anyway",
-                        args.member.display(),
-                        found.sb.set_uuid.to_mdadm_string()
-                    ),
-                ));
-            }
-        }
-        Err(_) => Some(disk),
-    };
-    if let Some(disk) = disk {
-        array
-            .add_spare(disk, random_uuid()?)
-            .map_err(engine_error)?;
-    }
+    let re_added =
+        raidkit_cli::common::add_or_re_add(&array, disk, &args.member, args.force, || {
+            open_or_create(&args.member, size)
+        })?;
     created.keep = true;
     let rebuilding = array.pending_tasks().contains(&TaskKind::Rebuild);
     if !args.json {
@@ -808,6 +778,18 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
         Some(s) => Some(parse_size_bytes(s, 1024)?),
         None => None,
     };
+    if let Some(control) = &args.target.control {
+        let array = args.target.array.as_deref();
+        return control::replace(
+            control,
+            array,
+            &args.member,
+            &args.with,
+            size,
+            args.wait,
+            args.json,
+        );
+    }
     let index = member_index(&args.members, &args.member)?;
     if args.members.iter().any(|m| m == &args.with) {
         return Err(CliError::usage(format!(

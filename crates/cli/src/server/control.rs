@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use super::export::{Backend, ServedArray};
 use super::log::ServerLog;
 use super::spares::GlobalSpares;
-use crate::common::{engine_error, open_or_create, random_uuid};
+use crate::common::{add_or_re_add, engine_error, open_or_create, random_uuid};
 use crate::error::{CliError, ExitCode};
 use crate::view::{print_detail, StatusView};
 
@@ -148,6 +148,22 @@ pub enum Request {
         #[serde(default)]
         array: Option<String>,
         path: String,
+        #[serde(default)]
+        size_bytes: Option<u64>,
+        /// Add a device holding another array's superblock, or a former member that cannot
+        /// be re-added, as a new spare (mdadm --force); a former member of this array is
+        /// re-added without it.
+        #[serde(default)]
+        force: bool,
+    },
+    /// Copy an active member onto a new one while the array stays whole (mdadm --replace):
+    /// `with` (an image file created with `size_bytes` when missing, or a block device)
+    /// becomes the slot's replacement, is filled in the background, then takes the slot.
+    Replace {
+        #[serde(default)]
+        array: Option<String>,
+        member: String,
+        with: String,
         #[serde(default)]
         size_bytes: Option<u64>,
     },
@@ -512,6 +528,42 @@ impl ControlServer {
         }
     }
 
+    /// The path a new member (added or a replacement) is given as: absolute, not a member
+    /// of any served array (this one or another), not one of the server's global spares.
+    fn new_member_path(&self, path: &str) -> Result<PathBuf, CliError> {
+        let path = PathBuf::from(path);
+        if !path.is_absolute() {
+            return Err(CliError::usage(format!(
+                "{}: the server needs an absolute path",
+                path.display()
+            )));
+        }
+        for other in &self.arrays {
+            let Ok(st) = status_of(other) else { continue };
+            if member_of(&st, &path.to_string_lossy(), &other.name).is_ok() {
+                return Err(CliError::new(
+                    ExitCode::Refused,
+                    format!(
+                        "{} is already a member of the served array {}",
+                        path.display(),
+                        other.name
+                    ),
+                ));
+            }
+        }
+        if self.spares.holds(&path) {
+            return Err(CliError::new(
+                ExitCode::Refused,
+                format!(
+                    "{} is a global spare of this server; it goes to the first array \
+                     that needs it",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(path)
+    }
+
     fn writable(served: &ServedArray) -> Result<(), CliError> {
         if served.read_only {
             return Err(CliError::usage(format!(
@@ -692,48 +744,50 @@ impl ControlServer {
                 array,
                 path,
                 size_bytes,
+                force,
             } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
-                let path = PathBuf::from(path);
-                if !path.is_absolute() {
-                    return Err(CliError::usage(format!(
-                        "{}: the server needs an absolute path",
-                        path.display()
-                    )));
-                }
-                // A member of any served array (this one or another) is never taken over.
-                for other in &self.arrays {
-                    let Ok(st) = status_of(other) else { continue };
-                    if member_of(&st, &path.to_string_lossy(), &other.name).is_ok() {
-                        return Err(CliError::new(
-                            ExitCode::Refused,
-                            format!(
-                                "{} is already a member of the served array {}",
-                                path.display(),
-                                other.name
-                            ),
-                        ));
-                    }
-                }
-                if self.spares.holds(&path) {
+                let path = self.new_member_path(&path)?;
+                let disk = open_or_create(&path, size_bytes)?;
+                let name = disk.name().to_string();
+                let re_added = {
+                    let _writes_held = served.gate.hold_writes();
+                    add_or_re_add(&*served.array()?, disk, &path, force, || {
+                        open_or_create(&path, size_bytes)
+                    })?
+                };
+                let mut result = result_of(served, Some(&name));
+                result["re_added_slot"] = serde_json::json!(re_added);
+                Ok(result)
+            }
+            Request::Replace {
+                array,
+                member,
+                with,
+                size_bytes,
+            } => {
+                let served = self.find(array.as_deref())?;
+                Self::writable(served)?;
+                let current = served.array()?;
+                let (index, _) = member_of(&current.status(), &member, &served.name)?;
+                let path = self.new_member_path(&with)?;
+                let disk = open_or_create(&path, size_bytes)?;
+                let name = disk.name().to_string();
+                if let Ok(found) = raidkit_engine::read_superblock(disk.as_ref()) {
                     return Err(CliError::new(
                         ExitCode::Refused,
                         format!(
-                            "{} is a global spare of this server; it goes to the first array \
-                             that needs it",
-                            path.display()
+                            "{}: holds an md superblock (array {}); a replacement is written whole, which would overwrite it. Wipe it first",
+                            path.display(),
+                            found.sb.set_uuid.to_mdadm_string()
                         ),
                     ));
                 }
-                let disk = open_or_create(&path, size_bytes)?;
-                let name = disk.name().to_string();
-                let uuid = random_uuid()?;
                 {
                     let _writes_held = served.gate.hold_writes();
-                    served
-                        .array()?
-                        .add_spare(disk, uuid)
+                    current
+                        .replace_member(index, disk, random_uuid()?)
                         .map_err(engine_error)?;
                 }
                 Ok(result_of(served, Some(&name)))
@@ -1013,6 +1067,7 @@ pub fn add(
     array: Option<&str>,
     member: &Path,
     size_bytes: Option<u64>,
+    force: bool,
     wait: bool,
     json: bool,
 ) -> Result<(), CliError> {
@@ -1022,8 +1077,10 @@ pub fn add(
         array: array.clone(),
         path: absolute(member)?,
         size_bytes,
+        force,
     })?;
     let name = result["member"].as_str().unwrap_or_default().to_string();
+    let re_added = result["re_added_slot"].as_u64();
     let mut view = status_view(&result)?;
     let mut last = result;
     if wait {
@@ -1047,6 +1104,7 @@ pub fn add(
         }
     }
     if json {
+        last["re_added_slot"] = serde_json::json!(re_added);
         return print_json(&last);
     }
     let role = view
@@ -1055,6 +1113,13 @@ pub fn add(
         .find(|m| m.name == name)
         .map(|m| m.role.clone())
         .unwrap_or_else(|| "gone".into());
+    if let Some(slot) = re_added {
+        println!(
+            "raidkit: {} re-added into slot {slot} (only what it missed is rebuilt); it is {role}",
+            member.display()
+        );
+        return Ok(());
+    }
     match role.as_str() {
         "active" => println!(
             "raidkit: {} added and rebuilt; array is {}",
@@ -1067,6 +1132,80 @@ pub fn add(
         ),
         "spare" => println!("raidkit: {} added as a spare", member.display()),
         other => println!("raidkit: {} added; it is {other}", member.display()),
+    }
+    Ok(())
+}
+
+/// `raidkit replace --control PATH [--array NAME] --member M --with NEW [--size S] [--wait]`.
+pub fn replace(
+    control: &Path,
+    array: Option<&str>,
+    member: &Path,
+    with: &Path,
+    size_bytes: Option<u64>,
+    wait: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let mut client = ControlClient::connect(control)?;
+    let array = array.map(str::to_string);
+    let result = client.call(&Request::Replace {
+        array: array.clone(),
+        member: absolute(member)?,
+        with: absolute(with)?,
+        size_bytes,
+    })?;
+    let name = result["member"].as_str().unwrap_or_default().to_string();
+    let mut view = status_view(&result)?;
+    let mut last = result;
+    // Done when the new member holds the slot (active), or the array failed.
+    let settled = |v: &StatusView| {
+        v.failed
+            || v.members
+                .iter()
+                .any(|m| m.name == name && m.role == "active")
+            || !v.members.iter().any(|m| m.name == name)
+    };
+    if wait {
+        let start = Instant::now();
+        let mut next_note = Duration::from_secs(5);
+        while !settled(&view) {
+            std::thread::sleep(Duration::from_millis(200));
+            last = client.call(&Request::Detail {
+                array: array.clone(),
+            })?;
+            view = status_view(&last)?;
+            if !json && start.elapsed() >= next_note {
+                eprintln!(
+                    "raidkit: waiting for the copy of {} onto {} ({} s)",
+                    member.display(),
+                    with.display(),
+                    start.elapsed().as_secs()
+                );
+                next_note += Duration::from_secs(5);
+            }
+        }
+    }
+    if json {
+        return print_json(&last);
+    }
+    let role = view
+        .members
+        .iter()
+        .find(|m| m.name == name)
+        .map(|m| m.role.clone())
+        .unwrap_or_else(|| "gone".into());
+    match role.as_str() {
+        "active" => println!(
+            "raidkit: {} copied onto {}, which holds its slot now; the old member is marked faulty (remove it); array is {}",
+            member.display(),
+            with.display(),
+            view.health()
+        ),
+        _ => println!(
+            "raidkit: copying {} onto {} while the array stays whole (it is {role}; follow with detail, or replace --wait)",
+            member.display(),
+            with.display()
+        ),
     }
     Ok(())
 }
@@ -1094,7 +1233,17 @@ mod tests {
             Request::Add {
                 array: None,
                 path: "/n.img".into(),
-                size_bytes: Some(4096)
+                size_bytes: Some(4096),
+                force: false,
+            }
+        );
+        assert_eq!(
+            parse_request(br#"{"op":"replace","member":"/a.img","with":"/n.img"}"#).unwrap(),
+            Request::Replace {
+                array: None,
+                member: "/a.img".into(),
+                with: "/n.img".into(),
+                size_bytes: None,
             }
         );
         assert_eq!(
