@@ -11,6 +11,7 @@
 //! MAILADDR root                         # raidkit monitor --mail
 //! PROGRAM /usr/local/bin/raid-alert     # raidkit monitor --program
 //! CONTROL /run/raidkit/nbd.sock.ctl     # raidkit monitor watches these servers
+//! SCHEDULE check=30d patrol=7d          # raidkit serve --scan --schedule
 //! ```
 //!
 //! Keywords are mdadm's (case does not matter; lines continue when the next starts with
@@ -48,6 +49,9 @@ pub struct Config {
     pub mailaddr: Option<String>,
     pub program: Option<PathBuf>,
     pub controls: Vec<PathBuf>,
+    /// SCHEDULE: the maintenance `serve --scan` starts on a schedule (`serve --schedule`'s
+    /// TASK=INTERVAL items).
+    pub schedule: Vec<String>,
 }
 
 impl Config {
@@ -129,6 +133,7 @@ impl Config {
                 "MAILADDR" => cfg.mailaddr = rest.first().map(|s| s.to_string()),
                 "PROGRAM" => cfg.program = rest.first().map(PathBuf::from),
                 "CONTROL" => cfg.controls.extend(rest.iter().map(PathBuf::from)),
+                "SCHEDULE" => cfg.schedule.extend(rest.iter().map(|s| s.to_string())),
                 // mdadm's keywords raidkit has no use for yet.
                 "HOMEHOST" | "AUTO" | "CREATE" | "MAILFROM" | "POLICY" | "PART-POLICY" => {}
                 other => return Err(bad(format!("unknown keyword {other}"))),
@@ -323,7 +328,7 @@ mod tests {
             "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
              ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g\nMAILADDR root\n\
-             PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\n",
+             PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n",
         )
         .unwrap();
         assert_eq!(cfg.devices, vec!["/srv/*.img", "/dev/sd*"]);
@@ -338,6 +343,7 @@ mod tests {
             "6b833081:84bc422c:84c6994c:8e74448f"
         );
         assert_eq!(cfg.arrays[1].spare_group.as_deref(), Some("g"));
+        assert_eq!(cfg.schedule, vec!["check=30d", "patrol=7d"]);
         assert_eq!(cfg.arrays[0].spare_group, None);
         assert_eq!(cfg.mailaddr.as_deref(), Some("root"));
         assert_eq!(cfg.program, Some(PathBuf::from("/bin/alert")));

@@ -85,3 +85,66 @@ fn check_repair_patrol_and_stop_on_a_served_array_while_a_client_writes() {
     let got = std::fs::read(&back).unwrap();
     assert!(got[..data.len()] == data[..], "the data reads back");
 }
+
+#[test]
+fn scheduled_checks_start_by_themselves_and_are_remembered_across_restarts() {
+    let dir = TempDir::new("served-schedule");
+    let members = dir.members("m", 3);
+    ok(&with(
+        &["create", "--level", "5", "--image-size", "16M"],
+        &members,
+        &[],
+    ));
+    let mut args = vec!["--name", "md0", "--schedule", "check=1s"];
+    args.extend(members.iter().map(|p| s(p)));
+    let mut server = Server::start(&dir.0, "nbd", &args);
+    let ctl = s(&server.control).to_string();
+    // Every second a check falls due and starts when the last one has finished.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&["detail", "--control", &ctl, "--json"])).unwrap();
+        let checks = v["status"]["finished_tasks"]
+            .as_array()
+            .map_or(0, |t| t.iter().filter(|r| r["kind"] == "check").count());
+        if checks >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{v}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (_, log) = server.stop();
+    assert!(
+        log.contains("check started by its schedule (every 1s)"),
+        "{log}"
+    );
+    let state = format!("{}.schedule", ctl);
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert!(kept["md0"]["check"].as_u64().is_some(), "{kept}");
+
+    // Served again with a daily check: the last one started seconds ago, so none starts.
+    let mut args = vec!["--name", "md0", "--schedule", "check=1d"];
+    args.extend(members.iter().map(|p| s(p)));
+    let mut server = Server::start(&dir.0, "nbd", &args);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--control", s(&server.control), "--json"])).unwrap();
+    assert_eq!(v["status"]["finished_tasks"], serde_json::json!([]), "{v}");
+    assert!(v["status"]["task"].is_null(), "{v}");
+    server.stop();
+
+    // Bad schedules are refused before anything is served.
+    for bad in ["check", "rebuild=1d", "check=7w"] {
+        let mut args = vec![
+            "serve",
+            "--socket",
+            "/nonexistent/x.sock",
+            "--schedule",
+            bad,
+        ];
+        args.extend(members.iter().map(|p| s(p)));
+        let (code, err) = fails(&args);
+        assert_eq!(code, 2, "{bad}: {err}");
+    }
+}

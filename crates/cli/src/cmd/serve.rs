@@ -71,6 +71,16 @@ pub struct ServeArgs {
     /// Open no control socket.
     #[arg(long, conflicts_with = "control")]
     pub no_control: bool,
+    /// Start maintenance on a schedule: TASK=INTERVAL[,...] with tasks check, repair and
+    /// patrol and intervals such as 7d, 12h, 90s (`check=30d,patrol=7d`: md's monthly
+    /// checkarray, a controller's patrol read). A task starts once its interval has passed
+    /// since it last started, when the array runs no other task, at the task rates.
+    #[arg(long, value_name = "TASK=INTERVAL,...")]
+    pub schedule: Option<String>,
+    /// Where the schedule keeps when each task last started (JSON) [default: the control
+    /// socket's path with ".schedule" appended].
+    #[arg(long = "schedule-state", value_name = "PATH", requires = "schedule")]
+    pub schedule_state: Option<PathBuf>,
     /// A global hot spare (repeatable): a blank image file or block device that goes to the
     /// first served array left degraded without a spare of its own, which then rebuilds onto
     /// it in the background. A disk carrying an md superblock is refused.
@@ -277,8 +287,13 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         specs.push(parse_array_spec(spec)?);
     }
     let mut spare_groups = std::collections::HashMap::new();
+    // The configuration's SCHEDULE, unless --schedule says otherwise.
+    let mut schedule_text = args.schedule.clone();
     if args.scan {
         let cfg = raidkit_cli::config::Config::load(&args.config)?;
+        if schedule_text.is_none() && !cfg.schedule.is_empty() {
+            schedule_text = Some(cfg.schedule.join(","));
+        }
         if cfg.arrays.is_empty() {
             return Err(CliError::usage(format!(
                 "{}: no ARRAY line (`raidkit scan` prints them)",
@@ -305,6 +320,24 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         ));
     }
     let control_path = control_path(&args)?;
+    let schedules = match &schedule_text {
+        Some(text) => raidkit_cli::server::schedule::parse_schedules(text)?,
+        None => Vec::new(),
+    };
+    let schedule_state = match (&args.schedule_state, &control_path) {
+        (Some(p), _) => Some(p.clone()),
+        _ if schedules.is_empty() => None,
+        (None, Some(c)) => {
+            let mut p = c.clone().into_os_string();
+            p.push(".schedule");
+            Some(PathBuf::from(p))
+        }
+        (None, None) => {
+            return Err(CliError::usage(
+                "--schedule without a control socket needs --schedule-state PATH (where it keeps when each task last started)",
+            ))
+        }
+    };
     let settings = settings(&args)?;
     let log = Arc::new(ServerLog::new(args.log_format));
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
@@ -443,6 +476,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         spares,
         log,
         spare_groups,
+        schedules,
+        schedule_state,
     }
     .run(shutdown)
 }

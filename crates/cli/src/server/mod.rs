@@ -22,6 +22,7 @@ pub mod control;
 pub mod export;
 pub mod log;
 pub mod reshape;
+pub mod schedule;
 pub mod spares;
 
 use std::path::{Path, PathBuf};
@@ -160,6 +161,10 @@ pub struct Serving {
     pub log: Arc<ServerLog>,
     /// Export name -> spare group (`serve --scan`'s `spare-group=`).
     pub spare_groups: std::collections::HashMap<String, String>,
+    /// Maintenance started on a schedule (`--schedule`), and the file keeping when each
+    /// task last started.
+    pub schedules: Vec<schedule::Schedule>,
+    pub schedule_state: Option<PathBuf>,
 }
 
 /// Logs `array`'s events from number `next` on, waiting up to `wait` for the first; returns
@@ -196,6 +201,8 @@ impl Serving {
             spares,
             log,
             spare_groups,
+            schedules,
+            schedule_state,
         } = self;
         let arrays: Vec<(String, Arc<ArraySlot>, Arc<WriteGate>)> = arrays
             .into_iter()
@@ -286,6 +293,10 @@ impl Serving {
                         std::thread::sleep(Duration::from_millis(200));
                     }
                 });
+            }
+            if let (false, Some(state)) = (schedules.is_empty(), &schedule_state) {
+                let (schedules, served, log) = (&schedules, &served, &log);
+                scope.spawn(move || schedule::run(schedules, state, served, log, shutdown));
             }
             // A reshape found recorded at start goes on.
             for (name, slot, _) in &arrays {

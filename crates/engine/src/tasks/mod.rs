@@ -104,7 +104,7 @@ impl TaskKind {
 
     /// Whether the task writes to the array (check and patrol only read, patrol's repairs of
     /// unreadable sectors aside).
-    fn writes(self) -> bool {
+    pub fn writes(self) -> bool {
         !matches!(self, TaskKind::Check | TaskKind::Patrol)
     }
 
