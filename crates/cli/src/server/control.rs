@@ -1061,6 +1061,36 @@ fn added_member_settled(view: &StatusView, name: &str) -> Option<bool> {
     Some(m.role == "active" || (m.role == "spare" && !view.degraded) || view.failed)
 }
 
+/// Polls the array's detail every 200 ms until `settled` says so, noting every 5 s on
+/// standard error (unless `json`) that it waits for `what`; the last view and reply.
+fn wait_until(
+    client: &mut ControlClient,
+    array: &Option<String>,
+    mut view: StatusView,
+    mut last: serde_json::Value,
+    settled: impl Fn(&StatusView) -> bool,
+    what: &str,
+    json: bool,
+) -> Result<(StatusView, serde_json::Value), CliError> {
+    let start = Instant::now();
+    let mut next_note = Duration::from_secs(5);
+    while !settled(&view) {
+        std::thread::sleep(Duration::from_millis(200));
+        last = client.call(&Request::Detail {
+            array: array.clone(),
+        })?;
+        view = status_view(&last)?;
+        if !json && start.elapsed() >= next_note {
+            eprintln!(
+                "raidkit: waiting for {what} ({} s)",
+                start.elapsed().as_secs()
+            );
+            next_note += Duration::from_secs(5);
+        }
+    }
+    Ok((view, last))
+}
+
 /// `raidkit add --control PATH [--array NAME] --member M [--size S] [--wait]`.
 pub fn add(
     control: &Path,
@@ -1085,23 +1115,9 @@ pub fn add(
     let mut last = result;
     if wait {
         // The engine may rebuild in the background: poll until the new member is active.
-        let start = Instant::now();
-        let mut next_note = Duration::from_secs(5);
-        while added_member_settled(&view, &name) == Some(false) {
-            std::thread::sleep(Duration::from_millis(200));
-            last = client.call(&Request::Detail {
-                array: array.clone(),
-            })?;
-            view = status_view(&last)?;
-            if !json && start.elapsed() >= next_note {
-                eprintln!(
-                    "raidkit: waiting for the rebuild onto {} ({} s)",
-                    member.display(),
-                    start.elapsed().as_secs()
-                );
-                next_note += Duration::from_secs(5);
-            }
-        }
+        let what = format!("the rebuild onto {}", member.display());
+        let settled = |v: &StatusView| added_member_settled(v, &name) != Some(false);
+        (view, last) = wait_until(&mut client, &array, view, last, settled, &what, json)?;
     }
     if json {
         last["re_added_slot"] = serde_json::json!(re_added);
@@ -1166,24 +1182,8 @@ pub fn replace(
             || !v.members.iter().any(|m| m.name == name)
     };
     if wait {
-        let start = Instant::now();
-        let mut next_note = Duration::from_secs(5);
-        while !settled(&view) {
-            std::thread::sleep(Duration::from_millis(200));
-            last = client.call(&Request::Detail {
-                array: array.clone(),
-            })?;
-            view = status_view(&last)?;
-            if !json && start.elapsed() >= next_note {
-                eprintln!(
-                    "raidkit: waiting for the copy of {} onto {} ({} s)",
-                    member.display(),
-                    with.display(),
-                    start.elapsed().as_secs()
-                );
-                next_note += Duration::from_secs(5);
-            }
-        }
+        let what = format!("the copy of {} onto {}", member.display(), with.display());
+        (view, last) = wait_until(&mut client, &array, view, last, settled, &what, json)?;
     }
     if json {
         return print_json(&last);
