@@ -12,6 +12,7 @@
 //! PROGRAM /usr/local/bin/raid-alert     # raidkit monitor --program
 //! CONTROL /run/raidkit/nbd.sock.ctl     # raidkit monitor watches these servers
 //! SCHEDULE check=30d patrol=7d          # raidkit serve --scan --schedule
+//! RATES rebuild=50 check=20 max-speed=200 # task rates (`raidkit task rates`) at serve --scan
 //! ```
 //!
 //! Keywords are mdadm's (case does not matter; lines continue when the next starts with
@@ -52,6 +53,77 @@ pub struct Config {
     /// SCHEDULE: the maintenance `serve --scan` starts on a schedule (`serve --schedule`'s
     /// TASK=INTERVAL items).
     pub schedule: Vec<String>,
+    /// RATES: the task rates `serve --scan` gives its arrays (checked when the file is read).
+    pub rates: RatesSpec,
+}
+
+/// Task rates as given (`raidkit task rates`, the configuration's RATES line): each task's
+/// percent of the array's time while clients use it, and a cap; what is not given stays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RatesSpec {
+    pub rebuild_percent: Option<u8>,
+    pub resync_percent: Option<u8>,
+    pub check_percent: Option<u8>,
+    pub patrol_percent: Option<u8>,
+    /// Bytes per second; 0 removes the cap.
+    pub max_bytes_per_s: Option<u64>,
+}
+
+impl RatesSpec {
+    /// Parses RATES items: `rebuild=50 resync=30 check=20 patrol=10 max-speed=200` (percent
+    /// from 1 to 100; max-speed in MB/s, 0 for none).
+    pub fn parse(items: &[&str]) -> Result<RatesSpec, String> {
+        let mut r = RatesSpec::default();
+        for item in items {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item}: use TASK=PERCENT or max-speed=MB/s"))?;
+            let n: u64 = value
+                .parse()
+                .map_err(|_| format!("{item}: {value} is not a whole number"))?;
+            let percent = || match u8::try_from(n) {
+                Ok(p @ 1..=100) => Ok(Some(p)),
+                _ => Err(format!("{item}: a rate is 1 to 100 percent")),
+            };
+            match key {
+                "rebuild" => r.rebuild_percent = percent()?,
+                "resync" => r.resync_percent = percent()?,
+                "check" => r.check_percent = percent()?,
+                "patrol" => r.patrol_percent = percent()?,
+                "max-speed" => r.max_bytes_per_s = Some(n * 1_000_000),
+                other => {
+                    return Err(format!(
+                        "{other}: one of rebuild, resync, check, patrol, max-speed"
+                    ))
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// `rates` with what this gives changed; percentages out of 1..=100 are refused.
+    pub fn apply(
+        &self,
+        mut rates: raidkit_engine::TaskRates,
+    ) -> Result<raidkit_engine::TaskRates, CliError> {
+        for (given, field) in [
+            (self.rebuild_percent, &mut rates.rebuild_percent),
+            (self.resync_percent, &mut rates.resync_percent),
+            (self.check_percent, &mut rates.check_percent),
+            (self.patrol_percent, &mut rates.patrol_percent),
+        ] {
+            if let Some(p) = given {
+                if !(1..=100).contains(&p) {
+                    return Err(CliError::usage(format!("rate {p}%: use 1 to 100")));
+                }
+                *field = p;
+            }
+        }
+        if let Some(b) = self.max_bytes_per_s {
+            rates.max_bytes_per_s = (b > 0).then_some(b);
+        }
+        Ok(rates)
+    }
 }
 
 impl Config {
@@ -134,6 +206,9 @@ impl Config {
                 "PROGRAM" => cfg.program = rest.first().map(PathBuf::from),
                 "CONTROL" => cfg.controls.extend(rest.iter().map(PathBuf::from)),
                 "SCHEDULE" => cfg.schedule.extend(rest.iter().map(|s| s.to_string())),
+                "RATES" => {
+                    cfg.rates = RatesSpec::parse(&rest).map_err(|e| bad(format!("RATES {e}")))?
+                }
                 // mdadm's keywords raidkit has no use for yet.
                 "HOMEHOST" | "AUTO" | "CREATE" | "MAILFROM" | "POLICY" | "PART-POLICY" => {}
                 other => return Err(bad(format!("unknown keyword {other}"))),
@@ -328,7 +403,8 @@ mod tests {
             "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
              ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g\nMAILADDR root\n\
-             PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n",
+             PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n\
+             RATES rebuild=50 max-speed=200\n",
         )
         .unwrap();
         assert_eq!(cfg.devices, vec!["/srv/*.img", "/dev/sd*"]);
@@ -344,6 +420,22 @@ mod tests {
         );
         assert_eq!(cfg.arrays[1].spare_group.as_deref(), Some("g"));
         assert_eq!(cfg.schedule, vec!["check=30d", "patrol=7d"]);
+        assert_eq!(
+            cfg.rates,
+            RatesSpec {
+                rebuild_percent: Some(50),
+                max_bytes_per_s: Some(200_000_000),
+                ..RatesSpec::default()
+            }
+        );
+        for bad in [
+            "RATES rebuild=0\n",
+            "RATES check=101\n",
+            "RATES defrag=5\n",
+            "RATES check\n",
+        ] {
+            assert!(Config::parse(bad).is_err(), "{bad}");
+        }
         assert_eq!(cfg.arrays[0].spare_group, None);
         assert_eq!(cfg.mailaddr.as_deref(), Some("root"));
         assert_eq!(cfg.program, Some(PathBuf::from("/bin/alert")));

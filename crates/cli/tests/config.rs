@@ -73,7 +73,8 @@ fn scan_finds_both_arrays_and_serve_scan_brings_them_up() {
     std::fs::write(
         &conf,
         format!(
-            "DEVICE {pattern}\nARRAY alpha UUID={ua}\nARRAY beta UUID={ub}\nCONTROL {}\n",
+            "DEVICE {pattern}\nARRAY alpha UUID={ua}\nARRAY beta UUID={ub}\nCONTROL {}\n\
+             RATES check=20 max-speed=1\n",
             control.display()
         ),
     )
@@ -115,6 +116,12 @@ fn scan_finds_both_arrays_and_serve_scan_brings_them_up() {
         };
         assert_eq!(status["raid_disks"], n, "{name}: {out}");
         assert_eq!(status["degraded"], false, "{name}: {out}");
+        // The file's RATES, on every array it serves.
+        let rates = ok(&["task", "--control", s(&control), "--array", name, "rates"]);
+        assert!(
+            rates.contains("check 20%") && rates.contains("cap 1.0 MB/s"),
+            "{name}: {rates}"
+        );
     }
     // The monitor finds the server through the same file.
     let out = ok(&[

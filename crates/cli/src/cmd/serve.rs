@@ -289,8 +289,11 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let mut spare_groups = std::collections::HashMap::new();
     // The configuration's SCHEDULE, unless --schedule says otherwise.
     let mut schedule_text = args.schedule.clone();
+    // The configuration's RATES, given to every array it serves.
+    let mut rates = raidkit_cli::config::RatesSpec::default();
     if args.scan {
         let cfg = raidkit_cli::config::Config::load(&args.config)?;
+        rates = cfg.rates;
         if schedule_text.is_none() && !cfg.schedule.is_empty() {
             schedule_text = Some(cfg.schedule.join(","));
         }
@@ -426,6 +429,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             ..Default::default()
         };
         let array = assemble_served(name, members, options, !args.no_map, &injections, &log)?;
+        if let raidkit_cli::server::export::Backend::Array(a) = &array {
+            a.set_task_rates(rates.apply(a.task_rates())?);
+        }
         arrays.push((name.clone(), array));
     }
 

@@ -695,23 +695,14 @@ impl ControlServer {
             } => {
                 let served = self.find(array.as_deref())?;
                 let current = served.array()?;
-                let mut rates = current.task_rates();
-                for (given, field) in [
-                    (rebuild_percent, &mut rates.rebuild_percent),
-                    (resync_percent, &mut rates.resync_percent),
-                    (check_percent, &mut rates.check_percent),
-                    (patrol_percent, &mut rates.patrol_percent),
-                ] {
-                    if let Some(p) = given {
-                        if !(1..=100).contains(&p) {
-                            return Err(CliError::usage(format!("rate {p}%: use 1 to 100")));
-                        }
-                        *field = p;
-                    }
+                let rates = crate::config::RatesSpec {
+                    rebuild_percent,
+                    resync_percent,
+                    check_percent,
+                    patrol_percent,
+                    max_bytes_per_s,
                 }
-                if let Some(b) = max_bytes_per_s {
-                    rates.max_bytes_per_s = (b > 0).then_some(b);
-                }
+                .apply(current.task_rates())?;
                 current.set_task_rates(rates);
                 let mut result = result_of(served, None);
                 result["rates"] = serde_json::to_value(rates).unwrap_or_default();
