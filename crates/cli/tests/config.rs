@@ -313,3 +313,83 @@ fn a_spare_group_moves_the_spare_to_the_array_that_lost_a_member() {
     assert_eq!(v["status"]["degraded"], false, "{out}");
     assert!(out.contains("a3.img"), "{out}");
 }
+
+#[test]
+fn monitor_scan_watches_stopped_arrays_through_their_members() {
+    let dir = TempDir::new("config-monitor-stopped");
+    let a = dir.members("a", 3);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--name",
+            "alpha",
+            "--image-size",
+            "16M",
+        ],
+        &a,
+        &[],
+    ));
+    let conf = dir.path("raidkit.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "DEVICE {}/*.img\nARRAY alpha UUID={}\n",
+            dir.0.display(),
+            uuid_of(&a)
+        ),
+    )
+    .unwrap();
+    let label = format!("{}:alpha", conf.display());
+    let oneshot = || {
+        ok(&[
+            "monitor",
+            "--scan",
+            "--config",
+            s(&conf),
+            "--oneshot",
+            "--test",
+        ])
+    };
+    // Whole: only the test message.
+    let out = oneshot();
+    assert!(
+        out.contains(&format!("TestMessage event on {label}")),
+        "{out}"
+    );
+    assert!(!out.contains("DegradedArray"), "{out}");
+    // The monitor reads superblocks only: nothing on the members changed.
+    let before = contents(&a);
+    oneshot();
+    assert_unchanged(&a, &before, "the members after monitoring");
+
+    // Watching: a member taken away is DegradedArray; a second, DeviceDisappeared.
+    let mut monitor = Command::new(RAIDKIT)
+        .args(["monitor", "--scan", "--config", s(&conf), "--delay", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let away = dir.path("away.bin");
+    std::fs::rename(&a[1], &away).unwrap();
+    let out = oneshot();
+    assert!(
+        out.contains(&format!("DegradedArray event on {label}")),
+        "{out}"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::rename(&a[2], dir.path("away2.bin")).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let _ = monitor.kill();
+    let out = monitor.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let degraded = text
+        .find("DegradedArray")
+        .unwrap_or_else(|| panic!("{text}"));
+    let gone = text
+        .find("DeviceDisappeared")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(degraded < gone, "{text}");
+}

@@ -14,6 +14,10 @@
 //! (Fail, FailSpare, DegradedArray, TestMessage, and raidkit's ArrayFailed), to the mail
 //! address through the local `sendmail -t` interface (`--mail`). One thread writes them, so
 //! the program runs once at a time, in the order events happened to each array.
+//!
+//! With `--scan`, the configuration's arrays that no server serves are watched too: every
+//! `--delay` a read-only assembly of the members found for them (nothing written) says which
+//! slots lack a member in sync.
 
 use raidkit_cli::server::control::{ControlClient, Request};
 use raidkit_cli::CliError;
@@ -31,7 +35,9 @@ pub struct MonitorArgs {
     #[arg(long, value_name = "SOCKET", required_unless_present = "scan")]
     pub control: Vec<PathBuf>,
     /// Take the control sockets (CONTROL), --mail (MAILADDR) and --program (PROGRAM) the
-    /// configuration file names, where not given here.
+    /// configuration file names, where not given here; its ARRAY lines no server serves are
+    /// watched through their members' superblocks (read-only, every --delay): DegradedArray,
+    /// DeviceDisappeared, NewArray.
     #[arg(long)]
     pub scan: bool,
     /// The configuration file --scan reads.
@@ -158,17 +164,19 @@ pub fn translate(array: &str, event: &Value) -> Vec<MonitorEvent> {
 }
 
 pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
+    let mut config = None;
     if args.scan {
         let cfg = raidkit_cli::config::Config::load(&args.config)?;
-        args.control.extend(cfg.controls);
-        args.mail = args.mail.or(cfg.mailaddr);
-        args.program = args.program.or(cfg.program);
-        if args.control.is_empty() {
+        args.control.extend(cfg.controls.iter().cloned());
+        args.mail = args.mail.or(cfg.mailaddr.clone());
+        args.program = args.program.or(cfg.program.clone());
+        if args.control.is_empty() && cfg.arrays.is_empty() {
             return Err(CliError::usage(format!(
-                "{}: no CONTROL line and no --control: nothing to watch",
+                "{}: no CONTROL and no ARRAY line, and no --control: nothing to watch",
                 args.config.display()
             )));
         }
+        config = Some(cfg);
     }
     if args.program.is_none() && args.mail.is_none() && !args.syslog {
         eprintln!(
@@ -176,10 +184,44 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
         );
     }
     let sink = Sink::new(&args)?;
+    // The configuration's arrays no server named here serves: watched through their
+    // members' superblocks.
+    let stopped = match &config {
+        Some(cfg) => stopped_arrays(cfg, &args.config, &args.control),
+        None => Vec::new(),
+    };
+    if args.test {
+        for (_, label) in &stopped {
+            sink.emit(&MonitorEvent::new(
+                "TestMessage",
+                label,
+                None,
+                "test message from raidkit monitor".into(),
+            ));
+        }
+    }
     if args.oneshot {
+        for (line, label) in &stopped {
+            let cfg = config
+                .as_ref()
+                .expect("stopped arrays come from a configuration");
+            match stopped_view(cfg, line) {
+                Ok(missing) if !missing.is_empty() => sink.emit(&degraded(label, &missing)),
+                Err(Some(e)) => sink.emit(&MonitorEvent::new("DeviceDisappeared", label, None, e)),
+                Ok(_) | Err(None) => {}
+            }
+        }
         return oneshot(&args, &sink);
     }
     let (tx, rx) = mpsc::channel::<MonitorEvent>();
+    for (line, label) in stopped {
+        let tx = tx.clone();
+        let cfg = config
+            .clone()
+            .expect("stopped arrays come from a configuration");
+        let delay = Duration::from_secs(args.delay.max(1));
+        std::thread::spawn(move || watch_stopped(&cfg, &line, &label, delay, &tx));
+    }
     for control in &args.control {
         for (name, label) in arrays_of(control, args.test, &sink)? {
             let tx = tx.clone();
@@ -194,6 +236,131 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
         sink.emit(&event);
     }
     Ok(())
+}
+
+/// The ARRAY lines of `cfg` that none of the servers at `controls` serves (by UUID), with
+/// the label their events carry (`CONFIG:NAME`).
+fn stopped_arrays(
+    cfg: &raidkit_cli::config::Config,
+    path: &Path,
+    controls: &[PathBuf],
+) -> Vec<(raidkit_cli::config::ArrayLine, String)> {
+    let mut served = Vec::new();
+    for control in controls {
+        for name in list(control).unwrap_or_default() {
+            if let Ok(st) = detail(control, &name) {
+                served.extend(st["uuid"].as_str().map(str::to_string));
+            }
+        }
+    }
+    cfg.arrays
+        .iter()
+        .filter(|a| !served.contains(&a.uuid.to_mdadm_string()))
+        .map(|a| (a.clone(), format!("{}:{}", path.display(), a.name)))
+        .collect()
+}
+
+/// A stopped array's slots without a member in sync, as a read-only assembly of the members
+/// the configuration finds for it says (nothing is written); otherwise why it cannot be
+/// assembled (no member found, too few members), or `None` when another process holds a
+/// member (a server that started serving it: not this watcher's to report).
+fn stopped_view(
+    cfg: &raidkit_cli::config::Config,
+    line: &raidkit_cli::config::ArrayLine,
+) -> Result<Vec<usize>, Option<String>> {
+    let members = cfg.members_of(line).map_err(|e| Some(e.message))?;
+    let disks = raidkit_cli::common::open_members(&members, true)
+        .map_err(|e| (!e.message.contains(": in use by ")).then_some(e.message))?;
+    let opts = raidkit_engine::AssembleOptions {
+        read_only: true,
+        run: true,
+        ..Default::default()
+    };
+    let (array, _) =
+        raidkit_engine::Array::assemble(disks, opts).map_err(|e| Some(e.to_string()))?;
+    Ok(array.status().missing_slots)
+}
+
+fn degraded(label: &str, missing: &[usize]) -> MonitorEvent {
+    MonitorEvent::new(
+        "DegradedArray",
+        label,
+        None,
+        format!("slots without a member in sync: {missing:?}"),
+    )
+}
+
+/// Looks at a stopped array every `delay`: DegradedArray when slots go missing (and at the
+/// first look when some are), DeviceDisappeared when it can no longer be assembled (no
+/// member found, too few), NewArray when it can again, SpareActive when a slot is whole
+/// again.
+fn watch_stopped(
+    cfg: &raidkit_cli::config::Config,
+    line: &raidkit_cli::config::ArrayLine,
+    label: &str,
+    delay: Duration,
+    tx: &mpsc::Sender<MonitorEvent>,
+) {
+    let mut last: Option<Result<Vec<usize>, String>> = None;
+    loop {
+        let now = match stopped_view(cfg, line) {
+            Ok(missing) => Ok(missing),
+            Err(Some(e)) => Err(e),
+            // Served by another process now: looked at again later.
+            Err(None) => {
+                std::thread::sleep(delay);
+                continue;
+            }
+        };
+        let events = match (&last, &now) {
+            (None | Some(Err(_)), Ok(missing)) => {
+                let mut out = Vec::new();
+                if matches!(last, Some(Err(_))) {
+                    out.push(MonitorEvent::new(
+                        "NewArray",
+                        label,
+                        None,
+                        "its members are there again".into(),
+                    ));
+                }
+                if !missing.is_empty() {
+                    out.push(degraded(label, missing));
+                }
+                out
+            }
+            (None | Some(Ok(_)), Err(e)) => {
+                vec![MonitorEvent::new(
+                    "DeviceDisappeared",
+                    label,
+                    None,
+                    e.clone(),
+                )]
+            }
+            (Some(Ok(before)), Ok(missing)) => {
+                let mut out = Vec::new();
+                if missing.iter().any(|s| !before.contains(s)) {
+                    out.push(degraded(label, missing));
+                }
+                for slot in before.iter().filter(|s| !missing.contains(s)) {
+                    out.push(MonitorEvent::new(
+                        "SpareActive",
+                        label,
+                        None,
+                        format!("slot {slot} has a member in sync again"),
+                    ));
+                }
+                out
+            }
+            (Some(Err(_)), Err(_)) => Vec::new(),
+        };
+        for e in events {
+            if tx.send(e).is_err() {
+                return;
+            }
+        }
+        last = Some(now);
+        std::thread::sleep(delay);
+    }
 }
 
 /// `--oneshot`: DegradedArray for each degraded array, TestMessage with --test.
