@@ -396,9 +396,13 @@ pub fn parse_level(text: &str) -> Result<i32, CliError> {
         .map_err(|e| CliError::usage(format!("--level {text}: {e}")))?;
     use raidkit_layout::Level as L;
     match level {
-        L::Raid0 | L::Raid1 | L::Raid4 | L::Raid5 | L::Raid6 | L::Raid10 => Ok(level.md_level()),
+        // RAID 1E (striped mirroring over any member count) is md's RAID 10 with two near
+        // copies, the RAID 10 default layout: `create --level 1E` makes that.
+        L::Raid0 | L::Raid1 | L::Raid4 | L::Raid5 | L::Raid6 | L::Raid10 | L::Raid1E => {
+            Ok(level.md_level())
+        }
         _ => Err(CliError::usage(format!(
-            "--level {text}: not an md array level (use 0, 1, 4, 5, 6 or 10)"
+            "--level {text}: not an md array level (use 0, 1, 1E, 4, 5, 6 or 10)"
         ))),
     }
 }

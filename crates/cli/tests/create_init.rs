@@ -187,3 +187,37 @@ fn assume_clean_writes_nothing_but_metadata_and_conflicts_with_init() {
     let (code, _) = exit_code(&with(&["check"], &m, &[]));
     assert_eq!(code, 0);
 }
+
+#[test]
+fn raid_1e_is_raid10_with_two_near_copies() {
+    let dir = TempDir::new("create-1e");
+    let m = dir.members("e", 3);
+    ok(&with(
+        &["create", "--level", "1E", "--image-size", "16M"],
+        &m,
+        &[],
+    ));
+    let detail = ok(&with(&["detail"], &m, &[]));
+    assert!(
+        detail.contains("raid10")
+            && detail.contains("near=2")
+            && detail.contains("Raid Devices : 3"),
+        "{detail}"
+    );
+    let other = dir.members("f", 3);
+    let (code, err) = fails(&with(
+        &[
+            "create",
+            "--level",
+            "1e",
+            "--layout",
+            "f2",
+            "--image-size",
+            "16M",
+        ],
+        &other,
+        &[],
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(other.iter().all(|p| !p.exists()), "nothing created");
+}

@@ -23,7 +23,7 @@ pub struct CreateArgs {
     /// Member image files or block devices.
     #[arg(required = true)]
     pub members: Vec<PathBuf>,
-    /// RAID level: 0, 1, 4, 5, 6, 10.
+    /// RAID level: 0, 1, 4, 5, 6, 10, or 1E (RAID 10 with two near copies, any member count).
     #[arg(long, short = 'l')]
     pub level: String,
     /// Number of active members (the rest of the given members become spares).
@@ -193,6 +193,14 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
         Some(l) => Some(parse_layout(level, l)?),
         None => None,
     };
+    // RAID 1E is RAID 10 with two near copies, and nothing else.
+    let one_e = args.level.parse::<raidkit_layout::Level>() == Ok(raidkit_layout::Level::Raid1E);
+    if one_e && layout.is_some_and(|l| l != 0x102) {
+        return Err(CliError::usage(format!(
+            "--level 1E --layout {}: RAID 1E is RAID 10 with two near copies (n2); give --level 10 for other layouts",
+            args.layout.as_deref().unwrap_or_default()
+        )));
+    }
     let chunk_sectors = parse_chunk_sectors(&args.chunk)?;
     let n = args.members.len();
     let raid_devices = args
