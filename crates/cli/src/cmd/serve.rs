@@ -74,7 +74,7 @@ pub struct ServeArgs {
     /// Start maintenance on a schedule: TASK=INTERVAL[,...] with tasks check, repair and
     /// patrol and intervals such as 7d, 12h, 90s (`check=30d,patrol=7d`: md's monthly
     /// checkarray, a controller's patrol read). A task starts once its interval has passed
-    /// since it last started, when the array runs no other task, at the task rates.
+    /// since it last started (queued behind a running task), at the task rates.
     #[arg(long, value_name = "TASK=INTERVAL,...")]
     pub schedule: Option<String>,
     /// Where the schedule keeps when each task last started (JSON) [default: the control

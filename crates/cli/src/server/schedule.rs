@@ -1,8 +1,8 @@
 //! Scheduled maintenance of served arrays (`serve --schedule check=7d,patrol=1d`): md's
 //! monthly `checkarray` from cron, a controller's patrol read and consistency check
-//! schedules. A task falls due once its interval has passed since it last started; it starts
-//! when the array has no task running (a rebuild or a running check keeps it waiting), at
-//! the array's task rates, beside the clients. When each task last started is kept in a state
+//! schedules. A task falls due once its interval has passed since it was last started; it is
+//! requested as a client's `raidkit task start` requests it (queued behind a running task,
+//! such as a rebuild) and runs at the array's task rates, beside the clients. When each task last started is kept in a state
 //! file (JSON, written whole through a temporary file and a rename), so a server that
 //! restarts does not start every task again at once.
 
@@ -129,8 +129,8 @@ pub fn run(
                     .get(&s.name)
                     .and_then(|m| m.get(&name))
                     .is_none_or(|&at| now.saturating_sub(at) >= sc.every.as_secs());
-                // Busy (a task runs, a member is missing): tried again at the next tick.
-                if due && array.status().task.is_none() && array.request_task(sc.task).is_ok() {
+                // Queued behind a running task, as a client's `task start` is.
+                if due && array.request_task(sc.task).is_ok() {
                     last.entry(s.name.clone()).or_default().insert(name, now);
                     if let Err(e) = save(state, &last) {
                         log.warning(

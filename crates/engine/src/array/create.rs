@@ -408,13 +408,10 @@ impl Array {
         let mut events = Vec::new();
         array.start_log(write_log::LogStart::Created, &mut events)?;
         if opts.init == Init::Background && array.geo.level() != RaidLevel::Raid0 {
-            let mut st = lock(&array.state);
-            st.resync_from = Some(0);
-            st.events.push(ArrayEvent::ResyncNeeded { from_sector: 0 });
-            drop(st);
-            array
-                .resync_pending
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            array.needs_resync_from(0);
+            lock(&array.state)
+                .events
+                .push(ArrayEvent::ResyncNeeded { from_sector: 0 });
         }
         Ok(array)
     }

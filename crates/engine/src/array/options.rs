@@ -29,8 +29,6 @@ impl Default for EngineConfig {
     }
 }
 
-/// Parameters of a new array. UUIDs and the creation time come from the caller (the CLI reads
-/// /dev/urandom and the clock), so creating is deterministic given them.
 /// How `create` makes a new array's parity and copies consistent with its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Init {
@@ -49,6 +47,8 @@ pub enum Init {
     AssumeClean,
 }
 
+/// Parameters of a new array. UUIDs and the creation time come from the caller (the CLI reads
+/// /dev/urandom and the clock), so creating is deterministic given them.
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
     pub level: i32,

@@ -740,9 +740,6 @@ pub(crate) fn decide(
     })
 }
 
-/// For a member whose superblock records a reshape complete (its position at the new
-/// layout's end, or at 0 for one running backwards) while the newest records none: it missed the reshape's last round, and its
-/// data is `new_offset` sectors from where its superblock says.
 /// True when `own` is one superblock round behind a takeover `newest` records: a level
 /// change that moves no data (md's takeovers: RAID 6 of a `*-6` layout to 5, RAID 4 or 5 to
 /// parity-last 5 or 6, RAID 1 to 5 and back on two members, RAID 0 to 10 and back), written
@@ -758,6 +755,9 @@ pub(crate) fn took_over_behind(own: &Superblock, newest: &Superblock) -> bool {
         && own.data_offset_sectors == newest.data_offset_sectors
 }
 
+/// For a member whose superblock records a reshape complete (its position at the new
+/// layout's end, or at 0 for one running backwards) while the newest records none: it missed the reshape's last round, and its
+/// data is `new_offset` sectors from where its superblock says.
 fn finished_behind(own: &Superblock, newest: &Superblock) -> Option<i64> {
     let r = own.reshape()?;
     if newest.reshape().is_some() || !own.feature_map.contains(FeatureMap::NEW_OFFSET) {

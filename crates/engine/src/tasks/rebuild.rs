@@ -38,12 +38,12 @@ pub(super) struct Rebuild<'a> {
 /// stay untouched until the batch completes.
 pub(super) struct Prefetch {
     pub(super) ms: u64,
-    n: u64,
+    pub(super) n: u64,
     pub(super) keys: Vec<u64>,
-    bufs: Vec<Vec<u8>>,
-    batch: Arc<Batch>,
+    pub(super) bufs: Vec<Vec<u8>>,
+    pub(super) batch: Arc<Batch>,
     /// Slot states the reads were planned with.
-    states: Vec<MemberState>,
+    pub(super) states: Vec<MemberState>,
 }
 
 impl Prefetch {
@@ -51,23 +51,6 @@ impl Prefetch {
     pub(super) fn abandon(self, array: &Array) {
         let _ = self.batch.wait();
         array.locks.release(&self.keys);
-    }
-
-    /// Waits for the reads: (member sector, sectors, the locks' keys, the buffers, the read
-    /// errors, the slot states the reads were planned with). The locks stay held.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn wait(
-        self,
-    ) -> (
-        u64,
-        u64,
-        Vec<u64>,
-        Vec<Vec<u8>>,
-        Vec<(usize, raidkit_disk::DiskError)>,
-        Vec<MemberState>,
-    ) {
-        let errors = self.batch.wait();
-        (self.ms, self.n, self.keys, self.bufs, errors, self.states)
     }
 }
 

@@ -365,7 +365,15 @@ impl Array {
         fix: bool,
         scratch: &mut (Vec<u8>, Vec<u8>),
     ) -> Result<(u64, Vec<Vec<u8>>)> {
-        let (ms, n, keys, mut bufs, errors, states) = p.wait();
+        let Prefetch {
+            ms,
+            n,
+            keys,
+            mut bufs,
+            batch,
+            states,
+        } = p;
+        let errors = batch.wait();
         let (now, members) = self.snapshot();
         if !errors.is_empty() || now != states || !step::parity_comparable(&states) {
             self.locks.release(&keys);
