@@ -722,6 +722,16 @@ impl Disk for FileDisk {
         self.zeroes_offloaded
     }
 
+    fn health(&self) -> crate::Health {
+        if self.is_block_device {
+            crate::health::smartctl(Path::new(&self.name))
+        } else {
+            crate::Health::unavailable(
+                "an image file: the drive beneath belongs to the filesystem, not the member",
+            )
+        }
+    }
+
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.refuse_if_read_only("reserve", offset_bytes)?;
         check_range(

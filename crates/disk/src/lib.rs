@@ -32,6 +32,7 @@ mod counted;
 pub mod emu;
 mod error;
 mod file;
+pub mod health;
 mod mapped;
 mod mem;
 mod size;
@@ -42,6 +43,7 @@ pub use counted::{mono_ns, Counted, IoCounters, IoDir, IoRates, IoSnapshot};
 pub use emu::{EmuDisk, EmuProbe};
 pub use error::{DiskError, DiskErrorKind};
 pub use file::{allocate_in_full, sparse_growth, DirectIo, FileDisk, OpenOptions, SparseGrowth};
+pub use health::{DriveHealth, Health, HealthWarning, Thresholds, WarningKind};
 pub use mem::MemDisk;
 pub use size::parse_size;
 
@@ -93,6 +95,11 @@ pub trait Disk: Send + Sync + fmt::Debug {
     /// means writing every byte: a hard disk, an emulated drive, unknown devices.
     fn zeroes_cheaply(&self) -> bool {
         false
+    }
+    /// What the member's drive says about its health (SMART; see [`health`]). The default:
+    /// no drive of its own to ask (memory, a network member).
+    fn health(&self) -> Health {
+        Health::unavailable("no drive of its own to ask")
     }
 }
 
@@ -197,6 +204,10 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
     fn zeroes_cheaply(&self) -> bool {
         self.inner().zeroes_cheaply()
     }
+    #[inline]
+    fn health(&self) -> Health {
+        self.inner().health()
+    }
 }
 
 /// Every wrapper is a disk: each method is the wrapper's (its own or the forwarding default).
@@ -249,6 +260,10 @@ impl<W: DiskWrapper> Disk for W {
     fn zeroes_cheaply(&self) -> bool {
         DiskWrapper::zeroes_cheaply(self)
     }
+    #[inline]
+    fn health(&self) -> Health {
+        DiskWrapper::health(self)
+    }
 }
 
 impl<D: Disk + ?Sized> DiskWrapper for Box<D> {
@@ -274,7 +289,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Every method of `Disk`, in declaration order: the counting disk counts calls by index.
-    const METHODS: [&str; 12] = [
+    const METHODS: [&str; 13] = [
         "read_at",
         "write_at",
         "flush",
@@ -287,12 +302,13 @@ mod tests {
         "reserve",
         "is_rotational",
         "zeroes_cheaply",
+        "health",
     ];
 
     /// A disk that counts calls of each method and answers with values no default would give.
     #[derive(Debug, Default)]
     struct Counting {
-        calls: [AtomicU64; 12],
+        calls: [AtomicU64; 13],
     }
 
     impl Counting {
@@ -358,6 +374,10 @@ mod tests {
             self.hit("zeroes_cheaply");
             true
         }
+        fn health(&self) -> super::Health {
+            self.hit("health");
+            super::Health::unavailable("counted")
+        }
     }
 
     /// A wrapper that writes nothing but `inner`.
@@ -386,6 +406,7 @@ mod tests {
         disk.reserve(0, 8).unwrap();
         assert!(disk.is_rotational());
         assert!(disk.zeroes_cheaply());
+        assert_eq!(disk.health(), super::Health::unavailable("counted"));
     }
 
     #[test]

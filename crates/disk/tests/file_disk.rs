@@ -348,6 +348,15 @@ fn loop_device_with_o_direct() {
         assert_eq!(disk.size_bytes(), 8 << 20);
         assert!(disk.is_direct(), "a loop device accepts O_DIRECT");
         exercise(&disk);
+        // A loop device has no drive to answer SMART: smartctl (scripts/test installs it)
+        // says why, and the member reports no health rather than a made-up one.
+        match disk.health() {
+            raidkit_disk::Health::Unavailable { reason } => assert!(
+                reason.contains("Unable to detect device type"),
+                "smartctl's reason for a loop device: {reason}"
+            ),
+            other => panic!("a loop device reported health: {other:?}"),
+        }
     });
     let _ = Command::new("losetup").arg("-d").arg(&dev).status();
     std::fs::remove_file(&backing).unwrap();

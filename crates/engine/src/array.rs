@@ -67,6 +67,7 @@ mod assemble;
 pub(crate) mod bitmap;
 mod create;
 mod datapath;
+mod drive_health;
 mod gather;
 mod grow;
 mod journal;
@@ -81,6 +82,7 @@ pub(crate) use crate::membership::assembly::{self, Assembly};
 pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Slot, Transition};
 pub use crate::tasks::{TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use datapath::aligned_window;
+pub use drive_health::MemberHealth;
 pub use gather::GatherCounters;
 pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
 pub use online::{shared_disks, OnlineReshape};
@@ -98,6 +100,9 @@ pub(crate) struct Member {
     pub(crate) rotational: bool,
     /// The member sector where the last read sent to it ends (`u64::MAX`: none yet).
     pub(crate) read_head: std::sync::atomic::AtomicU64,
+    /// What its drive said at the last [`Array::poll_health`], and the warnings already
+    /// raised for it.
+    pub(crate) health: Mutex<drive_health::Seen>,
 }
 
 impl Member {
@@ -121,6 +126,7 @@ impl Member {
             worker,
             data_offset_bytes,
             io,
+            health: Mutex::default(),
         })
     }
 }
@@ -650,6 +656,7 @@ impl Array {
                     events: st.roster.sbs[i].events,
                     bad_block_ranges: st.bad.get(i).map_or(0, Vec::len),
                     io: m.io.snapshot(),
+                    health: lock(&m.health).last.clone(),
                 })
             })
             .collect();

@@ -84,6 +84,13 @@ pub enum ArrayEvent {
         first_sector: u64,
         last_sector: u64,
     },
+    /// A member's drive reports trouble it did not report before (SMART: a failing
+    /// assessment or self-test, reallocated or pending sectors, heat): it still works, and
+    /// is likely to fail (the PERC6's predictive failure).
+    DriveHealthWarning {
+        member: String,
+        warnings: Vec<String>,
+    },
     /// A write was refused because a member's filesystem is full; the member is fine.
     NoSpace { member: String, detail: String },
     /// Writes go through again after some were refused for want of space.
@@ -265,6 +272,11 @@ impl fmt::Display for ArrayEvent {
             } => write!(
                 f,
                 "{member}: sectors {first_sector}..{last_sector} recorded in the bad-block log; served from redundancy"
+            ),
+            ArrayEvent::DriveHealthWarning { member, warnings } => write!(
+                f,
+                "{member}: drive health warning: {}; replace it before it fails",
+                warnings.join("; ")
             ),
             ArrayEvent::NoSpace { detail, .. } => write!(f, "{detail}"),
             ArrayEvent::SpaceAgain => write!(

@@ -131,6 +131,7 @@ impl ServerLog {
             | E::NoSpace { .. }
             | E::ReadError { .. }
             | E::BadBlocksRecorded { .. }
+            | E::DriveHealthWarning { .. }
             | E::RunningDegraded { .. }
             | E::DirtyDegradedStarted { .. }
             | E::StaleTakenBack { .. }

@@ -11,7 +11,8 @@
 //! - options: `wce=on|off` (the drive's write cache), `link=NAME` (the drive's own link,
 //!   e.g. `sata1`), `behind=NAME[#N]` (a controller of the catalog or a host link such as
 //!   `pci32` or `pcie2x4`, whose ceiling every drive naming the same `NAME#N` shares in this
-//!   process).
+//!   process), `smart=FILE` (the drive's SMART report is what the file says, in
+//!   `smartctl --json`'s format, read again at each look: see [`crate::health`]).
 //!
 //! Timing lives in [`drive`], sans-IO; here one thread per drive sleeps until the model's
 //! next completion and wakes the requests it completes. Data is read and written at once
@@ -49,6 +50,8 @@ pub struct EmuSpec {
     pub write_cache: Option<bool>,
     pub link: Option<String>,
     pub behind: Option<String>,
+    /// A file in `smartctl --json`'s format the drive reports its health from.
+    pub smart: Option<PathBuf>,
 }
 
 fn bad(text: &str, why: impl Into<String>) -> DiskError {
@@ -79,6 +82,7 @@ impl EmuSpec {
             write_cache: None,
             link: None,
             behind: None,
+            smart: None,
         };
         for opt in parts {
             let (k, v) = opt
@@ -97,12 +101,13 @@ impl EmuSpec {
                     spec.link = Some(v.to_string());
                 }
                 "behind" => spec.behind = Some(v.to_string()),
-                _ => {
-                    return Err(bad(
-                        text,
-                        format!("unknown option {k:?}: wce=on|off, link=NAME, behind=NAME[#N]"),
-                    ))
-                }
+                "smart" if !v.is_empty() => spec.smart = Some(PathBuf::from(v)),
+                _ => return Err(bad(
+                    text,
+                    format!(
+                        "unknown option {k:?}: wce=on|off, link=NAME, behind=NAME[#N], smart=FILE"
+                    ),
+                )),
             }
         }
         let rest: Vec<&str> = fields.collect();
@@ -252,6 +257,8 @@ pub struct EmuDisk {
     shared: Arc<Shared>,
     ceiling: Option<Arc<Ceiling>>,
     thread: Option<JoinHandle<()>>,
+    /// Where the drive's SMART report comes from (`smart=FILE`); healthy without one.
+    smart: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for EmuDisk {
@@ -337,7 +344,9 @@ impl EmuDisk {
                 ))
             }
         };
-        Ok(EmuDisk::over(inner, text, drive, ceiling))
+        let mut disk = EmuDisk::over(inner, text, drive, ceiling);
+        disk.smart = spec.smart;
+        Ok(disk)
     }
 
     /// An emulated `drive` holding its bytes in `inner` (memory, say), named `name`, behind
@@ -385,6 +394,7 @@ impl EmuDisk {
             shared,
             ceiling,
             thread: Some(thread),
+            smart: None,
         }
     }
 
@@ -534,6 +544,10 @@ impl crate::DiskWrapper for EmuDisk {
     fn zeroes_cheaply(&self) -> bool {
         // The emulated drive writes the zeroes (see `write_zeroes`).
         false
+    }
+
+    fn health(&self) -> crate::Health {
+        crate::health::emulated(&self.spec.name, self.smart.as_deref())
     }
 }
 

@@ -178,6 +178,9 @@ pub struct MemberStatus {
     pub bad_block_ranges: usize,
     /// Requests that reached the member since assembly, counted as `iostat -x` counts them.
     pub io: MemberIo,
+    /// What the member's drive said at the last [`Array::poll_health`] (`None`: not asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<raidkit_disk::Health>,
 }
 
 /// A member's counters as [`Array::member_io`] reads them.
