@@ -13,6 +13,7 @@
 //! CONTROL /run/raidkit/nbd.sock.ctl     # raidkit monitor watches these servers
 //! SCHEDULE check=30d patrol=7d          # raidkit serve --scan --schedule
 //! RATES rebuild=50 check=20 max-speed=200 # task rates (`raidkit task rates`) at serve --scan
+//! HEALTH every=30m temperature=55       # drive health: how often, what warns (serve, monitor)
 //! ```
 //!
 //! Keywords are mdadm's (case does not matter; lines continue when the next starts with
@@ -55,6 +56,9 @@ pub struct Config {
     pub schedule: Vec<String>,
     /// RATES: the task rates `serve --scan` gives its arrays (checked when the file is read).
     pub rates: RatesSpec,
+    /// HEALTH: how often `serve --scan` and `monitor --scan` ask the members' drives for
+    /// their health, and what is a warning.
+    pub health: Option<crate::server::health::HealthWatch>,
 }
 
 /// Task rates as given (`raidkit task rates`, the configuration's RATES line): each task's
@@ -208,6 +212,12 @@ impl Config {
                 "SCHEDULE" => cfg.schedule.extend(rest.iter().map(|s| s.to_string())),
                 "RATES" => {
                     cfg.rates = RatesSpec::parse(&rest).map_err(|e| bad(format!("RATES {e}")))?
+                }
+                "HEALTH" => {
+                    cfg.health = Some(
+                        crate::server::health::HealthWatch::parse(&rest.join(" "))
+                            .map_err(|e| bad(format!("HEALTH: {}", e.message)))?,
+                    )
                 }
                 // mdadm's keywords raidkit has no use for yet.
                 "HOMEHOST" | "AUTO" | "CREATE" | "MAILFROM" | "POLICY" | "PART-POLICY" => {}
@@ -404,7 +414,7 @@ mod tests {
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
              ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g\nMAILADDR root\n\
              PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n\
-             RATES rebuild=50 max-speed=200\n",
+             RATES rebuild=50 max-speed=200\nHEALTH every=1h temperature=55\n",
         )
         .unwrap();
         assert_eq!(cfg.devices, vec!["/srv/*.img", "/dev/sd*"]);
@@ -428,7 +438,13 @@ mod tests {
                 ..RatesSpec::default()
             }
         );
+        let health = cfg.health.expect("a HEALTH line");
+        assert_eq!(health.every, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(health.thresholds.temperature_c, 55);
+        assert_eq!(health.thresholds.pending_sectors, 1, "the default stays");
         for bad in [
+            "HEALTH every=soon\n",
+            "HEALTH heat=3\n",
             "RATES rebuild=0\n",
             "RATES check=101\n",
             "RATES defrag=5\n",

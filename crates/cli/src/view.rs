@@ -97,6 +97,11 @@ pub struct MemberView {
     pub name: String,
     pub slot: Option<usize>,
     pub role: String,
+    /// What its drive said when last asked (SMART), and the warnings that gave.
+    #[serde(default)]
+    pub health: Option<raidkit_disk::Health>,
+    #[serde(default)]
+    pub health_warnings: Vec<String>,
 }
 
 /// md's name of a layout of `level`, where the level has layouts.
@@ -160,6 +165,30 @@ pub fn print_detail(status: &StatusView, state: &str) {
     for s in &status.missing_slots {
         if !status.members.iter().any(|m| m.slot == Some(*s)) {
             println!("    {:>6}   {:>10} {:<8}", "-", s, "removed");
+        }
+    }
+    print_health(&status.members);
+}
+
+/// Each member's drive health, where it has a drive to ask: its figures, then a line per
+/// warning.
+fn print_health(members: &[MemberView]) {
+    let asked: Vec<(&MemberView, &raidkit_disk::Health)> = members
+        .iter()
+        .filter_map(|m| match &m.health {
+            Some(raidkit_disk::Health::NoDrive { .. }) | None => None,
+            Some(h) => Some((m, h)),
+        })
+        .collect();
+    if asked.is_empty() {
+        return;
+    }
+    println!();
+    println!("   Drive Health :");
+    for (m, h) in asked {
+        println!("    {}: {}", m.name, h.summary());
+        for w in &m.health_warnings {
+            println!("      WARNING: {w}");
         }
     }
 }

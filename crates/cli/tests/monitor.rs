@@ -164,3 +164,104 @@ fn oneshot_reports_a_degraded_array_and_exits() {
     ]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// smartctl's report of qemu's emulated ATA disk (captured by tests/smart/capture.sh), and
+/// the same report turned into a dying drive's: assessment FAILED, 12 sectors reallocated.
+fn smart_reports() -> (String, String) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../disk/tests/data/smartctl-qemu-ata.json"
+    );
+    let healthy = std::fs::read_to_string(path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&healthy).unwrap();
+    v["smart_status"]["passed"] = false.into();
+    for a in v["ata_smart_attributes"]["table"].as_array_mut().unwrap() {
+        if a["id"] == 5 {
+            a["raw"]["value"] = 12.into();
+        }
+    }
+    (healthy, v.to_string())
+}
+
+#[test]
+fn a_drive_reporting_trouble_reaches_the_program_detail_and_oneshot() {
+    let dir = TempDir::new("monitor-health");
+    let (healthy, dying) = smart_reports();
+    let reports = [dir.path("smart0.json"), dir.path("smart1.json")];
+    for r in &reports {
+        std::fs::write(r, &healthy).unwrap();
+    }
+    // Two emulated drives that report their health from those files.
+    let members: Vec<String> = (0..2)
+        .map(|i| {
+            format!(
+                "emu:hds72101,smart={}:16M:{}",
+                reports[i].display(),
+                dir.path(&format!("m{i}.img")).display()
+            )
+        })
+        .collect();
+    let m: Vec<&str> = members.iter().map(String::as_str).collect();
+    ok(&[&["create", "--level", "1"][..], &m].concat());
+    // Offline, detail asks the drives.
+    let out = ok(&[&["detail"][..], &m].concat());
+    assert!(out.contains("Drive Health"), "{out}");
+    assert!(out.contains("PASSED, 0 reallocated, 31 °C"), "{out}");
+    assert!(!out.contains("WARNING"), "{out}");
+
+    let server = Server::start(
+        &dir.0,
+        "nbd",
+        &[&["--name", "md0", "--health", "every=1s"][..], &m].concat(),
+    );
+    let ctl = s(&server.control).to_string();
+    let log = dir.path("events.log");
+    let prog = hook(&dir, &log);
+    let _monitor = Monitor::start(&["--control", &ctl, "--program", s(&prog)]);
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&reports[1], &dying).unwrap();
+    let lines = wait_for(&log, &["DriveHealthWarning"], Duration::from_secs(5));
+    let array = format!("{ctl}:md0");
+    assert_eq!(
+        lines,
+        vec![format!("DriveHealthWarning {array} {}", members[1])],
+        "one warning, for the drive that reports trouble"
+    );
+    // Raised once while it lasts, not at every look.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 1);
+    let out = ok(&["detail", "--control", &ctl]);
+    assert!(out.contains("FAILED, 12 reallocated"), "{out}");
+    assert!(
+        out.contains("WARNING: the drive's own SMART assessment is FAILED"),
+        "{out}"
+    );
+    assert!(
+        out.contains("WARNING: 12 sectors reallocated (warns at 10)"),
+        "{out}"
+    );
+    // A cron run reports what the server last saw.
+    let once = dir.path("oneshot.log");
+    let prog1 = dir.path("hook1.sh");
+    std::fs::write(
+        &prog1,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", once.display()),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prog1, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    ok(&[
+        "monitor",
+        "--oneshot",
+        "--control",
+        &ctl,
+        "--program",
+        s(&prog1),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&once).unwrap(),
+        format!("DriveHealthWarning {array} {}\n", members[1])
+    );
+}

@@ -726,9 +726,7 @@ impl Disk for FileDisk {
         if self.is_block_device {
             crate::health::smartctl(Path::new(&self.name))
         } else {
-            crate::Health::unavailable(
-                "an image file: the drive beneath belongs to the filesystem, not the member",
-            )
+            crate::Health::no_drive("an image file (the drive beneath is the filesystem's)")
         }
     }
 

@@ -18,10 +18,15 @@ use std::process::Command;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "health", rename_all = "kebab-case")]
 pub enum Health {
-    Report(DriveHealth),
-    /// No report: the member has no drive of its own (an image file, memory, a network
-    /// member), smartctl is missing, or the device does not answer SMART (a loop device).
+    Report(Box<DriveHealth>),
+    /// No report from a drive that was asked: smartctl is missing, or the device does not
+    /// answer SMART (a loop device, a virtual disk).
     Unavailable {
+        reason: String,
+    },
+    /// Nothing to ask: the member is no drive of its own (an image file, memory, a network
+    /// member).
+    NoDrive {
         reason: String,
     },
 }
@@ -33,11 +38,17 @@ impl Health {
         }
     }
 
+    pub fn no_drive(reason: impl Into<String>) -> Health {
+        Health::NoDrive {
+            reason: reason.into(),
+        }
+    }
+
     /// The warnings this report gives under `t` (none without a report).
     pub fn warnings(&self, t: &Thresholds) -> Vec<HealthWarning> {
         match self {
             Health::Report(h) => h.warnings(t),
-            Health::Unavailable { .. } => Vec::new(),
+            Health::Unavailable { .. } | Health::NoDrive { .. } => Vec::new(),
         }
     }
 
@@ -46,6 +57,7 @@ impl Health {
         match self {
             Health::Report(h) => h.summary(),
             Health::Unavailable { reason } => format!("no SMART report: {reason}"),
+            Health::NoDrive { reason } => format!("no drive to ask: {reason}"),
         }
     }
 }
@@ -166,6 +178,19 @@ pub enum WarningKind {
 pub struct HealthWarning {
     pub kind: WarningKind,
     pub text: String,
+}
+
+/// Keeps `raised` (the kinds already reported for one drive) up to date with `warnings`
+/// (what it reports now) and returns the sentences of those not reported before: a warning
+/// is raised once while it lasts, and again if it clears and comes back.
+pub fn newly_raised(raised: &mut Vec<WarningKind>, warnings: &[HealthWarning]) -> Vec<String> {
+    let new = warnings
+        .iter()
+        .filter(|w| !raised.contains(&w.kind))
+        .map(|w| w.text.clone())
+        .collect();
+    *raised = warnings.iter().map(|w| w.kind).collect();
+    new
 }
 
 impl DriveHealth {
@@ -394,7 +419,7 @@ pub fn smartctl(path: &Path) -> Health {
         Err(e) => return Health::unavailable(format!("smartctl did not run: {e}")),
     };
     match parse_smartctl(&String::from_utf8_lossy(&out.stdout)) {
-        Ok(h) => Health::Report(h),
+        Ok(h) => Health::Report(Box::new(h)),
         Err(why) => Health::unavailable(why),
     }
 }
@@ -403,7 +428,7 @@ pub fn smartctl(path: &Path) -> Health {
 /// call so that a test can change what the drive reports) says otherwise.
 pub fn emulated(model: &str, file: Option<&Path>) -> Health {
     let Some(file) = file else {
-        return Health::Report(DriveHealth {
+        return Health::Report(Box::new(DriveHealth {
             source: "emulated".into(),
             model: Some(model.to_string()),
             passed: Some(true),
@@ -411,7 +436,7 @@ pub fn emulated(model: &str, file: Option<&Path>) -> Health {
             pending_sectors: Some(0),
             uncorrectable_sectors: Some(0),
             ..DriveHealth::default()
-        });
+        }));
     };
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
@@ -420,7 +445,7 @@ pub fn emulated(model: &str, file: Option<&Path>) -> Health {
     match parse_smartctl(&text) {
         Ok(mut h) => {
             h.source = format!("emulated ({})", file.display());
-            Health::Report(h)
+            Health::Report(Box::new(h))
         }
         Err(why) => Health::unavailable(format!("{}: {why}", file.display())),
     }

@@ -99,7 +99,7 @@ pub trait Disk: Send + Sync + fmt::Debug {
     /// What the member's drive says about its health (SMART; see [`health`]). The default:
     /// no drive of its own to ask (memory, a network member).
     fn health(&self) -> Health {
-        Health::unavailable("no drive of its own to ask")
+        Health::no_drive("memory or a network member")
     }
 }
 

@@ -645,6 +645,10 @@ impl Array {
                         }
                     }
                 };
+                let (health, health_warnings) = {
+                    let seen = lock(&m.health);
+                    (seen.last.clone(), seen.warnings.clone())
+                };
                 Some(MemberStatus {
                     index: i.0,
                     name: m.disk.name().to_string(),
@@ -656,7 +660,8 @@ impl Array {
                     events: st.roster.sbs[i].events,
                     bad_block_ranges: st.bad.get(i).map_or(0, Vec::len),
                     io: m.io.snapshot(),
-                    health: lock(&m.health).last.clone(),
+                    health,
+                    health_warnings,
                 })
             })
             .collect();

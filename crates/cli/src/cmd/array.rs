@@ -392,6 +392,8 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
     }
     drop(members);
     let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
+    // What each member's drive says of itself (SMART), with the default thresholds.
+    array.poll_health(&raidkit_disk::Thresholds::default());
     let status = array.status();
     if args.json {
         return print_json(&serde_json::json!({ "status": status, "assembly": report }));

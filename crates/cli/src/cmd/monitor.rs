@@ -72,6 +72,11 @@ pub struct MonitorArgs {
     /// Print events as JSON lines.
     #[arg(long)]
     pub json: bool,
+    /// Drive health of the stopped arrays' members (served ones are asked by their server):
+    /// how often and what warns, as `serve --health` (`every=30m,temperature=60`, `off`)
+    /// [default: the configuration's HEALTH, or every 30 minutes]. `--oneshot` asks once.
+    #[arg(long, value_name = "SETTINGS")]
+    pub health: Option<String>,
 }
 
 /// One monitor event, as mdadm names them (and raidkit's own).
@@ -102,7 +107,12 @@ impl MonitorEvent {
     fn mailed(&self) -> bool {
         matches!(
             self.event.as_str(),
-            "Fail" | "FailSpare" | "DegradedArray" | "TestMessage" | "ArrayFailed"
+            "Fail"
+                | "FailSpare"
+                | "DegradedArray"
+                | "TestMessage"
+                | "ArrayFailed"
+                | "DriveHealthWarning"
         )
     }
 
@@ -112,7 +122,9 @@ impl MonitorEvent {
             "Fail" | "FailSpare" | "DegradedArray" | "ArrayFailed" | "DeviceDisappeared" => {
                 libc::LOG_CRIT
             }
-            "BadBlocks" | "CheckMismatches" | "SparesMissing" => libc::LOG_WARNING,
+            "BadBlocks" | "CheckMismatches" | "SparesMissing" | "DriveHealthWarning" => {
+                libc::LOG_WARNING
+            }
             _ => libc::LOG_INFO,
         }
     }
@@ -159,6 +171,19 @@ pub fn translate(array: &str, event: &Value) -> Vec<MonitorEvent> {
             format!("{}: {}", text("task"), text("summary")),
         ),
         "bad-blocks-recorded" => one("BadBlocks", member, format!("bad blocks recorded: {event}")),
+        "drive-health-warning" => one(
+            "DriveHealthWarning",
+            member,
+            event["warnings"]
+                .as_array()
+                .map(|w| {
+                    w.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or_default(),
+        ),
         _ => Vec::new(),
     }
 }
@@ -184,6 +209,10 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
         );
     }
     let sink = Sink::new(&args)?;
+    let health = match &args.health {
+        Some(text) => raidkit_cli::server::health::HealthWatch::parse(text)?,
+        None => config.as_ref().and_then(|c| c.health).unwrap_or_default(),
+    };
     // The configuration's arrays no server named here serves: watched through their
     // members' superblocks.
     let stopped = match &config {
@@ -205,10 +234,21 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
             let cfg = config
                 .as_ref()
                 .expect("stopped arrays come from a configuration");
-            match stopped_view(cfg, line) {
-                Ok(missing) if !missing.is_empty() => sink.emit(&degraded(label, &missing)),
+            let thresholds = health.every.map(|_| health.thresholds);
+            match stopped_view(cfg, line, thresholds.as_ref()) {
+                Ok(view) => {
+                    if !view.missing.is_empty() {
+                        sink.emit(&degraded(label, &view.missing));
+                    }
+                    for m in &view.health {
+                        let now: Vec<String> = m.warnings.iter().map(|w| w.text.clone()).collect();
+                        if !now.is_empty() {
+                            sink.emit(&health_warning(label, &m.name, &now));
+                        }
+                    }
+                }
                 Err(Some(e)) => sink.emit(&MonitorEvent::new("DeviceDisappeared", label, None, e)),
-                Ok(_) | Err(None) => {}
+                Err(None) => {}
             }
         }
         return oneshot(&args, &sink);
@@ -220,7 +260,7 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
             .clone()
             .expect("stopped arrays come from a configuration");
         let delay = Duration::from_secs(args.delay.max(1));
-        std::thread::spawn(move || watch_stopped(&cfg, &line, &label, delay, &tx));
+        std::thread::spawn(move || watch_stopped(&cfg, &line, &label, delay, health, &tx));
     }
     for control in &args.control {
         for (name, label) in arrays_of(control, args.test, &sink)? {
@@ -260,14 +300,24 @@ fn stopped_arrays(
         .collect()
 }
 
-/// A stopped array's slots without a member in sync, as a read-only assembly of the members
-/// the configuration finds for it says (nothing is written); otherwise why it cannot be
-/// assembled (no member found, too few members), or `None` when another process holds a
-/// member (a server that started serving it: not this watcher's to report).
+/// What a look at a stopped array finds.
+struct StoppedView {
+    /// Slots without a member in sync.
+    missing: Vec<usize>,
+    /// Each member's drive health, when asked.
+    health: Vec<raidkit_engine::MemberHealth>,
+}
+
+/// A stopped array's slots without a member in sync, and with `health` its members' drive
+/// health, as a read-only assembly of the members the configuration finds for it says
+/// (nothing is written); otherwise why it cannot be assembled (no member found, too few
+/// members), or `None` when another process holds a member (a server that started serving
+/// it: not this watcher's to report).
 fn stopped_view(
     cfg: &raidkit_cli::config::Config,
     line: &raidkit_cli::config::ArrayLine,
-) -> Result<Vec<usize>, Option<String>> {
+    health: Option<&raidkit_disk::Thresholds>,
+) -> Result<StoppedView, Option<String>> {
     let members = cfg.members_of(line).map_err(|e| Some(e.message))?;
     let disks = raidkit_cli::common::open_members(&members, true)
         .map_err(|e| (!e.message.contains(": in use by ")).then_some(e.message))?;
@@ -278,7 +328,19 @@ fn stopped_view(
     };
     let (array, _) =
         raidkit_engine::Array::assemble(disks, opts).map_err(|e| Some(e.to_string()))?;
-    Ok(array.status().missing_slots)
+    Ok(StoppedView {
+        missing: array.status().missing_slots,
+        health: health.map(|t| array.poll_health(t)).unwrap_or_default(),
+    })
+}
+
+fn health_warning(label: &str, member: &str, warnings: &[String]) -> MonitorEvent {
+    MonitorEvent::new(
+        "DriveHealthWarning",
+        label,
+        Some(member),
+        warnings.join("; "),
+    )
 }
 
 fn degraded(label: &str, missing: &[usize]) -> MonitorEvent {
@@ -299,12 +361,34 @@ fn watch_stopped(
     line: &raidkit_cli::config::ArrayLine,
     label: &str,
     delay: Duration,
+    health: raidkit_cli::server::health::HealthWatch,
     tx: &mpsc::Sender<MonitorEvent>,
 ) {
     let mut last: Option<Result<Vec<usize>, String>> = None;
+    // When the drives are asked next, and the warnings raised for each member so far.
+    let mut health_due = std::time::Instant::now();
+    let mut raised: std::collections::HashMap<String, Vec<raidkit_disk::WarningKind>> =
+        std::collections::HashMap::new();
     loop {
-        let now = match stopped_view(cfg, line) {
-            Ok(missing) => Ok(missing),
+        let ask = health
+            .every
+            .filter(|_| std::time::Instant::now() >= health_due);
+        let now = match stopped_view(cfg, line, ask.map(|_| &health.thresholds)) {
+            Ok(view) => {
+                if let Some(every) = ask {
+                    health_due = std::time::Instant::now() + every;
+                }
+                for m in &view.health {
+                    let new = raidkit_disk::health::newly_raised(
+                        raised.entry(m.name.clone()).or_default(),
+                        &m.warnings,
+                    );
+                    if !new.is_empty() && tx.send(health_warning(label, &m.name, &new)).is_err() {
+                        return;
+                    }
+                }
+                Ok(view.missing)
+            }
             Err(Some(e)) => Err(e),
             // Served by another process now: looked at again later.
             Err(None) => {
@@ -368,6 +452,19 @@ fn oneshot(args: &MonitorArgs, sink: &Sink) -> Result<(), CliError> {
     for control in &args.control {
         for (name, label) in arrays_of(control, args.test, sink)? {
             let status = detail(control, &name).map_err(|e| CliError::failure(e.message))?;
+            // The warnings the server's last look at each drive gave.
+            for m in status["members"].as_array().into_iter().flatten() {
+                let warnings: Vec<String> = m["health_warnings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|w| w.as_str().map(str::to_string))
+                    .collect();
+                if !warnings.is_empty() {
+                    let member = m["name"].as_str().unwrap_or("?");
+                    sink.emit(&health_warning(&label, member, &warnings));
+                }
+            }
             if status["degraded"].as_bool() == Some(true) {
                 sink.emit(&MonitorEvent::new(
                     "DegradedArray",

@@ -81,6 +81,12 @@ pub struct ServeArgs {
     /// socket's path with ".schedule" appended].
     #[arg(long = "schedule-state", value_name = "PATH", requires = "schedule")]
     pub schedule_state: Option<PathBuf>,
+    /// Ask the members' drives for their health (SMART: smartctl for block devices; an
+    /// emulated drive's report) at start and every so often, and log a drive-health-warning
+    /// when one reports trouble: `every=30m,reallocated=10,pending=1,uncorrectable=1,
+    /// temperature=60` (the defaults; give any subset), or `off`.
+    #[arg(long, value_name = "SETTINGS")]
+    pub health: Option<String>,
     /// A global hot spare (repeatable): a blank image file or block device that goes to the
     /// first served array left degraded without a spare of its own, which then rebuilds onto
     /// it in the background. A disk carrying an md superblock is refused.
@@ -291,9 +297,15 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let mut schedule_text = args.schedule.clone();
     // The configuration's RATES, given to every array it serves.
     let mut rates = raidkit_cli::config::RatesSpec::default();
+    // The configuration's HEALTH, unless --health says otherwise.
+    let mut health = match &args.health {
+        Some(text) => Some(raidkit_cli::server::health::HealthWatch::parse(text)?),
+        None => None,
+    };
     if args.scan {
         let cfg = raidkit_cli::config::Config::load(&args.config)?;
         rates = cfg.rates;
+        health = health.or(cfg.health);
         if schedule_text.is_none() && !cfg.schedule.is_empty() {
             schedule_text = Some(cfg.schedule.join(","));
         }
@@ -484,6 +496,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         spare_groups,
         schedules,
         schedule_state,
+        health: health.unwrap_or_default(),
     }
     .run(shutdown)
 }

@@ -20,6 +20,7 @@
 
 pub mod control;
 pub mod export;
+pub mod health;
 pub mod log;
 pub mod reshape;
 pub mod schedule;
@@ -165,6 +166,8 @@ pub struct Serving {
     /// task last started.
     pub schedules: Vec<schedule::Schedule>,
     pub schedule_state: Option<PathBuf>,
+    /// How often the members' drives are asked for their health, and what is a warning.
+    pub health: health::HealthWatch,
 }
 
 /// Logs `array`'s events from number `next` on, waiting up to `wait` for the first; returns
@@ -203,6 +206,7 @@ impl Serving {
             spare_groups,
             schedules,
             schedule_state,
+            health,
         } = self;
         let arrays: Vec<(String, Arc<ArraySlot>, Arc<WriteGate>)> = arrays
             .into_iter()
@@ -297,6 +301,10 @@ impl Serving {
             if let (false, Some(state)) = (schedules.is_empty(), &schedule_state) {
                 let (schedules, served, log) = (&schedules, &served, &log);
                 scope.spawn(move || schedule::run(schedules, state, served, log, shutdown));
+            }
+            if health.every.is_some() {
+                let (health, served) = (&health, &served);
+                scope.spawn(move || health::run(health, served, shutdown));
             }
             // A reshape found recorded at start goes on.
             for (name, slot, _) in &arrays {

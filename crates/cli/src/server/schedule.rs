@@ -54,7 +54,7 @@ pub fn parse_schedules(text: &str) -> Result<Vec<Schedule>, CliError> {
     Ok(out)
 }
 
-fn parse_interval(text: &str) -> Result<Duration, CliError> {
+pub(crate) fn parse_interval(text: &str) -> Result<Duration, CliError> {
     let bad = || {
         CliError::usage(format!(
             "interval {text}: a whole number with s, m, h or d, at least 1s (7d, 12h, 90s)"

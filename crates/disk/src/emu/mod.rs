@@ -102,12 +102,14 @@ impl EmuSpec {
                 }
                 "behind" => spec.behind = Some(v.to_string()),
                 "smart" if !v.is_empty() => spec.smart = Some(PathBuf::from(v)),
-                _ => return Err(bad(
-                    text,
-                    format!(
+                _ => {
+                    return Err(bad(
+                        text,
+                        format!(
                         "unknown option {k:?}: wce=on|off, link=NAME, behind=NAME[#N], smart=FILE"
                     ),
-                )),
+                    ))
+                }
             }
         }
         let rest: Vec<&str> = fields.collect();

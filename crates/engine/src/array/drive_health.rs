@@ -14,6 +14,8 @@ use raidkit_disk::{Health, Thresholds, WarningKind};
 #[derive(Debug, Default)]
 pub(crate) struct Seen {
     pub(crate) last: Option<Health>,
+    /// The warnings `last` gave, in sentences.
+    pub(crate) warnings: Vec<String>,
     raised: Vec<WarningKind>,
 }
 
@@ -44,16 +46,9 @@ impl Array {
             let health = m.disk.health();
             let warnings = health.warnings(thresholds);
             let mut seen = lock(&m.health);
-            // Kinds no longer reported clear, so that they are raised again if they return.
-            seen.raised
-                .retain(|k| warnings.iter().any(|w| w.kind == *k));
-            let new: Vec<String> = warnings
-                .iter()
-                .filter(|w| !seen.raised.contains(&w.kind))
-                .map(|w| w.text.clone())
-                .collect();
-            seen.raised = warnings.iter().map(|w| w.kind).collect();
+            let new = raidkit_disk::health::newly_raised(&mut seen.raised, &warnings);
             seen.last = Some(health.clone());
+            seen.warnings = warnings.iter().map(|w| w.text.clone()).collect();
             drop(seen);
             if !new.is_empty() {
                 events.push(ArrayEvent::DriveHealthWarning {

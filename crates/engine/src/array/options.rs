@@ -181,6 +181,9 @@ pub struct MemberStatus {
     /// What the member's drive said at the last [`Array::poll_health`] (`None`: not asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<raidkit_disk::Health>,
+    /// The warnings that answer gave (see [`Array::poll_health`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_warnings: Vec<String>,
 }
 
 /// A member's counters as [`Array::member_io`] reads them.
