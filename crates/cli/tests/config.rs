@@ -393,3 +393,134 @@ fn monitor_scan_watches_stopped_arrays_through_their_members() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(degraded < gone, "{text}");
 }
+
+/// `raidkit assemble --scan`: every ARRAY of the file assembled and left clean, one line
+/// each; an array that cannot be assembled is reported and the others still are; a look
+/// with --read-only writes nothing and sees an unclean stop; --array picks one.
+#[test]
+fn assemble_scan_brings_each_array_to_a_clean_state_and_reports_it() {
+    let dir = TempDir::new("config-assemble");
+    let a = dir.members("a", 3);
+    let b = dir.members("b", 2);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--name",
+            "alpha",
+            "--image-size",
+            "16M",
+        ],
+        &a,
+        &[],
+    ));
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "1",
+            "--name",
+            "beta",
+            "--image-size",
+            "16M",
+        ],
+        &b,
+        &[],
+    ));
+    let conf = dir.path("raidkit.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "DEVICE {}/*.img\nARRAY alpha UUID={}\nARRAY beta UUID={}\n",
+            dir.0.display(),
+            uuid_of(&a),
+            uuid_of(&b)
+        ),
+    )
+    .unwrap();
+    let conf = s(&conf).to_string();
+    let out = ok(&["assemble", "--scan", "--config", &conf]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with("raidkit: alpha: raid5, 3 of 3 slots in sync; stopped clean"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("raidkit: beta: raid1, 2 of 2 slots in sync; stopped clean"),
+        "{out}"
+    );
+
+    // alpha written and dropped without a stop: its superblocks say dirty.
+    {
+        let disks = raidkit_cli::common::open_members(&a, false).unwrap();
+        let (array, _) =
+            raidkit_engine::Array::assemble(disks, raidkit_engine::AssembleOptions::default())
+                .unwrap();
+        array.write_at(&pattern(65536, 7), 0, false).unwrap();
+        array.flush().unwrap();
+    }
+    let before = contents(&a);
+    let out = ok(&[
+        "assemble",
+        "--scan",
+        "--config",
+        &conf,
+        "--array",
+        "alpha",
+        "--read-only",
+    ]);
+    assert!(
+        out.contains("looked at read-only, not stopped cleanly"),
+        "{out}"
+    );
+    assert!(!out.contains("beta"), "--array picks one: {out}");
+    assert_unchanged(&a, &before, "assemble --read-only");
+
+    // beta loses a member: not assembled without --run (and nothing written), alpha is.
+    let gone = dir.path("b1.away");
+    std::fs::rename(&b[1], &gone).unwrap();
+    let before_b0 = contents(&b[..1]);
+    let run = raidkit(&["assemble", "--scan", "--config", &conf]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(run.status.code(), Some(4), "{out}");
+    // Dirty with an empty partial parity log: md resyncs such an array, and so does raidkit.
+    assert!(
+        out.contains(
+            "raidkit: alpha: raid5, 3 of 3 slots in sync, resync pending (`raidkit serve` or `raidkit rebuild` runs it); stopped with a resync pending from sector 0"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("raidkit: beta: not assembled"), "{out}");
+    assert!(out.contains("1 of 2 arrays not assembled"), "{out}");
+    assert_unchanged(&b[..1], &before_b0, "a refused assembly");
+    ok(&with(&["rebuild"], &a, &[]));
+    // alpha is consistent again, from its own superblocks' view.
+    let v: serde_json::Value = serde_json::from_str(&ok(&[
+        "assemble", "--scan", "--config", &conf, "--array", "alpha", "--json",
+    ]))
+    .unwrap();
+    assert_eq!(v[0]["array"], "alpha");
+    assert_eq!(v[0]["assembly"]["was_dirty"], false, "{v}");
+    let out = ok(&[
+        "assemble", "--scan", "--config", &conf, "--array", "beta", "--run",
+    ]);
+    assert!(
+        out.contains("1 of 2 slots in sync, degraded (slots [1] missing)"),
+        "{out}"
+    );
+    // Members given instead of a file; a name the file does not have is refused.
+    std::fs::rename(&gone, &b[1]).unwrap();
+    let (code, err) = fails(&["assemble", "--scan", "--config", &conf, "--array", "gamma"]);
+    assert_eq!(code, 2, "{err}");
+    let out = ok(&with(&["assemble"], &a, &[]));
+    assert!(
+        out.starts_with("raidkit: array: raid5, 3 of 3 slots in sync"),
+        "{out}"
+    );
+}

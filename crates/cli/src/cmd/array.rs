@@ -13,6 +13,7 @@
 //! (unless `--force`). `write` streams its input, so its memory does not grow with it.
 
 /// `create`, and creating arrays for the demo and the NBD benchmark.
+mod assemble;
 pub mod create;
 mod demo;
 mod grow;
@@ -77,6 +78,11 @@ pub enum ArrayCommand {
     Add(AddArgs),
     /// Assemble and stop cleanly (marks the superblocks clean).
     Stop(MembersArgs),
+    /// Bring stopped arrays (one by its members, or with --scan every one the configuration
+    /// names) to a consistent state, as mdadm --assemble does: logs replayed, an interrupted
+    /// superblock round finished, superblocks written clean; one line each says what it is
+    /// made of. `raidkit serve --scan` then serves them. --read-only only looks.
+    Assemble(assemble::AssembleArgs),
     /// Count stripes whose parity or copies disagree with the data (md's check); changes
     /// nothing. Exit code 5 when mismatches are found.
     Check(tasks::ScanArgs),
@@ -306,6 +312,7 @@ pub fn run(cmd: ArrayCommand) -> Result<(), CliError> {
         ArrayCommand::Add(args) => add(args),
         ArrayCommand::Grow(args) => grow::grow(args),
         ArrayCommand::Stop(args) => stop(args),
+        ArrayCommand::Assemble(args) => assemble::run(args),
         ArrayCommand::Check(args) => tasks::run_scan_command(TaskKind::Check, args),
         ArrayCommand::Repair(args) => tasks::run_scan_command(TaskKind::Repair, args),
         ArrayCommand::Rebuild(args) => tasks::run_task_command(None, args),
