@@ -69,13 +69,18 @@ pub struct RatesSpec {
     pub resync_percent: Option<u8>,
     pub check_percent: Option<u8>,
     pub patrol_percent: Option<u8>,
+    /// An online reshape's share (the PERC6's reconstruction rate).
+    pub reshape_percent: Option<u8>,
     /// Bytes per second; 0 removes the cap.
     pub max_bytes_per_s: Option<u64>,
+    /// Bytes per second a task keeps however busy the array (md's speed_limit_min); 0
+    /// removes the floor.
+    pub min_bytes_per_s: Option<u64>,
 }
 
 impl RatesSpec {
-    /// Parses RATES items: `rebuild=50 resync=30 check=20 patrol=10 max-speed=200` (percent
-    /// from 1 to 100; max-speed in MB/s, 0 for none).
+    /// Parses RATES items: `rebuild=50 resync=30 check=20 patrol=10 reshape=30 min-speed=5
+    /// max-speed=200` (percent from 1 to 100; speeds in MB/s, 0 for none).
     pub fn parse(items: &[&str]) -> Result<RatesSpec, String> {
         let mut r = RatesSpec::default();
         for item in items {
@@ -94,12 +99,12 @@ impl RatesSpec {
                 "resync" => r.resync_percent = percent()?,
                 "check" => r.check_percent = percent()?,
                 "patrol" => r.patrol_percent = percent()?,
+                "reshape" => r.reshape_percent = percent()?,
                 "max-speed" => r.max_bytes_per_s = Some(n * 1_000_000),
-                other => {
-                    return Err(format!(
-                        "{other}: one of rebuild, resync, check, patrol, max-speed"
-                    ))
-                }
+                "min-speed" => r.min_bytes_per_s = Some(n * 1_000_000),
+                other => return Err(format!(
+                    "{other}: one of rebuild, resync, check, patrol, reshape, min-speed, max-speed"
+                )),
             }
         }
         Ok(r)
@@ -115,6 +120,7 @@ impl RatesSpec {
             (self.resync_percent, &mut rates.resync_percent),
             (self.check_percent, &mut rates.check_percent),
             (self.patrol_percent, &mut rates.patrol_percent),
+            (self.reshape_percent, &mut rates.reshape_percent),
         ] {
             if let Some(p) = given {
                 if !(1..=100).contains(&p) {
@@ -125,6 +131,18 @@ impl RatesSpec {
         }
         if let Some(b) = self.max_bytes_per_s {
             rates.max_bytes_per_s = (b > 0).then_some(b);
+        }
+        if let Some(b) = self.min_bytes_per_s {
+            rates.min_bytes_per_s = (b > 0).then_some(b);
+        }
+        if let (Some(min), Some(max)) = (rates.min_bytes_per_s, rates.max_bytes_per_s) {
+            if min > max {
+                return Err(CliError::usage(format!(
+                    "min-speed {} MB/s is above max-speed {} MB/s",
+                    min / 1_000_000,
+                    max / 1_000_000
+                )));
+            }
         }
         Ok(rates)
     }
@@ -414,7 +432,7 @@ mod tests {
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
              ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g\nMAILADDR root\n\
              PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n\
-             RATES rebuild=50 max-speed=200\nHEALTH every=1h temperature=55\n",
+             RATES rebuild=50 max-speed=200 reshape=40 min-speed=5\nHEALTH every=1h temperature=55\n",
         )
         .unwrap();
         assert_eq!(cfg.devices, vec!["/srv/*.img", "/dev/sd*"]);
@@ -434,7 +452,9 @@ mod tests {
             cfg.rates,
             RatesSpec {
                 rebuild_percent: Some(50),
+                reshape_percent: Some(40),
                 max_bytes_per_s: Some(200_000_000),
+                min_bytes_per_s: Some(5_000_000),
                 ..RatesSpec::default()
             }
         );

@@ -70,7 +70,28 @@ fn check_repair_patrol_and_stop_on_a_served_array_while_a_client_writes() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     ok(&["task", "--control", &ctl, "rates", "--max-speed", "0"]);
-    // Bad input: an unknown task, a rate out of range.
+    // The PERC6's reconstruction rate and md's floor, both kept.
+    let out = ok(&[
+        "task",
+        "--control",
+        &ctl,
+        "rates",
+        "--reshape",
+        "60",
+        "--min-speed",
+        "5",
+    ]);
+    assert!(
+        out.contains("reshape 60%") && out.contains("floor 5.0 MB/s") && out.contains("cap none"),
+        "{out}"
+    );
+    // Bad input: an unknown task, a rate out of range, a floor above the cap.
+    let (code, err) = fails(&["task", "--control", &ctl, "rates", "--max-speed", "2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("min-speed 5 MB/s is above max-speed 2 MB/s"),
+        "{err}"
+    );
     let (code, err) = fails(&["task", "--control", &ctl, "start", "defrag"]);
     assert_eq!(code, 2, "{err}");
     let (code, err) = fails(&["task", "--control", &ctl, "rates", "--rebuild", "0"]);

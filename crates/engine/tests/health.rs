@@ -1446,3 +1446,41 @@ fn a_write_after_a_resync_stopped_part_way_records_the_array_dirty_from_0() {
         a.stop().unwrap();
     }
 }
+
+/// md's speed_limit_min: a floor above what the task can reach means it never yields,
+/// however busy the foreground and however small its share.
+#[test]
+fn a_rate_floor_keeps_a_task_from_yielding() {
+    let (_disks, array) = create(5, 2, 4, 0, 18);
+    array.set_task_rates(TaskRates {
+        check_percent: 1,
+        min_bytes_per_s: Some(1 << 50),
+        ..TaskRates::default()
+    });
+    let busy = AtomicBool::new(true);
+    let reads = std::sync::atomic::AtomicU64::new(0);
+    let mut throttled = false;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = vec![0u8; 4096];
+            while busy.load(Ordering::Relaxed) {
+                array.read_at(&mut buf, 0).unwrap();
+                reads.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        while reads.load(Ordering::Relaxed) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let r = array
+            .run_task(
+                TaskKind::Check,
+                &mut |p| throttled |= p.throttled,
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+        busy.store(false, Ordering::Relaxed);
+        assert_eq!(r.outcome, TaskOutcome::Completed);
+    });
+    assert!(!throttled, "the check yielded below its floor");
+}

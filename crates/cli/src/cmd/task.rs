@@ -52,9 +52,16 @@ pub enum Action {
         /// Patrol read.
         #[arg(long, value_name = "PERCENT")]
         patrol: Option<u8>,
+        /// An online reshape (`grow --control`; the PERC6's reconstruction rate).
+        #[arg(long, value_name = "PERCENT")]
+        reshape: Option<u8>,
         /// Cap every task at this many MB/s (md's speed_limit_max); 0 removes the cap.
         #[arg(long = "max-speed", value_name = "MB/s")]
         max_speed: Option<f64>,
+        /// Keep every task at this many MB/s at least, however busy the array (md's
+        /// speed_limit_min); 0 removes the floor.
+        #[arg(long = "min-speed", value_name = "MB/s")]
+        min_speed: Option<f64>,
     },
 }
 
@@ -130,7 +137,9 @@ pub fn run(args: TaskArgs) -> Result<(), CliError> {
             resync,
             check,
             patrol,
+            reshape,
             max_speed,
+            min_speed,
         } => {
             let r = client.call(&Request::Rates {
                 array,
@@ -138,18 +147,25 @@ pub fn run(args: TaskArgs) -> Result<(), CliError> {
                 resync_percent: resync,
                 check_percent: check,
                 patrol_percent: patrol,
+                reshape_percent: reshape,
                 max_bytes_per_s: max_speed.map(|m| (m * 1e6) as u64),
+                min_bytes_per_s: min_speed.map(|m| (m * 1e6) as u64),
             })?;
             let rates = &r["rates"];
+            let speed = |v: &Value| {
+                v.as_u64().map_or("none".to_string(), |b| {
+                    format!("{:.1} MB/s", b as f64 / 1e6)
+                })
+            };
             println!(
-                "raidkit: task rates: rebuild {}%, resync {}%, check {}%, patrol {}% of the array's time while clients use it; cap {}",
+                "raidkit: task rates: rebuild {}%, resync {}%, check {}%, patrol {}%, reshape {}% of the array's time while clients use it; floor {}, cap {}",
                 rates["rebuild_percent"],
                 rates["resync_percent"],
                 rates["check_percent"],
                 rates["patrol_percent"],
-                rates["max_bytes_per_s"]
-                    .as_u64()
-                    .map_or("none".to_string(), |b| format!("{:.1} MB/s", b as f64 / 1e6))
+                rates["reshape_percent"],
+                speed(&rates["min_bytes_per_s"]),
+                speed(&rates["max_bytes_per_s"])
             );
             Ok(())
         }

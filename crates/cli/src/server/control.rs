@@ -125,7 +125,11 @@ pub enum Request {
         #[serde(default)]
         patrol_percent: Option<u8>,
         #[serde(default)]
+        reshape_percent: Option<u8>,
+        #[serde(default)]
         max_bytes_per_s: Option<u64>,
+        #[serde(default)]
+        min_bytes_per_s: Option<u64>,
     },
     /// Reshape the served array while it serves (mdadm --grow's --raid-devices, --level,
     /// --layout, --chunk): the spares it needs are added first (`add`); progress is in
@@ -691,19 +695,24 @@ impl ControlServer {
                 resync_percent,
                 check_percent,
                 patrol_percent,
+                reshape_percent,
                 max_bytes_per_s,
+                min_bytes_per_s,
             } => {
                 let served = self.find(array.as_deref())?;
-                let current = served.array()?;
+                // Kept by the slot too: an online reshape paces itself by it, and the array
+                // a reshape leaves behind gets them.
                 let rates = crate::config::RatesSpec {
                     rebuild_percent,
                     resync_percent,
                     check_percent,
                     patrol_percent,
+                    reshape_percent,
                     max_bytes_per_s,
+                    min_bytes_per_s,
                 }
-                .apply(current.task_rates())?;
-                current.set_task_rates(rates);
+                .apply(served.slot.rates())?;
+                served.slot.set_rates(rates);
                 let mut result = result_of(served, None);
                 result["rates"] = serde_json::to_value(rates).unwrap_or_default();
                 Ok(result)

@@ -61,16 +61,37 @@ pub struct ArraySlot {
     pub stopping: std::sync::atomic::AtomicBool,
     /// An online reshape's steps run (the server waits for them to stop at shutdown).
     pub driving: std::sync::atomic::AtomicBool,
+    /// The task rates set for this array: given to the array serving now and to the one an
+    /// online reshape leaves behind; the reshape paces itself by its share.
+    rates: std::sync::Mutex<raidkit_engine::TaskRates>,
 }
 
 impl ArraySlot {
     pub fn new(backend: Backend) -> Arc<ArraySlot> {
+        let rates = match &backend {
+            Backend::Array(a) => a.task_rates(),
+            Backend::Reshaping(_) => Default::default(),
+        };
         Arc::new(ArraySlot {
             backend: std::sync::RwLock::new(backend),
             requests: Default::default(),
             stopping: Default::default(),
             driving: Default::default(),
+            rates: std::sync::Mutex::new(rates),
         })
+    }
+
+    /// The task rates set for this array.
+    pub fn rates(&self) -> raidkit_engine::TaskRates {
+        *self.rates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the task rates, on the array serving now too.
+    pub fn set_rates(&self, rates: raidkit_engine::TaskRates) {
+        *self.rates.lock().unwrap_or_else(|e| e.into_inner()) = rates;
+        if let Backend::Array(a) = self.get() {
+            a.set_task_rates(rates);
+        }
     }
 
     /// Shared, for one request.

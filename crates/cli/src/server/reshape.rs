@@ -5,8 +5,8 @@
 //! reaches the array meanwhile), the array is stopped, its member disks handed to the reshape,
 //! and the reshape becomes what serves requests. [`drive`] then runs the steps on a thread of
 //! its own, each with the slot held (requests wait for one step), pacing itself: when clients
-//! made requests since the last step, it leaves them 70 % of the time, as a task's default
-//! rate. When the last step is done the array is assembled in its new shape and swapped in;
+//! made requests since the last step, it takes only its share of the time (the task rates'
+//! reshape percent, 30 % by default, as for every task). When the last step is done the array is assembled in its new shape and swapped in;
 //! clients connected before see the old size until they reconnect (NBD fixes a size at
 //! connection). A server stopped mid-reshape leaves it recorded; `serve` goes on with it.
 
@@ -56,6 +56,7 @@ pub fn start(
             let (again, _) = Array::assemble(raidkit_engine::shared_disks(&disks), opts)
                 .map_err(engine_error)?;
             let again = Arc::new(again);
+            again.set_task_rates(slot.rates());
             again.start_background().map_err(engine_error)?;
             *held = Backend::Array(again);
             return Err(engine_error(e));
@@ -64,6 +65,7 @@ pub fn start(
     if online.finished() {
         let (again, _) = online.assemble().map_err(engine_error)?;
         let again = Arc::new(again);
+        again.set_task_rates(slot.rates());
         again.start_background().map_err(engine_error)?;
         log.info(
             "reshape-finished",
@@ -124,6 +126,7 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
                 Ok(true) => {
                     let again = online.assemble().map_err(engine_error).and_then(|(a, _)| {
                         let a = Arc::new(a);
+                        a.set_task_rates(slot.rates());
                         a.start_background().map_err(engine_error)?;
                         Ok(a)
                     });
@@ -169,12 +172,13 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
                 &format!("online reshape {}% done", d * 10),
             );
         }
-        // Clients came meanwhile: they get 70 % of the time, and steps are short; while none
-        // come, steps grow.
+        // Clients came meanwhile: the reshape takes its share of the time (the task rates'
+        // reshape percent, 30 unless set), and steps are short; while none come, steps grow.
         let now = slot.requests.load(Ordering::Relaxed);
         if now != seen {
             step = STEP_BYTES;
-            std::thread::sleep(t0.elapsed() * 7 / 3);
+            let share = u32::from(slot.rates().reshape_percent.clamp(1, 100));
+            std::thread::sleep(t0.elapsed() * (100 - share) / share);
         } else {
             step = (step * 2).min(IDLE_STEP_BYTES);
         }

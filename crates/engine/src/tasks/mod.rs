@@ -131,8 +131,14 @@ pub struct TaskRates {
     pub resync_percent: u8,
     pub check_percent: u8,
     pub patrol_percent: u8,
+    /// An online reshape's share (the PERC6's reconstruction rate), paced by the server
+    /// that drives it.
+    pub reshape_percent: u8,
     /// A hard cap in bytes per second of range covered, idle or not (md's speed_limit_max).
     pub max_bytes_per_s: Option<u64>,
+    /// A floor in bytes per second of range covered that yielding to clients never goes
+    /// below (md's speed_limit_min): a busy array still gets its rebuild done.
+    pub min_bytes_per_s: Option<u64>,
 }
 
 impl TaskRates {
@@ -143,7 +149,9 @@ impl TaskRates {
             resync_percent: 100,
             check_percent: 100,
             patrol_percent: 100,
+            reshape_percent: 100,
             max_bytes_per_s: None,
+            min_bytes_per_s: None,
         }
     }
 }
@@ -155,7 +163,9 @@ impl Default for TaskRates {
             resync_percent: 30,
             check_percent: 30,
             patrol_percent: 30,
+            reshape_percent: 30,
             max_bytes_per_s: None,
+            min_bytes_per_s: None,
         }
     }
 }

@@ -255,6 +255,11 @@ impl Array {
         let mut sleep = Duration::ZERO;
         if self.yields(rates, kind) {
             sleep = step * (100 - share) / share;
+            // Never so long that the walk falls below its floor.
+            if let Some(min) = rates.min_bytes_per_s.filter(|&m| m > 0) {
+                let allowed = Duration::from_secs_f64(covered_bytes as f64 / min as f64);
+                sleep = sleep.min(allowed.saturating_sub(walk_started.elapsed()));
+            }
         }
         if let Some(max) = rates.max_bytes_per_s.filter(|&m| m > 0) {
             let due = Duration::from_secs_f64(covered_bytes as f64 / max as f64);
