@@ -40,6 +40,9 @@ pub struct ArrayLine {
     pub devices: Vec<PathBuf>,
     /// mdadm's `spare-group=`: arrays of one group lend each other their spares.
     pub spare_group: Option<String>,
+    /// mdadm's `spares=`: the spares the array should have; the monitor reports
+    /// SparesMissing when it first sees the array with fewer.
+    pub spares: Option<usize>,
 }
 
 /// A parsed configuration file.
@@ -102,9 +105,11 @@ impl RatesSpec {
                 "reshape" => r.reshape_percent = percent()?,
                 "max-speed" => r.max_bytes_per_s = Some(n * 1_000_000),
                 "min-speed" => r.min_bytes_per_s = Some(n * 1_000_000),
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "{other}: one of rebuild, resync, check, patrol, reshape, min-speed, max-speed"
-                )),
+                ))
+                }
             }
         }
         Ok(r)
@@ -196,6 +201,7 @@ impl Config {
                     let mut uuid = None;
                     let mut devices = Vec::new();
                     let mut spare_group = None;
+                    let mut spares = None;
                     for f in fields {
                         let (k, v) = f.split_once('=').unwrap_or((f, ""));
                         match k.to_ascii_lowercase().as_str() {
@@ -206,10 +212,15 @@ impl Config {
                                 )
                             }
                             "spare-group" if !v.is_empty() => spare_group = Some(v.to_string()),
+                            "spares" => {
+                                spares = Some(v.parse().map_err(|_| {
+                                    bad(format!("spares={v}: not a number of spares"))
+                                })?)
+                            }
                             "devices" => devices
                                 .extend(v.split(',').filter(|d| !d.is_empty()).map(PathBuf::from)),
-                            // mdadm's other words (metadata=, name=, level=, num-devices=,
-                            // spares=) describe the array; the UUID decides.
+                            // mdadm's other words (metadata=, name=, level=, num-devices=)
+                            // describe the array; the UUID decides.
                             _ => {}
                         }
                     }
@@ -222,6 +233,7 @@ impl Config {
                         uuid,
                         devices,
                         spare_group,
+                        spares,
                     });
                 }
                 "MAILADDR" => cfg.mailaddr = rest.first().map(|s| s.to_string()),
@@ -430,7 +442,7 @@ mod tests {
         let cfg = Config::parse(
             "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
-             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g\nMAILADDR root\n\
+             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g spares=2\nMAILADDR root\n\
              PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n\
              RATES rebuild=50 max-speed=200 reshape=40 min-speed=5\nHEALTH every=1h temperature=55\n",
         )
@@ -447,6 +459,10 @@ mod tests {
             "6b833081:84bc422c:84c6994c:8e74448f"
         );
         assert_eq!(cfg.arrays[1].spare_group.as_deref(), Some("g"));
+        assert_eq!(
+            (cfg.arrays[0].spares, cfg.arrays[1].spares),
+            (None, Some(2))
+        );
         assert_eq!(cfg.schedule, vec!["check=30d", "patrol=7d"]);
         assert_eq!(
             cfg.rates,

@@ -247,7 +247,7 @@ fn a_spare_group_moves_the_spare_to_the_array_that_lost_a_member() {
     std::fs::write(
         &conf,
         format!(
-            "DEVICE {}/*.img\nARRAY alpha UUID={ua} spare-group=shelf\nARRAY beta UUID={ub} spare-group=shelf\n",
+            "DEVICE {}/*.img\nARRAY alpha UUID={ua} spare-group=shelf\nARRAY beta UUID={ub} spare-group=shelf spares=1\n",
             dir.0.display()
         ),
     )
@@ -273,6 +273,52 @@ fn a_spare_group_moves_the_spare_to_the_array_that_lost_a_member() {
             .collect()
     };
     assert!(roles(&detail("alpha")).contains(&("a3.img".into(), "spare".into())));
+    // The monitor, told by the file: beta lacks the spare its line asks for (SparesMissing);
+    // the spare's move is MoveSpare.
+    let events = dir.path("events.log");
+    let hook = dir.path("hook.sh");
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", events.display()),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _monitor = Killed(
+        Command::new(RAIDKIT)
+            .args(["monitor", "--scan", "--config", s(&conf), "--control", &ctl])
+            .args(["--program", s(&hook)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let wait_for = |what: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&events).unwrap_or_default();
+            if text.lines().any(|l| l.starts_with(what)) || Instant::now() > deadline {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let text = wait_for("SparesMissing");
+    assert!(
+        text.lines()
+            .any(|l| l == format!("SparesMissing {ctl}:beta")),
+        "{text}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
     ok(&[
         "fail",
         "--control",
@@ -304,6 +350,13 @@ fn a_spare_group_moves_the_spare_to_the_array_that_lost_a_member() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let text = wait_for("MoveSpare");
+    assert!(
+        text.lines()
+            .any(|l| l == format!("MoveSpare {ctl}:beta {}", a[3].display())),
+        "{text}"
+    );
+    assert!(!text.contains(":alpha"), "alpha asks for no spares: {text}");
     server.stop();
     // After a restart the spare is beta's: its superblock says so.
     let server = serve("two");

@@ -324,6 +324,12 @@ impl Array {
         st.events.since(since)
     }
 
+    /// Records an event the layer above caused (a spare moved here from another array by
+    /// the server): it reaches [`Array::events_since`] like the array's own.
+    pub fn record_event(&self, event: ArrayEvent) {
+        lock(&self.state).events.push(event);
+    }
+
     pub fn geometry(&self) -> &Geo {
         &self.geo
     }

@@ -35,6 +35,9 @@ pub enum ArrayEvent {
     ArrayDegraded { missing_slots: Vec<usize> },
     /// A member was attached as a spare.
     SpareAdded { member: String },
+    /// A spare came from another array of its spare group (mdadm's MoveSpare; recorded by
+    /// the server that moved it, through [`crate::Array::record_event`]).
+    SpareMoved { member: String, from: String },
     /// A spare took a missing slot; a rebuild brings it in sync.
     SpareTaken { member: String, slot: usize },
     /// A member was detached.
@@ -272,6 +275,10 @@ impl fmt::Display for ArrayEvent {
             } => write!(
                 f,
                 "{member}: sectors {first_sector}..{last_sector} recorded in the bad-block log; served from redundancy"
+            ),
+            ArrayEvent::SpareMoved { member, from } => write!(
+                f,
+                "{member}: spare moved here from {from} (spare group)"
             ),
             ArrayEvent::DriveHealthWarning { member, warnings } => write!(
                 f,

@@ -5,19 +5,23 @@
 //! Each array is read by its own thread: it long-polls the server's `events` request (the
 //! array's numbered event log, see `server/control.rs`), turns array events into monitor
 //! events (Fail, FailSpare, DegradedArray, SpareActive, RebuildStarted, RebuildNN,
-//! RebuildFinished, DeviceDisappeared, NewArray, TestMessage, and raidkit's own: SpareTaken,
-//! BadBlocks, CheckMismatches, ArrayFailed, EventsMissed), and, while a task runs, reads
+//! RebuildFinished, MoveSpare, SparesMissing, DeviceDisappeared, NewArray, TestMessage, and
+//! raidkit's own: SpareTaken, BadBlocks, CheckMismatches, DriveHealthWarning, ArrayFailed,
+//! EventsMissed), and, while a task runs, reads
 //! its progress for the RebuildNN steps. A socket that stops answering is DeviceDisappeared;
 //! the thread then tries again every `--delay`. Every event goes, in this order, to standard
 //! output (one line, or JSON with `--json`), to syslog (`--syslog`), to the program
 //! (`--program PROG EVENT ARRAY [MEMBER]`, as mdadm runs it) and, for the events mdadm mails
-//! (Fail, FailSpare, DegradedArray, TestMessage, and raidkit's ArrayFailed), to the mail
+//! (Fail, FailSpare, DegradedArray, TestMessage, and raidkit's ArrayFailed and
+//! DriveHealthWarning), to the mail
 //! address through the local `sendmail -t` interface (`--mail`). One thread writes them, so
 //! the program runs once at a time, in the order events happened to each array.
 //!
 //! With `--scan`, the configuration's arrays that no server serves are watched too: every
 //! `--delay` a read-only assembly of the members found for them (nothing written) says which
-//! slots lack a member in sync.
+//! slots lack a member in sync, and every `--health every=` their drives are asked for their
+//! health (served arrays' drives are asked by their server). An ARRAY line's `spares=N` gives
+//! SparesMissing when an array is first seen with fewer spares.
 
 use raidkit_cli::server::control::{ControlClient, Request};
 use raidkit_cli::CliError;
@@ -46,8 +50,8 @@ pub struct MonitorArgs {
     /// Run PROG EVENT ARRAY [MEMBER] for each event, as mdadm's --program does.
     #[arg(long, value_name = "PROG")]
     pub program: Option<PathBuf>,
-    /// Mail Fail, FailSpare, DegradedArray, TestMessage and ArrayFailed events to this
-    /// address through the local sendmail interface (`sendmail -t`), as mdadm's --mail does.
+    /// Mail Fail, FailSpare, DegradedArray, TestMessage, ArrayFailed and DriveHealthWarning
+    /// events to this address through the local sendmail interface (`sendmail -t`), as mdadm's --mail does.
     #[arg(long, value_name = "ADDRESS")]
     pub mail: Option<String>,
     /// The sendmail program (the MTA's `sendmail -t` interface).
@@ -59,8 +63,8 @@ pub struct MonitorArgs {
     /// Send a TestMessage event for every array at start, to check the program and the mail.
     #[arg(long, short = 't')]
     pub test: bool,
-    /// Check once, report DegradedArray for each degraded array (and TestMessage with
-    /// --test), and exit, as mdadm's --oneshot for cron.
+    /// Check once, report DegradedArray for each degraded array, SparesMissing, each drive
+    /// health warning (and TestMessage with --test), and exit, as mdadm's --oneshot for cron.
     #[arg(long, short = '1')]
     pub oneshot: bool,
     /// Seconds between attempts to reach a control socket that stopped answering.
@@ -159,6 +163,11 @@ pub fn translate(array: &str, event: &Value) -> Vec<MonitorEvent> {
             member,
             format!("in sync in slot {}", event["slot"]),
         ),
+        "spare-moved" => one(
+            "MoveSpare",
+            member,
+            format!("moved here from {}", text("from")),
+        ),
         "spare-taken" => one(
             "SpareTaken",
             member,
@@ -240,6 +249,9 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
                     if !view.missing.is_empty() {
                         sink.emit(&degraded(label, &view.missing));
                     }
+                    if let Some(e) = spares_missing(label, line.spares, view.spares) {
+                        sink.emit(&e);
+                    }
                     for m in &view.health {
                         let now: Vec<String> = m.warnings.iter().map(|w| w.text.clone()).collect();
                         if !now.is_empty() {
@@ -251,7 +263,7 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
                 Err(None) => {}
             }
         }
-        return oneshot(&args, &sink);
+        return oneshot(&args, config.as_ref(), &sink);
     }
     let (tx, rx) = mpsc::channel::<MonitorEvent>();
     for (line, label) in stopped {
@@ -264,6 +276,12 @@ pub fn run(mut args: MonitorArgs) -> Result<(), CliError> {
     }
     for control in &args.control {
         for (name, label) in arrays_of(control, args.test, &sink)? {
+            if let Some(e) = config
+                .as_ref()
+                .and_then(|c| served_spares_missing(c, control, &name, &label))
+            {
+                sink.emit(&e);
+            }
             let tx = tx.clone();
             let control = control.clone();
             let (delay, increment) = (Duration::from_secs(args.delay.max(1)), args.increment);
@@ -304,6 +322,8 @@ fn stopped_arrays(
 struct StoppedView {
     /// Slots without a member in sync.
     missing: Vec<usize>,
+    /// Spares attached.
+    spares: usize,
     /// Each member's drive health, when asked.
     health: Vec<raidkit_engine::MemberHealth>,
 }
@@ -328,10 +348,55 @@ fn stopped_view(
     };
     let (array, _) =
         raidkit_engine::Array::assemble(disks, opts).map_err(|e| Some(e.to_string()))?;
+    let status = array.status();
     Ok(StoppedView {
-        missing: array.status().missing_slots,
+        spares: spare_count(
+            &status
+                .members
+                .iter()
+                .map(|m| m.role.as_str())
+                .collect::<Vec<_>>(),
+        ),
+        missing: status.missing_slots,
         health: health.map(|t| array.poll_health(t)).unwrap_or_default(),
     })
+}
+
+fn spare_count(roles: &[&str]) -> usize {
+    roles.iter().filter(|r| **r == "spare").count()
+}
+
+/// mdadm's SparesMissing: the configuration's `spares=` asks for more spares than the
+/// array has when first seen.
+fn spares_missing(label: &str, want: Option<usize>, have: usize) -> Option<MonitorEvent> {
+    let want = want.filter(|&w| w > have)?;
+    Some(MonitorEvent::new(
+        "SparesMissing",
+        label,
+        None,
+        format!("{have} spares where the configuration asks for {want}"),
+    ))
+}
+
+/// SparesMissing for the arrays a server serves, by their UUID's line in `cfg`.
+fn served_spares_missing(
+    cfg: &raidkit_cli::config::Config,
+    control: &Path,
+    name: &str,
+    label: &str,
+) -> Option<MonitorEvent> {
+    let status = detail(control, name).ok()?;
+    let uuid = status["uuid"].as_str()?;
+    let line = cfg
+        .arrays
+        .iter()
+        .find(|a| a.uuid.to_mdadm_string() == uuid)?;
+    let roles: Vec<&str> = status["members"]
+        .as_array()?
+        .iter()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    spares_missing(label, line.spares, spare_count(&roles))
 }
 
 fn health_warning(label: &str, member: &str, warnings: &[String]) -> MonitorEvent {
@@ -385,6 +450,13 @@ fn watch_stopped(
                     );
                     if !new.is_empty() && tx.send(health_warning(label, &m.name, &new)).is_err() {
                         return;
+                    }
+                }
+                if last.is_none() {
+                    if let Some(e) = spares_missing(label, line.spares, view.spares) {
+                        if tx.send(e).is_err() {
+                            return;
+                        }
                     }
                 }
                 Ok(view.missing)
@@ -448,9 +520,16 @@ fn watch_stopped(
 }
 
 /// `--oneshot`: DegradedArray for each degraded array, TestMessage with --test.
-fn oneshot(args: &MonitorArgs, sink: &Sink) -> Result<(), CliError> {
+fn oneshot(
+    args: &MonitorArgs,
+    config: Option<&raidkit_cli::config::Config>,
+    sink: &Sink,
+) -> Result<(), CliError> {
     for control in &args.control {
         for (name, label) in arrays_of(control, args.test, sink)? {
+            if let Some(e) = config.and_then(|c| served_spares_missing(c, control, &name, &label)) {
+                sink.emit(&e);
+            }
             let status = detail(control, &name).map_err(|e| CliError::failure(e.message))?;
             // The warnings the server's last look at each drive gave.
             for m in status["members"].as_array().into_iter().flatten() {

@@ -215,12 +215,18 @@ pub fn move_spares(arrays: &[ServedArray]) -> Vec<String> {
         };
         let _writes_held = to.gate.hold_writes();
         said.push(match to_array.add_spare(disk, uuid) {
-            Ok(()) => format!(
+            Ok(()) => {
+                to_array.record_event(raidkit_engine::ArrayEvent::SpareMoved {
+                    member: path.display().to_string(),
+                    from: from.name.clone(),
+                });
+                format!(
                 "{}: spare {} moved here from {} (spare group {group}); it is rebuilt in the background",
-                to.name,
-                path.display(),
-                from.name
-            ),
+                    to.name,
+                    path.display(),
+                    from.name
+                )
+            }
             Err(e) => format!(
                 "{}: spare {} from {} could not be added: {e}",
                 to.name,
