@@ -169,3 +169,66 @@ fn scheduled_checks_start_by_themselves_and_are_remembered_across_restarts() {
         assert_eq!(code, 2, "{bad}: {err}");
     }
 }
+
+/// mdcheck's way: a check with a time budget stops when the budget is spent and the next
+/// window continues where it stopped, until the whole array is checked; where it stopped is
+/// in the state file.
+#[test]
+fn a_scheduled_check_with_a_budget_continues_where_it_stopped() {
+    let dir = TempDir::new("served-schedule-budget");
+    let members = dir.members("m", 3);
+    ok(&with(
+        &["create", "--level", "5", "--image-size", "16M"],
+        &members,
+        &[],
+    ));
+    let mut args = vec!["--name", "md0", "--schedule", "check=2s+1s"];
+    args.extend(members.iter().map(|p| s(p)));
+    let mut server = Server::start(&dir.0, "nbd", &args);
+    let ctl = s(&server.control).to_string();
+    // Slow enough that one second covers a part of the array.
+    ok(&["task", "--control", &ctl, "rates", "--max-speed", "2"]);
+    let state = format!("{ctl}.schedule");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut resumed_at = Vec::new();
+    loop {
+        let kept: serde_json::Value = std::fs::read_to_string(&state)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        if let Some(at) = kept["md0"]["check.resume"].as_u64() {
+            if resumed_at.last() != Some(&at) {
+                resumed_at.push(at);
+            }
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&["detail", "--control", &ctl, "--json"])).unwrap();
+        let reports = v["status"]["finished_tasks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let completed_after_stops = reports
+            .iter()
+            .skip_while(|r| r["outcome"] != "stopped")
+            .any(|r| r["kind"] == "check" && r["outcome"] == "completed");
+        if completed_after_stops && resumed_at.len() >= 2 && kept["md0"]["check.resume"].is_null() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "resumed at {resumed_at:?}: {v}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        resumed_at.windows(2).all(|w| w[0] < w[1]),
+        "each window goes on from where the last stopped: {resumed_at:?}"
+    );
+    let (_, log) = server.stop();
+    assert!(log.contains("check stopped at"), "{log}");
+    assert!(log.contains("by its time budget"), "{log}");
+    assert!(
+        log.contains("check continues by its schedule (every 2s, 1s at a time) from sector"),
+        "{log}"
+    );
+}

@@ -71,11 +71,14 @@ pub struct ServeArgs {
     /// Open no control socket.
     #[arg(long, conflicts_with = "control")]
     pub no_control: bool,
-    /// Start maintenance on a schedule: TASK=INTERVAL[,...] with tasks check, repair and
-    /// patrol and intervals such as 7d, 12h, 90s (`check=30d,patrol=7d`: md's monthly
-    /// checkarray, a controller's patrol read). A task starts once its interval has passed
-    /// since it last started (queued behind a running task), at the task rates.
-    #[arg(long, value_name = "TASK=INTERVAL,...")]
+    /// Start maintenance on a schedule: TASK=WHEN[+BUDGET][,...] with tasks check, repair
+    /// and patrol; WHEN an interval (7d, 12h, 90s: once that long has passed since it last
+    /// started) or DAY@HH:MM in local time with DAY daily, a weekday or first-WEEKDAY;
+    /// BUDGET how long one run may take before it stops, the next window (the interval, or
+    /// the next night at HH:MM) continuing where it stopped. md's mdcheck default is
+    /// `check=first-sunday@01:00+6h`; a controller's patrol read `patrol=7d`. Runs queue
+    /// behind a running task and go at the task rates.
+    #[arg(long, value_name = "TASK=WHEN[+BUDGET],...")]
     pub schedule: Option<String>,
     /// Where the schedule keeps when each task last started (JSON) [default: the control
     /// socket's path with ".schedule" appended].
