@@ -183,6 +183,7 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
     let Some((geo, members, sbs)) = check_metadata(plan, report, &images, &mut out) else {
         return out;
     };
+    check_scan(plan, report, &mut out);
     let chunk_kib = u64::from(sbs[0].chunk_sectors) / 2;
     out.description = format!(
         "{} (layout {}) {} members, chunk {}K, {} KiB, data_offset {}",
@@ -251,6 +252,33 @@ pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOu
         check_md_ppl(full_plan, &host_sha, false, &mut out);
     }
     out
+}
+
+/// `raidkit scan` on md's members finds md's array: one array, the UUID `mdadm --examine`
+/// printed, every member.
+fn check_scan(plan: &PlannedArray, report: &ArrayReport, out: &mut CheckOutcome) {
+    let paths: Vec<std::path::PathBuf> = plan.members.iter().map(|m| m.image.clone()).collect();
+    let found = raidkit_cli::config::group(raidkit_cli::config::scan(&paths));
+    let md_uuid = plan
+        .members
+        .first()
+        .and_then(|m| report.examine_field(&m.serial, "Array UUID"));
+    match (found.as_slice(), md_uuid) {
+        ([a], Some(uuid)) if a.uuid.to_mdadm_string() == uuid && a.members.len() == paths.len() => {
+            out.passed.push("scan".into())
+        }
+        (_, None) => out
+            .failures
+            .push("scan: mdadm --examine printed no Array UUID".into()),
+        (arrays, Some(uuid)) => out.failures.push(format!(
+            "scan: md's array {uuid} on {} members; raidkit scan found {:?}",
+            paths.len(),
+            arrays
+                .iter()
+                .map(|a| (a.uuid.to_mdadm_string(), a.members.len()))
+                .collect::<Vec<_>>()
+        )),
+    }
 }
 
 /// md rows that reshape (md -> raidkit for a reshape): md read the pattern (sha256), grew the
