@@ -75,8 +75,13 @@ mod members;
 mod online;
 mod options;
 mod ppl;
+mod read_ahead;
 mod reshape;
 mod write_log;
+
+/// The read cache's bound (`array/read_ahead.rs`): a controller's cache is of this order
+/// (the PERC6 has 256 MiB for reads and writes together).
+const READ_CACHE_BYTES: u64 = 64 << 20;
 use crate::events::{ArrayEvent, EventLog};
 pub(crate) use crate::membership::assembly::{self, Assembly};
 pub(crate) use crate::membership::{ByMember, BySlot, MemberId, Names, Roster, Slot, Transition};
@@ -87,6 +92,7 @@ pub use gather::GatherCounters;
 pub use grow::{GrowMirrorsReport, GrowSize, GrowSizeReport};
 pub use online::{shared_disks, OnlineReshape};
 pub use options::*;
+pub use read_ahead::{ReadAhead, ReadAheadCounters};
 pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget};
 use write_log::IntentHooks;
 
@@ -190,6 +196,8 @@ pub struct Array {
     no_space: AtomicBool,
     /// Partial stripes of sequential writes gathered into whole ones (parity levels).
     gather: Option<gather::Gather>,
+    /// The read policy's cache (`array/read_ahead.rs`).
+    read_cache: read_ahead::ReadCache,
     /// One layout's view of an array being reshaped online (see `array/online.rs`): it
     /// writes no superblock (the reshape records the array's state), so a member failing in
     /// it is failed in memory and recorded by the reshape's next step.
@@ -298,6 +306,7 @@ impl Array {
             no_space: AtomicBool::new(false),
             bitmap: None,
             log,
+            read_cache: read_ahead::ReadCache::new(READ_CACHE_BYTES),
             gather: matches!(geo.scheme(), Scheme::Parity { .. })
                 .then(|| gather::Gather::new(geo.data_disks() as u64 * geo.chunk_sectors)),
             geo,
@@ -371,12 +380,18 @@ impl Array {
         self.config
     }
 
-    /// Reads `buf.len()` bytes at `offset_bytes` of the array.
+    /// Reads `buf.len()` bytes at `offset_bytes` of the array (through the read cache when
+    /// a read-ahead policy is set, see `array/read_ahead.rs`).
     pub fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
         self.check_range(offset_bytes, buf.len() as u64)?;
         if buf.is_empty() {
             return Ok(());
         }
+        self.read_cached(buf, offset_bytes)
+    }
+
+    /// A read as asked, from the members.
+    fn read_direct(&self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
         let (start, len) = aligned_window(offset_bytes, buf.len());
         if start == offset_bytes && len == buf.len() {
             return self.run(
@@ -410,6 +425,16 @@ impl Array {
             return Ok(());
         }
         self.ensure_dirty()?;
+        // Dropped from the read cache before the write (nothing older is served after it)
+        // and again after it (a read-ahead that ran meanwhile keeps nothing).
+        self.read_cache.invalidate(offset_bytes, buf.len() as u64);
+        let written = self.write_uncached(buf, offset_bytes, fua);
+        self.read_cache.invalidate(offset_bytes, buf.len() as u64);
+        written
+    }
+
+    /// [`Array::write_at`] past the read cache.
+    fn write_uncached(&self, buf: &[u8], offset_bytes: u64, fua: bool) -> Result<()> {
         let (start, len) = aligned_window(offset_bytes, buf.len());
         if start == offset_bytes && len == buf.len() {
             self.run(
@@ -699,6 +724,7 @@ impl Array {
             pending: Vec::new(),
             finished_tasks: self.bg.history(),
             resync_from_sectors: st.resync_from,
+            read_ahead: self.read_cache.counters(),
             log: st.events.kept(),
         };
         drop(st);

@@ -30,9 +30,9 @@ mod tasks;
 pub use array::{
     shared_disks, Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy,
     CreateOptions, EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport, Init,
-    MemberHealth, MemberIo, MemberIoReading, MemberStatus, OnlineReshape, ReshapeControl,
-    ReshapeReport, ReshapeStatus, ReshapeTarget, Status, TaskKind, TaskOutcome, TaskProgress,
-    TaskRates, TaskReport,
+    MemberHealth, MemberIo, MemberIoReading, MemberStatus, OnlineReshape, ReadAhead,
+    ReadAheadCounters, ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget, Status,
+    TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
 };
 pub use error::{AbsentMember, EngineError, GrowRefusal, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};

@@ -231,6 +231,8 @@ pub struct Status {
     pub finished_tasks: Vec<TaskReport>,
     /// Where a resync after an unclean stop stands (member or array sectors, see the task).
     pub resync_from_sectors: Option<u64>,
+    /// The read policy and what its cache has done (see `array/read_ahead.rs`).
+    pub read_ahead: super::ReadAheadCounters,
     /// What happened to the array since assembly (what assembly found, member failures and
     /// such), oldest first: the newest [`crate::events::EVENTS_KEPT`] of
     /// [`Array::events_since`]. Each one's `Display` is its sentence.

@@ -1,0 +1,388 @@
+//! Read-ahead: a controller's read policies (the PERC6's No Read Ahead, Read Ahead and
+//! Adaptive Read Ahead) as a bounded cache of array data in front of the read path.
+//!
+//! A read the cache holds whole is copied from it. Otherwise, when the policy says so, the
+//! read is extended to whole stripes ahead of it (one array read: on disks, one long transfer
+//! per member instead of a seek per request), the request is served from the front and the
+//! rest kept for the reads that follow. `Always` extends every read that misses (what a
+//! controller's RA does, and why it costs random reads); `Adaptive` extends only a read that
+//! continues one of the last few streams where it ended (sequential per stream, so
+//! interleaved clients each keep theirs) and drops back to plain reads on random access.
+//!
+//! Coherence: every write (and write-zeroes, trim) drops the cached ranges it overlaps and
+//! moves a write generation on; a read-ahead that saw the generation move while it read keeps
+//! nothing, so a write that raced it is never hidden behind older data. The cache holds
+//! array data (after any reconstruction), so a member failing or being rebuilt does not make
+//! it wrong. Bounded: the least recently used ranges go first.
+
+use super::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+/// A read policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadAhead {
+    /// Every read goes to the members as asked (md's behaviour; the PERC6's NORA).
+    #[default]
+    None,
+    /// Every read that misses the cache reads whole stripes ahead (RA).
+    Always,
+    /// Reads ahead for sequential streams only (ARA).
+    Adaptive,
+}
+
+impl ReadAhead {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadAhead::None => "none",
+            ReadAhead::Always => "always",
+            ReadAhead::Adaptive => "adaptive",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ReadAhead> {
+        match text {
+            "none" | "nora" | "off" => Some(ReadAhead::None),
+            "always" | "ra" => Some(ReadAhead::Always),
+            "adaptive" | "ara" => Some(ReadAhead::Adaptive),
+            _ => None,
+        }
+    }
+
+    fn from_u8(v: u8) -> ReadAhead {
+        match v {
+            1 => ReadAhead::Always,
+            2 => ReadAhead::Adaptive,
+            _ => ReadAhead::None,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            ReadAhead::None => 0,
+            ReadAhead::Always => 1,
+            ReadAhead::Adaptive => 2,
+        }
+    }
+}
+
+/// What the read cache has done since assembly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ReadAheadCounters {
+    pub policy: ReadAhead,
+    /// Reads served whole from the cache.
+    pub hits: u64,
+    /// Reads that went to the members.
+    pub misses: u64,
+    /// Of those, reads extended ahead, and the bytes read beyond what was asked.
+    pub ahead_reads: u64,
+    pub ahead_bytes: u64,
+    /// Bytes held now, and the bound.
+    pub cached_bytes: u64,
+    pub capacity_bytes: u64,
+}
+
+/// Streams an adaptive policy follows at once.
+const STREAMS: usize = 16;
+
+#[derive(Default)]
+struct CacheState {
+    /// Cached ranges by their first byte; they never overlap.
+    entries: BTreeMap<u64, Entry>,
+    bytes: u64,
+    tick: u64,
+    /// Where the last reads of recent streams ended, with when (for replacing the oldest).
+    streams: Vec<(u64, u64)>,
+}
+
+struct Entry {
+    data: Vec<u8>,
+    used: u64,
+}
+
+/// The cache (see the module comment).
+pub(crate) struct ReadCache {
+    policy: AtomicU8,
+    state: Mutex<CacheState>,
+    write_gen: AtomicU64,
+    capacity: u64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    ahead_reads: AtomicU64,
+    ahead_bytes: AtomicU64,
+}
+
+impl ReadCache {
+    /// A cache of at most `capacity` bytes, reading nothing ahead until told.
+    pub(crate) fn new(capacity: u64) -> ReadCache {
+        ReadCache {
+            policy: AtomicU8::new(ReadAhead::None.to_u8()),
+            state: Mutex::default(),
+            write_gen: AtomicU64::new(0),
+            capacity,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            ahead_reads: AtomicU64::new(0),
+            ahead_bytes: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn policy(&self) -> ReadAhead {
+        ReadAhead::from_u8(self.policy.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_policy(&self, p: ReadAhead) {
+        self.policy.store(p.to_u8(), Ordering::Relaxed);
+        if p == ReadAhead::None {
+            let mut st = lock(&self.state);
+            st.entries.clear();
+            st.bytes = 0;
+            st.streams.clear();
+        }
+    }
+
+    pub(crate) fn counters(&self) -> ReadAheadCounters {
+        ReadAheadCounters {
+            policy: self.policy(),
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            ahead_reads: self.ahead_reads.load(Ordering::Relaxed),
+            ahead_bytes: self.ahead_bytes.load(Ordering::Relaxed),
+            cached_bytes: lock(&self.state).bytes,
+            capacity_bytes: self.capacity,
+        }
+    }
+
+    /// Copies `[offset, offset + buf.len())` into `buf` when one cached range holds it whole.
+    fn lookup(&self, buf: &mut [u8], offset: u64) -> bool {
+        let mut st = lock(&self.state);
+        st.tick += 1;
+        let tick = st.tick;
+        let Some((&start, entry)) = st.entries.range_mut(..=offset).next_back() else {
+            return false;
+        };
+        let end = start + entry.data.len() as u64;
+        if offset + buf.len() as u64 > end {
+            return false;
+        }
+        let at = (offset - start) as usize;
+        buf.copy_from_slice(&entry.data[at..at + buf.len()]);
+        entry.used = tick;
+        // A stream that reads on through the cache stays sequential.
+        note_stream(&mut st, offset, offset + buf.len() as u64, tick);
+        true
+    }
+
+    /// Whether a read at `offset` that missed should read ahead; notes where it ends.
+    fn wants_ahead(&self, policy: ReadAhead, offset: u64, end: u64) -> bool {
+        let mut st = lock(&self.state);
+        st.tick += 1;
+        let tick = st.tick;
+        let continues = note_stream(&mut st, offset, end, tick);
+        match policy {
+            ReadAhead::None => false,
+            ReadAhead::Always => true,
+            ReadAhead::Adaptive => continues,
+        }
+    }
+
+    /// Keeps `data` as the array's bytes from `offset`, unless a write came since
+    /// generation `gen`.
+    fn insert(&self, offset: u64, data: Vec<u8>, gen: u64) {
+        if data.is_empty() || data.len() as u64 > self.capacity {
+            return;
+        }
+        let mut st = lock(&self.state);
+        if self.write_gen.load(Ordering::Acquire) != gen {
+            return;
+        }
+        let end = offset + data.len() as u64;
+        drop_overlapping(&mut st, offset, end);
+        st.tick += 1;
+        let used = st.tick;
+        st.bytes += data.len() as u64;
+        st.entries.insert(offset, Entry { data, used });
+        while st.bytes > self.capacity {
+            let Some((&oldest, _)) = st.entries.iter().min_by_key(|(_, e)| e.used) else {
+                break;
+            };
+            if let Some(e) = st.entries.remove(&oldest) {
+                st.bytes -= e.data.len() as u64;
+            }
+        }
+    }
+
+    /// A write to `[offset, offset + len)`: what the cache holds there is dropped.
+    pub(crate) fn invalidate(&self, offset: u64, len: u64) {
+        if self.policy() == ReadAhead::None && self.write_gen.load(Ordering::Relaxed) == 0 {
+            // Never used: nothing cached (a policy set later starts from an empty cache).
+            return;
+        }
+        let mut st = lock(&self.state);
+        self.write_gen.fetch_add(1, Ordering::AcqRel);
+        drop_overlapping(&mut st, offset, offset + len);
+    }
+}
+
+/// Notes a read of `[offset, end)` in the stream table; true when it continues a stream
+/// where it ended.
+fn note_stream(st: &mut CacheState, offset: u64, end: u64, tick: u64) -> bool {
+    if let Some(s) = st.streams.iter_mut().find(|s| s.0 == offset) {
+        *s = (end, tick);
+        return true;
+    }
+    if st.streams.len() < STREAMS {
+        st.streams.push((end, tick));
+    } else if let Some(oldest) = st.streams.iter_mut().min_by_key(|s| s.1) {
+        *oldest = (end, tick);
+    }
+    false
+}
+
+fn drop_overlapping(st: &mut CacheState, offset: u64, end: u64) {
+    let doomed: Vec<u64> = st
+        .entries
+        .range(..end)
+        .rev()
+        // Ranges never overlap: the first from the top that ends before `offset` is the last.
+        .take_while(|(&s, e)| s + e.data.len() as u64 > offset)
+        .map(|(&s, _)| s)
+        .collect();
+    for s in doomed {
+        if let Some(e) = st.entries.remove(&s) {
+            st.bytes -= e.data.len() as u64;
+        }
+    }
+}
+
+impl Array {
+    /// The read policy (see `array/read_ahead.rs`); `None` unless set.
+    pub fn read_ahead_policy(&self) -> ReadAhead {
+        self.read_cache.policy()
+    }
+
+    /// Sets the read policy; `None` empties the cache.
+    pub fn set_read_ahead(&self, policy: ReadAhead) {
+        self.read_cache.set_policy(policy);
+    }
+
+    /// What the read cache has done since assembly.
+    pub fn read_ahead_counters(&self) -> ReadAheadCounters {
+        self.read_cache.counters()
+    }
+
+    /// Bytes one read-ahead reads past the request: two whole stripes on parity levels (at
+    /// least 1 MiB), 1 MiB where there are no stripes.
+    fn ahead_bytes(&self) -> u64 {
+        match self.full_stripe_bytes() {
+            Some(stripe) => (2 * stripe).max((1 << 20) / stripe * stripe + stripe),
+            None => 1 << 20,
+        }
+    }
+
+    /// A read through the cache: served from it, extended ahead, or passed on as asked.
+    pub(super) fn read_cached(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let cache = &self.read_cache;
+        let policy = cache.policy();
+        if policy == ReadAhead::None {
+            return self.read_direct(buf, offset);
+        }
+        if cache.lookup(buf, offset) {
+            cache.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        cache.misses.fetch_add(1, Ordering::Relaxed);
+        let end = offset + buf.len() as u64;
+        if !cache.wants_ahead(policy, offset, end) {
+            return self.read_direct(buf, offset);
+        }
+        // To the end of the stripe `ahead_bytes` past the request reaches (whole stripes
+        // from the members), not past the array.
+        let unit = self.full_stripe_bytes().unwrap_or(SECTOR as u64 * 8);
+        let want = (end + self.ahead_bytes()).div_ceil(unit) * unit;
+        let until = want.min(self.size_bytes()).max(end);
+        let gen = cache.write_gen.load(Ordering::Acquire);
+        let mut data = vec![0u8; (until - offset) as usize];
+        self.read_direct(&mut data, offset)?;
+        buf.copy_from_slice(&data[..buf.len()]);
+        cache.ahead_reads.fetch_add(1, Ordering::Relaxed);
+        cache.ahead_bytes.fetch_add(until - end, Ordering::Relaxed);
+        let rest = data.split_off(buf.len());
+        cache.insert(end, rest, gen);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with(policy: ReadAhead, cap: u64) -> ReadCache {
+        let c = ReadCache::new(cap);
+        c.set_policy(policy);
+        c
+    }
+
+    #[test]
+    fn a_write_drops_what_it_overlaps_and_a_raced_fill_keeps_nothing() {
+        let c = cache_with(ReadAhead::Always, 1 << 20);
+        c.insert(4096, vec![7u8; 8192], 0);
+        let mut buf = [0u8; 4096];
+        assert!(c.lookup(&mut buf, 8192));
+        assert_eq!(buf, [7u8; 4096]);
+        c.invalidate(12287, 1);
+        assert!(!c.lookup(&mut buf, 8192), "the overlapped range is gone");
+        assert_eq!(c.counters().cached_bytes, 0);
+        // A fill that started before a write (generation 0; the write made it 1).
+        c.insert(0, vec![1u8; 4096], 0);
+        assert!(!c.lookup(&mut buf, 0));
+        c.insert(0, vec![1u8; 4096], 1);
+        assert!(c.lookup(&mut buf, 0));
+        // A write elsewhere leaves it.
+        c.invalidate(4096, 4096);
+        c.insert(8192, vec![2u8; 4096], 2);
+        assert!(c.lookup(&mut buf, 8192));
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_bound_dropping_the_least_recently_used() {
+        let c = cache_with(ReadAhead::Always, 3 * 4096);
+        for i in 0..3u64 {
+            c.insert(i * 4096, vec![i as u8; 4096], 0);
+        }
+        let mut buf = [0u8; 4096];
+        assert!(
+            c.lookup(&mut buf, 0),
+            "range 0 used: range 1 is now the oldest"
+        );
+        c.insert(3 * 4096, vec![3u8; 4096], 0);
+        assert_eq!(c.counters().cached_bytes, 3 * 4096);
+        assert!(!c.lookup(&mut buf, 4096));
+        assert!(c.lookup(&mut buf, 0) && c.lookup(&mut buf, 8192));
+        assert!(c.lookup(&mut buf, 12288));
+    }
+
+    #[test]
+    fn adaptive_follows_streams_and_drops_back_on_random_reads() {
+        let c = cache_with(ReadAhead::Adaptive, 1 << 20);
+        assert!(!c.wants_ahead(ReadAhead::Adaptive, 0, 4096), "a first read");
+        assert!(
+            c.wants_ahead(ReadAhead::Adaptive, 4096, 8192),
+            "it continues"
+        );
+        // Another client's stream interleaved keeps the first one's.
+        assert!(!c.wants_ahead(ReadAhead::Adaptive, 1 << 30, (1 << 30) + 4096));
+        assert!(c.wants_ahead(ReadAhead::Adaptive, 8192, 12288));
+        assert!(c.wants_ahead(ReadAhead::Adaptive, (1 << 30) + 4096, (1 << 30) + 8192));
+        // Random reads are not followed.
+        for i in 0..64u64 {
+            assert!(!c.wants_ahead(
+                ReadAhead::Adaptive,
+                i * 7919 * 4096 + 17,
+                i * 7919 * 4096 + 4113
+            ));
+        }
+        assert!(c.wants_ahead(ReadAhead::Always, 3, 4));
+    }
+}
