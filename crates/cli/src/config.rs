@@ -43,6 +43,9 @@ pub struct ArrayLine {
     /// mdadm's `spares=`: the spares the array should have; the monitor reports
     /// SparesMissing when it first sees the array with fewer.
     pub spares: Option<usize>,
+    /// `read-ahead=none|always|adaptive`: the array's read policy when `serve --scan` serves
+    /// it (md's superblock has no place for one, so the configuration keeps it).
+    pub read_ahead: Option<raidkit_engine::ReadAhead>,
 }
 
 /// A parsed configuration file.
@@ -202,6 +205,7 @@ impl Config {
                     let mut devices = Vec::new();
                     let mut spare_group = None;
                     let mut spares = None;
+                    let mut read_ahead = None;
                     for f in fields {
                         let (k, v) = f.split_once('=').unwrap_or((f, ""));
                         match k.to_ascii_lowercase().as_str() {
@@ -212,6 +216,12 @@ impl Config {
                                 )
                             }
                             "spare-group" if !v.is_empty() => spare_group = Some(v.to_string()),
+                            "read-ahead" => {
+                                read_ahead =
+                                    Some(raidkit_engine::ReadAhead::parse(v).ok_or_else(|| {
+                                        bad(format!("read-ahead={v}: none, always or adaptive"))
+                                    })?)
+                            }
                             "spares" => {
                                 spares = Some(v.parse().map_err(|_| {
                                     bad(format!("spares={v}: not a number of spares"))
@@ -234,6 +244,7 @@ impl Config {
                         devices,
                         spare_group,
                         spares,
+                        read_ahead,
                     });
                 }
                 "MAILADDR" => cfg.mailaddr = rest.first().map(|s| s.to_string()),
@@ -442,7 +453,7 @@ mod tests {
         let cfg = Config::parse(
             "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
-             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g spares=2\nMAILADDR root\n\
+             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g spares=2 read-ahead=adaptive\nMAILADDR root\n\
              PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n\
              RATES rebuild=50 max-speed=200 reshape=40 min-speed=5\nHEALTH every=1h temperature=55\n",
         )
@@ -480,6 +491,8 @@ mod tests {
         assert_eq!(health.thresholds.pending_sectors, 1, "the default stays");
         for bad in [
             "HEALTH every=soon\n",
+            "ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e read-ahead=maybe\n",
+            "ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e spares=two\n",
             "HEALTH heat=3\n",
             "RATES rebuild=0\n",
             "RATES check=101\n",

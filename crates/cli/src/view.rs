@@ -29,6 +29,9 @@ pub struct StatusView {
     /// Background work the array needs ("rebuild", "replace", "resync").
     #[serde(default)]
     pub pending: Vec<String>,
+    /// The read policy and what its cache did.
+    #[serde(default)]
+    pub read_ahead: Option<raidkit_engine::ReadAheadCounters>,
     /// The background task running now.
     #[serde(default)]
     pub task: Option<TaskView>,
@@ -155,6 +158,20 @@ pub fn print_detail(status: &StatusView, state: &str) {
     }
     if !status.pending.is_empty() {
         println!("        Pending : {}", status.pending.join(", "));
+    }
+    if let Some(ra) = status
+        .read_ahead
+        .filter(|r| r.policy != raidkit_engine::ReadAhead::None)
+    {
+        println!(
+            "     Read Ahead : {} ({} reads from the cache, {} from the members, {} of them read ahead; {:.1} of {:.0} MiB held)",
+            ra.policy.name(),
+            ra.hits,
+            ra.misses,
+            ra.ahead_reads,
+            ra.cached_bytes as f64 / 1048576.0,
+            ra.capacity_bytes as f64 / 1048576.0
+        );
     }
     println!();
     println!("    Number   RaidDevice State");

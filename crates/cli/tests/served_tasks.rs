@@ -96,15 +96,28 @@ fn check_repair_patrol_and_stop_on_a_served_array_while_a_client_writes() {
     assert_eq!(code, 2, "{err}");
     let (code, err) = fails(&["task", "--control", &ctl, "rates", "--rebuild", "0"]);
     assert_eq!(code, 2, "{err}");
-    // The client's data reads back whole.
+    // The client's data reads back whole, through the adaptive read-ahead.
+    assert_eq!(
+        ok(&["task", "--control", &ctl, "read-ahead", "adaptive"]).trim(),
+        "raidkit: read-ahead adaptive"
+    );
+    let (code, err) = fails(&["task", "--control", &ctl, "read-ahead", "sometimes"]);
+    assert_eq!(code, 2, "{err}");
     let back = dir.path("back.bin");
     let status = Command::new("nbdcopy")
-        .args([&uri, s(&back)])
+        .args(["--connections=1", "--requests=1", &uri, s(&back)])
         .status()
         .unwrap();
     assert!(status.success());
     let got = std::fs::read(&back).unwrap();
     assert!(got[..data.len()] == data[..], "the data reads back");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--control", &ctl, "--json"])).unwrap();
+    let ra = &v["status"]["read_ahead"];
+    assert_eq!(ra["policy"], "adaptive", "{ra}");
+    assert!(ra["hits"].as_u64().unwrap() > 0, "{ra}");
+    let text = ok(&["detail", "--control", &ctl]);
+    assert!(text.contains("Read Ahead : adaptive"), "{text}");
 }
 
 #[test]

@@ -90,6 +90,11 @@ pub struct ServeArgs {
     /// temperature=60` (the defaults; give any subset), or `off`.
     #[arg(long, value_name = "SETTINGS")]
     pub health: Option<String>,
+    /// The read policy of every array served: none (md's), always or adaptive (the PERC6's
+    /// NORA, RA, ARA); an ARRAY line's `read-ahead=` sets one array's with --scan, `raidkit
+    /// task read-ahead` changes it while serving.
+    #[arg(long = "read-ahead", value_name = "POLICY", value_parser = parse_read_ahead)]
+    pub read_ahead: Option<raidkit_engine::ReadAhead>,
     /// A global hot spare (repeatable): a blank image file or block device that goes to the
     /// first served array left degraded without a spare of its own, which then rebuilds onto
     /// it in the background. A disk carrying an md superblock is refused.
@@ -296,6 +301,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         specs.push(parse_array_spec(spec)?);
     }
     let mut spare_groups = std::collections::HashMap::new();
+    // The configuration's read-ahead= per array, over --read-ahead.
+    let mut read_ahead = std::collections::HashMap::new();
     // The configuration's SCHEDULE, unless --schedule says otherwise.
     let mut schedule_text = args.schedule.clone();
     // The configuration's RATES, given to every array it serves.
@@ -323,6 +330,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             if let Some(g) = &a.spare_group {
                 spare_groups.insert(a.name.clone(), g.clone());
             }
+            read_ahead.insert(a.name.clone(), a.read_ahead);
         }
     }
     for (i, (name, _)) in specs.iter().enumerate() {
@@ -446,6 +454,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         let array = assemble_served(name, members, options, !args.no_map, &injections, &log)?;
         if let raidkit_cli::server::export::Backend::Array(a) = &array {
             a.set_task_rates(rates.apply(a.task_rates())?);
+            if let Some(p) = read_ahead.get(name).copied().flatten().or(args.read_ahead) {
+                a.set_read_ahead(p);
+            }
         }
         arrays.push((name.clone(), array));
     }
@@ -502,6 +513,11 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         health: health.unwrap_or_default(),
     }
     .run(shutdown)
+}
+
+fn parse_read_ahead(text: &str) -> Result<raidkit_engine::ReadAhead, String> {
+    raidkit_engine::ReadAhead::parse(text)
+        .ok_or_else(|| format!("{text}: none, always or adaptive (nora, ra, ara)"))
 }
 
 #[cfg(test)]

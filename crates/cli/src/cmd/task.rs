@@ -37,6 +37,13 @@ pub enum Action {
     Stop,
     /// The running task's progress and the last finished ones.
     Status,
+    /// Set the read policy of the served array: none, always or adaptive (the PERC6's NORA,
+    /// RA, ARA: no read-ahead, whole stripes ahead of every read that misses, or only for
+    /// sequential streams).
+    ReadAhead {
+        #[arg(value_name = "POLICY")]
+        policy: String,
+    },
     /// Change the task rates: percent of the array's time each task takes while clients use
     /// it (1-100; idle, every task runs at full speed), and a cap.
     Rates {
@@ -110,6 +117,16 @@ pub fn run(args: TaskArgs) -> Result<(), CliError> {
                     );
                 }
             }
+        }
+        Action::ReadAhead { policy } => {
+            let policy = raidkit_engine::ReadAhead::parse(&policy).ok_or_else(|| {
+                CliError::usage(format!(
+                    "read-ahead {policy}: none, always or adaptive (nora, ra, ara)"
+                ))
+            })?;
+            client.call(&Request::ReadAhead { array, policy })?;
+            println!("raidkit: read-ahead {}", policy.name());
+            Ok(())
         }
         Action::Stop => {
             client.call(&Request::StopTask { array })?;

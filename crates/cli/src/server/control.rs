@@ -131,6 +131,12 @@ pub enum Request {
         #[serde(default)]
         min_bytes_per_s: Option<u64>,
     },
+    /// Set the read policy: none, always or adaptive (the PERC6's NORA, RA, ARA).
+    ReadAhead {
+        #[serde(default)]
+        array: Option<String>,
+        policy: raidkit_engine::ReadAhead,
+    },
     /// Reshape the served array while it serves (mdadm --grow's --raid-devices, --level,
     /// --layout, --chunk): the spares it needs are added first (`add`); progress is in
     /// `detail`'s `reshape`.
@@ -715,6 +721,13 @@ impl ControlServer {
                 served.slot.set_rates(rates);
                 let mut result = result_of(served, None);
                 result["rates"] = serde_json::to_value(rates).unwrap_or_default();
+                Ok(result)
+            }
+            Request::ReadAhead { array, policy } => {
+                let served = self.find(array.as_deref())?;
+                served.slot.set_read_ahead(policy);
+                let mut result = result_of(served, None);
+                result["read_ahead"] = serde_json::to_value(policy).unwrap_or_default();
                 Ok(result)
             }
             Request::Fail { array, member } => {

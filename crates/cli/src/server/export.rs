@@ -64,12 +64,14 @@ pub struct ArraySlot {
     /// The task rates set for this array: given to the array serving now and to the one an
     /// online reshape leaves behind; the reshape paces itself by its share.
     rates: std::sync::Mutex<raidkit_engine::TaskRates>,
+    /// The read policy set for this array, kept the same way.
+    read_ahead: std::sync::Mutex<raidkit_engine::ReadAhead>,
 }
 
 impl ArraySlot {
     pub fn new(backend: Backend) -> Arc<ArraySlot> {
-        let rates = match &backend {
-            Backend::Array(a) => a.task_rates(),
+        let (rates, read_ahead) = match &backend {
+            Backend::Array(a) => (a.task_rates(), a.read_ahead_policy()),
             Backend::Reshaping(_) => Default::default(),
         };
         Arc::new(ArraySlot {
@@ -78,7 +80,28 @@ impl ArraySlot {
             stopping: Default::default(),
             driving: Default::default(),
             rates: std::sync::Mutex::new(rates),
+            read_ahead: std::sync::Mutex::new(read_ahead),
         })
+    }
+
+    /// Gives an array assembled for this slot (after an online reshape) what was set for
+    /// the slot: task rates, read policy.
+    pub fn configure(&self, array: &raidkit_engine::Array) {
+        array.set_task_rates(self.rates());
+        array.set_read_ahead(self.read_ahead());
+    }
+
+    /// The read policy set for this array.
+    pub fn read_ahead(&self) -> raidkit_engine::ReadAhead {
+        *self.read_ahead.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the read policy, on the array serving now too.
+    pub fn set_read_ahead(&self, policy: raidkit_engine::ReadAhead) {
+        *self.read_ahead.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+        if let Backend::Array(a) = self.get() {
+            a.set_read_ahead(policy);
+        }
     }
 
     /// The task rates set for this array.

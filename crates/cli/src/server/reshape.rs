@@ -56,7 +56,7 @@ pub fn start(
             let (again, _) = Array::assemble(raidkit_engine::shared_disks(&disks), opts)
                 .map_err(engine_error)?;
             let again = Arc::new(again);
-            again.set_task_rates(slot.rates());
+            slot.configure(&again);
             again.start_background().map_err(engine_error)?;
             *held = Backend::Array(again);
             return Err(engine_error(e));
@@ -65,7 +65,7 @@ pub fn start(
     if online.finished() {
         let (again, _) = online.assemble().map_err(engine_error)?;
         let again = Arc::new(again);
-        again.set_task_rates(slot.rates());
+        slot.configure(&again);
         again.start_background().map_err(engine_error)?;
         log.info(
             "reshape-finished",
@@ -126,7 +126,7 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
                 Ok(true) => {
                     let again = online.assemble().map_err(engine_error).and_then(|(a, _)| {
                         let a = Arc::new(a);
-                        a.set_task_rates(slot.rates());
+                        slot.configure(&a);
                         a.start_background().map_err(engine_error)?;
                         Ok(a)
                     });

@@ -52,6 +52,10 @@ pub struct RunArgs {
     /// The paths are members of a stopped raidkit array, assembled in this process.
     #[arg(long)]
     pub array: bool,
+    /// With --array: the array's read policy (none, always, adaptive: the PERC6's NORA, RA,
+    /// ARA).
+    #[arg(long = "read-ahead", value_name = "POLICY", requires = "array")]
+    pub read_ahead: Option<String>,
     /// Workload (see below).
     #[arg(long, short = 'w', default_value = "seq-read")]
     pub workload: String,
@@ -221,10 +225,19 @@ fn open_target(args: &RunArgs) -> Result<Opened, CliError> {
         let (array, report) = assemble(&args.target, !args.allow_writes, Insist::force(false))?;
         raidkit_cli::common::report_notes(&report);
         let array = Arc::new(array);
+        if let Some(p) = &args.read_ahead {
+            array.set_read_ahead(raidkit_engine::ReadAhead::parse(p).ok_or_else(|| {
+                CliError::usage(format!("--read-ahead {p}: none, always or adaptive"))
+            })?);
+        }
         let what = format!(
-            "raidkit array (RAID {}, {} members) in this process",
+            "raidkit array (RAID {}, {} members{}) in this process",
             array.geometry().md_level(),
-            args.target.len()
+            args.target.len(),
+            match array.read_ahead_policy() {
+                raidkit_engine::ReadAhead::None => String::new(),
+                p => format!(", read-ahead {}", p.name()),
+            }
         );
         let paths = args.target.clone();
         let target =
