@@ -16,37 +16,32 @@ fn uuid_of(members: &[std::path::PathBuf]) -> String {
     v["status"]["uuid"].as_str().unwrap().to_string()
 }
 
+/// A RAID 5 `alpha` of three image files a0..a2 and a RAID 1 `beta` of two, b0 and b1.
+fn alpha_and_beta(dir: &TempDir) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+    let a = dir.members("a", 3);
+    let b = dir.members("b", 2);
+    for (members, level, name) in [(&a, "5", "alpha"), (&b, "1", "beta")] {
+        ok(&with(
+            &[
+                "create",
+                "--level",
+                level,
+                "--name",
+                name,
+                "--image-size",
+                "16M",
+            ],
+            members,
+            &[],
+        ));
+    }
+    (a, b)
+}
+
 #[test]
 fn scan_finds_both_arrays_and_serve_scan_brings_them_up() {
     let dir = TempDir::new("config-scan");
-    let a = dir.members("a", 3);
-    let b = dir.members("b", 2);
-    ok(&with(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--name",
-            "alpha",
-            "--image-size",
-            "16M",
-        ],
-        &a,
-        &[],
-    ));
-    ok(&with(
-        &[
-            "create",
-            "--level",
-            "1",
-            "--name",
-            "beta",
-            "--image-size",
-            "16M",
-        ],
-        &b,
-        &[],
-    ));
+    let (a, b) = alpha_and_beta(&dir);
     std::fs::write(dir.path("not-a-member.img"), vec![0u8; 1 << 20]).unwrap();
     let pattern = format!("{}/*.img", dir.0.display());
     let lines = ok(&["scan", &pattern]);
@@ -276,16 +271,7 @@ fn a_spare_group_moves_the_spare_to_the_array_that_lost_a_member() {
     // The monitor, told by the file: beta lacks the spare its line asks for (SparesMissing);
     // the spare's move is MoveSpare.
     let events = dir.path("events.log");
-    let hook = dir.path("hook.sh");
-    std::fs::write(
-        &hook,
-        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", events.display()),
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let hook = hook(&dir, "hook.sh", &events);
     struct Killed(std::process::Child);
     impl Drop for Killed {
         fn drop(&mut self) {
@@ -453,34 +439,7 @@ fn monitor_scan_watches_stopped_arrays_through_their_members() {
 #[test]
 fn assemble_scan_brings_each_array_to_a_clean_state_and_reports_it() {
     let dir = TempDir::new("config-assemble");
-    let a = dir.members("a", 3);
-    let b = dir.members("b", 2);
-    ok(&with(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--name",
-            "alpha",
-            "--image-size",
-            "16M",
-        ],
-        &a,
-        &[],
-    ));
-    ok(&with(
-        &[
-            "create",
-            "--level",
-            "1",
-            "--name",
-            "beta",
-            "--image-size",
-            "16M",
-        ],
-        &b,
-        &[],
-    ));
+    let (a, b) = alpha_and_beta(&dir);
     let conf = dir.path("raidkit.conf");
     std::fs::write(
         &conf,

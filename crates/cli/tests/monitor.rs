@@ -24,19 +24,6 @@ fn served(dir: &TempDir) -> (Server, Vec<std::path::PathBuf>) {
     (Server::start(&dir.0, "nbd", &args), members)
 }
 
-/// A hook that appends its arguments, one call per line, to `log`.
-fn hook(dir: &TempDir, log: &Path) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.path("hook.sh");
-    std::fs::write(
-        &path,
-        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
 /// `raidkit monitor ARGS…`, killed when the test ends.
 struct Monitor(Child);
 
@@ -86,7 +73,7 @@ fn a_failed_member_reaches_the_program_within_two_seconds() {
     let dir = TempDir::new("monitor-fail");
     let (mut server, members) = served(&dir);
     let log = dir.path("events.log");
-    let prog = hook(&dir, &log);
+    let prog = hook(&dir, "hook.sh", &log);
     let ctl = s(&server.control).to_string();
     let _monitor = Monitor::start(&["--control", &ctl, "--program", s(&prog), "--test"]);
     let array = format!("{ctl}:md0");
@@ -129,7 +116,7 @@ fn oneshot_reports_a_degraded_array_and_exits() {
     let (_server, members) = served(&dir);
     let ctl = _server.control.clone();
     let log = dir.path("events.log");
-    let prog = hook(&dir, &log);
+    let prog = hook(&dir, "hook.sh", &log);
     let args = [
         "monitor",
         "--oneshot",
@@ -216,7 +203,7 @@ fn a_drive_reporting_trouble_reaches_the_program_detail_and_oneshot() {
     );
     let ctl = s(&server.control).to_string();
     let log = dir.path("events.log");
-    let prog = hook(&dir, &log);
+    let prog = hook(&dir, "hook.sh", &log);
     let _monitor = Monitor::start(&["--control", &ctl, "--program", s(&prog)]);
     std::thread::sleep(Duration::from_millis(500));
     std::fs::write(&reports[1], &dying).unwrap();
@@ -242,16 +229,7 @@ fn a_drive_reporting_trouble_reaches_the_program_detail_and_oneshot() {
     );
     // A cron run reports what the server last saw.
     let once = dir.path("oneshot.log");
-    let prog1 = dir.path("hook1.sh");
-    std::fs::write(
-        &prog1,
-        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", once.display()),
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&prog1, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let prog1 = hook(&dir, "hook1.sh", &once);
     ok(&[
         "monitor",
         "--oneshot",

@@ -614,23 +614,8 @@ fn tasks_yield_to_foreground_io_and_refuse_to_run_twice() {
         check_percent: 10,
         ..TaskRates::full()
     });
-    let busy = AtomicBool::new(true);
-    let reads = std::sync::atomic::AtomicU64::new(0);
     let mut throttled = false;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut buf = vec![0u8; 4096];
-            while busy.load(Ordering::Relaxed) {
-                array.read_at(&mut buf, 0).unwrap();
-                reads.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
-        // The foreground is busy before the check starts (on a loaded machine the reader
-        // thread may otherwise not run before a short check is over).
-        while reads.load(Ordering::Relaxed) == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+    while_reading(&array, || {
         let inner = Arc::clone(&array);
         let r = array
             .run_task(
@@ -647,7 +632,6 @@ fn tasks_yield_to_foreground_io_and_refuse_to_run_twice() {
                 &AtomicBool::new(false),
             )
             .unwrap();
-        busy.store(false, Ordering::Relaxed);
         assert_eq!(r.outcome, TaskOutcome::Completed);
     });
     assert!(throttled, "the check never yielded to foreground reads");
@@ -1457,9 +1441,26 @@ fn a_rate_floor_keeps_a_task_from_yielding() {
         min_bytes_per_s: Some(1 << 50),
         ..TaskRates::default()
     });
+    let mut throttled = false;
+    while_reading(&array, || {
+        let r = array
+            .run_task(
+                TaskKind::Check,
+                &mut |p| throttled |= p.throttled,
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+        assert_eq!(r.outcome, TaskOutcome::Completed);
+    });
+    assert!(!throttled, "the check yielded below its floor");
+}
+
+/// Runs `f` while another thread keeps reading from `array` (foreground I/O present from
+/// before `f` starts: on a loaded machine the reader thread may otherwise not run before a
+/// short task is over).
+fn while_reading(array: &Array, f: impl FnOnce()) {
     let busy = AtomicBool::new(true);
     let reads = std::sync::atomic::AtomicU64::new(0);
-    let mut throttled = false;
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut buf = vec![0u8; 4096];
@@ -1472,15 +1473,7 @@ fn a_rate_floor_keeps_a_task_from_yielding() {
         while reads.load(Ordering::Relaxed) == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let r = array
-            .run_task(
-                TaskKind::Check,
-                &mut |p| throttled |= p.throttled,
-                &AtomicBool::new(false),
-            )
-            .unwrap();
+        f();
         busy.store(false, Ordering::Relaxed);
-        assert_eq!(r.outcome, TaskOutcome::Completed);
     });
-    assert!(!throttled, "the check yielded below its floor");
 }

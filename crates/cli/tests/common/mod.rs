@@ -269,3 +269,17 @@ impl Drop for SmallFs {
         let _ = Command::new("umount").arg("-l").arg(&self.dir.0).status();
     }
 }
+
+/// A `--program` hook at `dir/NAME` that appends its arguments, one call per line, to `log`.
+#[allow(dead_code)]
+pub fn hook(dir: &TempDir, name: &str, log: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path(name);
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\necho \"$*\" >> '{}'\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
