@@ -2,12 +2,16 @@
 //! Adaptive Read Ahead) as a bounded cache of array data in front of the read path.
 //!
 //! A read the cache holds whole is copied from it. Otherwise, when the policy says so, the
-//! read is extended to whole stripes ahead of it (one array read: on disks, one long transfer
-//! per member instead of a seek per request), the request is served from the front and the
-//! rest kept for the reads that follow. `Always` extends every read that misses (what a
-//! controller's RA does, and why it costs random reads); `Adaptive` extends only a read that
-//! continues one of the last few streams where it ended (sequential per stream, so
-//! interleaved clients each keep theirs) and drops back to plain reads on random access.
+//! read is extended ahead (one array read: on disks, one long transfer per member instead of
+//! a seek per request), the request is served from the front and the rest kept for the reads
+//! that follow. `Always` extends every read that misses to the end of its stripe and one
+//! stripe more (what a controller's RA does, and why it costs random reads); `Adaptive`
+//! extends only a read that continues a stream (one of the last few places reads ended) for
+//! the third time running, by twice the request size and doubling with each continuation up
+//! to two stripes (at least 1 MiB), and so drops back to plain reads on random access:
+//! interleaved clients each keep their stream. A read that falls inside a read-ahead still in
+//! flight waits for it instead of reading the same sectors again (several requests of one
+//! stream are outstanding at once at a queue depth above 1).
 //!
 //! Coherence: every write (and write-zeroes, trim) drops the cached ranges it overlaps and
 //! moves a write generation on; a read-ahead that saw the generation move while it read keeps
@@ -92,9 +96,46 @@ struct CacheState {
     entries: BTreeMap<u64, Entry>,
     bytes: u64,
     tick: u64,
-    /// Where the last reads of recent streams ended, with when (for replacing the oldest).
-    streams: Vec<(u64, u64)>,
+    /// Recent streams (for replacing the oldest).
+    streams: Vec<Stream>,
+    /// Read-aheads in flight: `[start, end)` and the signal of their end.
+    inflight: Vec<(u64, u64, Arc<Fetch>)>,
 }
+
+/// One stream: where its last read ended, when, and how many reads in a row continued it.
+#[derive(Clone, Copy)]
+struct Stream {
+    end: u64,
+    tick: u64,
+    run: u32,
+}
+
+/// A read-ahead in flight; waiters are woken when it is over (cached or not).
+#[derive(Default)]
+struct Fetch {
+    done: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Fetch {
+    fn wait(&self) {
+        let mut done = lock(&self.done);
+        while !*done {
+            done = match self.cv.wait(done) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+    }
+
+    fn finish(&self) {
+        *lock(&self.done) = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Reads in a row that continue a stream before an adaptive policy reads ahead for it.
+const ADAPTIVE_AFTER: u32 = 2;
 
 struct Entry {
     data: Vec<u8>,
@@ -174,17 +215,53 @@ impl ReadCache {
         true
     }
 
-    /// Whether a read at `offset` that missed should read ahead; notes where it ends.
-    fn wants_ahead(&self, policy: ReadAhead, offset: u64, end: u64) -> bool {
+    /// How far past `end` a read of `[offset, end)` that missed should read (0: not at
+    /// all), given `stripe` bytes per stripe and `max` bytes at most; notes the stream.
+    fn ahead_len(&self, policy: ReadAhead, offset: u64, end: u64, stripe: u64, max: u64) -> u64 {
         let mut st = lock(&self.state);
         st.tick += 1;
         let tick = st.tick;
-        let continues = note_stream(&mut st, offset, end, tick);
+        let run = note_stream(&mut st, offset, end, tick);
         match policy {
-            ReadAhead::None => false,
-            ReadAhead::Always => true,
-            ReadAhead::Adaptive => continues,
+            ReadAhead::None => 0,
+            // To the end of the stripe and one more.
+            ReadAhead::Always => end.div_ceil(stripe) * stripe + stripe - end,
+            ReadAhead::Adaptive if run < ADAPTIVE_AFTER => 0,
+            ReadAhead::Adaptive => {
+                let req = end - offset;
+                let shift = (run - ADAPTIVE_AFTER + 1).min(16);
+                let len = req.saturating_mul(1 << shift).min(max);
+                if len >= stripe {
+                    // Whole stripes from the members once the window is that long.
+                    (end + len).div_ceil(stripe) * stripe - end
+                } else {
+                    len
+                }
+            }
         }
+    }
+
+    /// A read-ahead in flight that holds `[offset, end)`, to wait for.
+    fn inflight_over(&self, offset: u64, end: u64) -> Option<Arc<Fetch>> {
+        lock(&self.state)
+            .inflight
+            .iter()
+            .find(|(s, e, _)| *s <= offset && end <= *e)
+            .map(|(_, _, f)| f.clone())
+    }
+
+    /// Registers a read-ahead of `[offset, end)`.
+    fn start_fetch(&self, offset: u64, end: u64) -> Arc<Fetch> {
+        let f = Arc::new(Fetch::default());
+        lock(&self.state).inflight.push((offset, end, f.clone()));
+        f
+    }
+
+    fn end_fetch(&self, fetch: &Arc<Fetch>) {
+        lock(&self.state)
+            .inflight
+            .retain(|(_, _, f)| !Arc::ptr_eq(f, fetch));
+        fetch.finish();
     }
 
     /// Keeps `data` as the array's bytes from `offset`, unless a write came since
@@ -225,21 +302,28 @@ impl ReadCache {
     }
 }
 
-/// Notes a read of `[offset, end)` in the stream table; true when it continues a stream
-/// where it ended.
-fn note_stream(st: &mut CacheState, offset: u64, end: u64, tick: u64) -> bool {
-    if let Some(s) = st.streams.iter_mut().find(|s| s.0 == offset) {
-        *s = (end, tick);
-        return true;
+/// Notes a read of `[offset, end)` in the stream table; returns how many reads in a row
+/// continued its stream where the last ended (0: a new stream).
+fn note_stream(st: &mut CacheState, offset: u64, end: u64, tick: u64) -> u32 {
+    if let Some(s) = st.streams.iter_mut().find(|s| s.end == offset) {
+        *s = Stream {
+            end,
+            tick,
+            run: s.run.saturating_add(1),
+        };
+        return s.run;
     }
+    let fresh = Stream { end, tick, run: 0 };
     if st.streams.len() < STREAMS {
-        st.streams.push((end, tick));
-    } else if let Some(oldest) = st.streams.iter_mut().min_by_key(|s| s.1) {
-        *oldest = (end, tick);
+        st.streams.push(fresh);
+    } else if let Some(oldest) = st.streams.iter_mut().min_by_key(|s| s.tick) {
+        *oldest = fresh;
     }
-    false
+    0
 }
 
+/// Drops the cached bytes of `[offset, end)`; the parts of a range outside it stay (a
+/// stream's occasional write costs the stream's read-ahead only the bytes written).
 fn drop_overlapping(st: &mut CacheState, offset: u64, end: u64) {
     let doomed: Vec<u64> = st
         .entries
@@ -250,8 +334,26 @@ fn drop_overlapping(st: &mut CacheState, offset: u64, end: u64) {
         .map(|(&s, _)| s)
         .collect();
     for s in doomed {
-        if let Some(e) = st.entries.remove(&s) {
-            st.bytes -= e.data.len() as u64;
+        let Some(mut e) = st.entries.remove(&s) else {
+            continue;
+        };
+        st.bytes -= e.data.len() as u64;
+        let e_end = s + e.data.len() as u64;
+        if e_end > end {
+            let tail = e.data.split_off((end - s) as usize);
+            st.bytes += tail.len() as u64;
+            st.entries.insert(
+                end,
+                Entry {
+                    data: tail,
+                    used: e.used,
+                },
+            );
+        }
+        if s < offset {
+            e.data.truncate((offset - s) as usize);
+            st.bytes += e.data.len() as u64;
+            st.entries.insert(s, e);
         }
     }
 }
@@ -272,11 +374,11 @@ impl Array {
         self.read_cache.counters()
     }
 
-    /// Bytes one read-ahead reads past the request: two whole stripes on parity levels (at
-    /// least 1 MiB), 1 MiB where there are no stripes.
-    fn ahead_bytes(&self) -> u64 {
+    /// The most one read-ahead reads past the request: two whole stripes on parity levels
+    /// (at least 1 MiB), 1 MiB where there are no stripes.
+    fn max_ahead(&self) -> u64 {
         match self.full_stripe_bytes() {
-            Some(stripe) => (2 * stripe).max((1 << 20) / stripe * stripe + stripe),
+            Some(stripe) => (2 * stripe).max((1u64 << 20).div_ceil(stripe) * stripe),
             None => 1 << 20,
         }
     }
@@ -288,29 +390,35 @@ impl Array {
         if policy == ReadAhead::None {
             return self.read_direct(buf, offset);
         }
+        let end = offset + buf.len() as u64;
+        // A read-ahead in flight holds it: wait, then look again (a write may have come).
+        if let Some(f) = cache.inflight_over(offset, end) {
+            f.wait();
+        }
         if cache.lookup(buf, offset) {
             cache.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         cache.misses.fetch_add(1, Ordering::Relaxed);
-        let end = offset + buf.len() as u64;
-        if !cache.wants_ahead(policy, offset, end) {
+        let stripe = self.full_stripe_bytes().unwrap_or(64 << 10);
+        let ahead = cache.ahead_len(policy, offset, end, stripe, self.max_ahead());
+        let until = (end + ahead).min(self.size_bytes());
+        if until <= end {
             return self.read_direct(buf, offset);
         }
-        // To the end of the stripe `ahead_bytes` past the request reaches (whole stripes
-        // from the members), not past the array.
-        let unit = self.full_stripe_bytes().unwrap_or(SECTOR as u64 * 8);
-        let want = (end + self.ahead_bytes()).div_ceil(unit) * unit;
-        let until = want.min(self.size_bytes()).max(end);
         let gen = cache.write_gen.load(Ordering::Acquire);
+        let fetch = cache.start_fetch(offset, until);
         let mut data = vec![0u8; (until - offset) as usize];
-        self.read_direct(&mut data, offset)?;
-        buf.copy_from_slice(&data[..buf.len()]);
-        cache.ahead_reads.fetch_add(1, Ordering::Relaxed);
-        cache.ahead_bytes.fetch_add(until - end, Ordering::Relaxed);
-        let rest = data.split_off(buf.len());
-        cache.insert(end, rest, gen);
-        Ok(())
+        let read = self.read_direct(&mut data, offset);
+        if read.is_ok() {
+            buf.copy_from_slice(&data[..buf.len()]);
+            cache.ahead_reads.fetch_add(1, Ordering::Relaxed);
+            cache.ahead_bytes.fetch_add(until - end, Ordering::Relaxed);
+            let rest = data.split_off(buf.len());
+            cache.insert(end, rest, gen);
+        }
+        cache.end_fetch(&fetch);
+        read
     }
 }
 
@@ -332,16 +440,27 @@ mod tests {
         assert!(c.lookup(&mut buf, 8192));
         assert_eq!(buf, [7u8; 4096]);
         c.invalidate(12287, 1);
-        assert!(!c.lookup(&mut buf, 8192), "the overlapped range is gone");
+        assert!(!c.lookup(&mut buf, 8192), "the overlapped byte is gone");
+        assert!(c.lookup(&mut buf[..4095], 8192), "the bytes before it stay");
+        assert_eq!(c.counters().cached_bytes, 8191);
+        c.invalidate(0, 1 << 20);
         assert_eq!(c.counters().cached_bytes, 0);
-        // A fill that started before a write (generation 0; the write made it 1).
+        // A write inside a range keeps both ends.
+        c.insert(0, (0..=255u8).cycle().take(16384).collect(), 2);
+        c.invalidate(4096, 4096);
+        let mut two = [0u8; 2];
+        assert!(!c.lookup(&mut two, 4095) && c.lookup(&mut two, 4094) && c.lookup(&mut two, 8192));
+        assert_eq!(two, [0, 1]);
+        assert_eq!(c.counters().cached_bytes, 12288);
+        c.invalidate(0, 1 << 20);
+        // A fill that started before the writes (generation 0; they made it 4).
         c.insert(0, vec![1u8; 4096], 0);
         assert!(!c.lookup(&mut buf, 0));
-        c.insert(0, vec![1u8; 4096], 1);
+        c.insert(0, vec![1u8; 4096], 4);
         assert!(c.lookup(&mut buf, 0));
         // A write elsewhere leaves it.
         c.invalidate(4096, 4096);
-        c.insert(8192, vec![2u8; 4096], 2);
+        c.insert(8192, vec![2u8; 4096], 5);
         assert!(c.lookup(&mut buf, 8192));
     }
 
@@ -366,23 +485,29 @@ mod tests {
     #[test]
     fn adaptive_follows_streams_and_drops_back_on_random_reads() {
         let c = cache_with(ReadAhead::Adaptive, 1 << 20);
-        assert!(!c.wants_ahead(ReadAhead::Adaptive, 0, 4096), "a first read");
-        assert!(
-            c.wants_ahead(ReadAhead::Adaptive, 4096, 8192),
-            "it continues"
-        );
+        let (stripe, max) = (256 << 10, 1 << 20);
+        let ahead = |off: u64| c.ahead_len(ReadAhead::Adaptive, off, off + 4096, stripe, max);
+        assert_eq!(ahead(0), 0, "a first read");
+        assert_eq!(ahead(4096), 0, "once continued: not yet a stream");
+        assert_eq!(ahead(8192), 8192, "twice: twice the request");
         // Another client's stream interleaved keeps the first one's.
-        assert!(!c.wants_ahead(ReadAhead::Adaptive, 1 << 30, (1 << 30) + 4096));
-        assert!(c.wants_ahead(ReadAhead::Adaptive, 8192, 12288));
-        assert!(c.wants_ahead(ReadAhead::Adaptive, (1 << 30) + 4096, (1 << 30) + 8192));
+        assert_eq!(ahead(1 << 30), 0);
+        assert_eq!(ahead(12288), 16384, "the window doubles");
+        assert_eq!(ahead(16384), 32768);
+        for k in 5..12u64 {
+            ahead(k * 4096);
+        }
+        // Grown past a stripe: to a stripe's end, never past the bound.
+        let a = ahead(12 * 4096);
+        assert!(a <= max + stripe && (13 * 4096 + a) % stripe == 0, "{a}");
         // Random reads are not followed.
         for i in 0..64u64 {
-            assert!(!c.wants_ahead(
-                ReadAhead::Adaptive,
-                i * 7919 * 4096 + 17,
-                i * 7919 * 4096 + 4113
-            ));
+            assert_eq!(ahead(i * 7919 * 4096 + 17), 0);
         }
-        assert!(c.wants_ahead(ReadAhead::Always, 3, 4));
+        // Always: to the end of the stripe and one more.
+        assert_eq!(
+            c.ahead_len(ReadAhead::Always, 3, 4, stripe, max),
+            2 * stripe - 4
+        );
     }
 }
