@@ -13,9 +13,11 @@
 //! flight waits for it instead of reading the same sectors again (several requests of one
 //! stream are outstanding at once at a queue depth above 1).
 //!
-//! Coherence: every write (and write-zeroes, trim) drops the cached ranges it overlaps and
-//! moves a write generation on; a read-ahead that saw the generation move while it read keeps
-//! nothing, so a write that raced it is never hidden behind older data. The cache holds
+//! Coherence: every write (and write-zeroes, trim) drops the cached bytes it covers, before
+//! it runs and again after, and is remembered with the write generation it moved on; a
+//! read-ahead that saw writes come while it read keeps what it read except the bytes they
+//! wrote (nothing, when more came than are remembered), so a write that raced it is never
+//! hidden behind older data. The cache holds
 //! array data (after any reconstruction), so a member failing or being rebuilt does not make
 //! it wrong. Bounded: the least recently used ranges go first.
 
@@ -100,7 +102,13 @@ struct CacheState {
     streams: Vec<Stream>,
     /// Read-aheads in flight: `[start, end)` and the signal of their end.
     inflight: Vec<(u64, u64, Arc<Fetch>)>,
+    /// The latest writes, by the generation each made (`gen`, offset, length): a read-ahead
+    /// that ran while some came keeps all but what they wrote.
+    recent: std::collections::VecDeque<(u64, u64, u64)>,
 }
+
+/// Writes [`CacheState::recent`] remembers; a read-ahead that saw more come keeps nothing.
+const RECENT_WRITES: usize = 1024;
 
 /// One stream: where its last read ended, when, and how many reads in a row continued it.
 #[derive(Clone, Copy)]
@@ -271,7 +279,16 @@ impl ReadCache {
             return;
         }
         let mut st = lock(&self.state);
-        if self.write_gen.load(Ordering::Acquire) != gen {
+        let now = self.write_gen.load(Ordering::Acquire);
+        // Writes came while it read: kept only when every one is remembered, and without
+        // what they wrote.
+        let raced: Vec<(u64, u64)> = st
+            .recent
+            .iter()
+            .filter(|w| w.0 > gen)
+            .map(|w| (w.1, w.2))
+            .collect();
+        if raced.len() as u64 != now - gen {
             return;
         }
         let end = offset + data.len() as u64;
@@ -280,6 +297,9 @@ impl ReadCache {
         let used = st.tick;
         st.bytes += data.len() as u64;
         st.entries.insert(offset, Entry { data, used });
+        for (w_off, w_len) in raced {
+            drop_overlapping(&mut st, w_off, w_off + w_len);
+        }
         while st.bytes > self.capacity {
             let Some((&oldest, _)) = st.entries.iter().min_by_key(|(_, e)| e.used) else {
                 break;
@@ -297,8 +317,12 @@ impl ReadCache {
             return;
         }
         let mut st = lock(&self.state);
-        self.write_gen.fetch_add(1, Ordering::AcqRel);
+        let gen = self.write_gen.fetch_add(1, Ordering::AcqRel) + 1;
         drop_overlapping(&mut st, offset, offset + len);
+        if st.recent.len() == RECENT_WRITES {
+            st.recent.pop_front();
+        }
+        st.recent.push_back((gen, offset, len));
     }
 }
 
@@ -453,7 +477,8 @@ mod tests {
         assert_eq!(two, [0, 1]);
         assert_eq!(c.counters().cached_bytes, 12288);
         c.invalidate(0, 1 << 20);
-        // A fill that started before the writes (generation 0; they made it 4).
+        // A fill that started before the writes (generation 0; they made it 4) keeps what
+        // they did not write: the last one covered it all.
         c.insert(0, vec![1u8; 4096], 0);
         assert!(!c.lookup(&mut buf, 0));
         c.insert(0, vec![1u8; 4096], 4);
@@ -462,6 +487,24 @@ mod tests {
         c.invalidate(4096, 4096);
         c.insert(8192, vec![2u8; 4096], 5);
         assert!(c.lookup(&mut buf, 8192));
+    }
+
+    #[test]
+    fn a_fill_that_writes_raced_keeps_all_but_what_they_wrote() {
+        let c = cache_with(ReadAhead::Always, 1 << 20);
+        let gen = c.write_gen.load(Ordering::Acquire);
+        c.invalidate(4096, 4096); // a write in the middle of the fill's range
+        c.insert(0, vec![9u8; 16384], gen);
+        let mut buf = [0u8; 4096];
+        assert!(c.lookup(&mut buf, 0) && c.lookup(&mut buf, 8192));
+        assert!(!c.lookup(&mut buf, 4096), "the written bytes are not kept");
+        // More writes than are remembered: nothing kept.
+        let gen = c.write_gen.load(Ordering::Acquire);
+        for i in 0..=RECENT_WRITES as u64 {
+            c.invalidate((1 << 30) + i * 4096, 4096);
+        }
+        c.insert(65536, vec![9u8; 4096], gen);
+        assert!(!c.lookup(&mut buf, 65536));
     }
 
     #[test]
