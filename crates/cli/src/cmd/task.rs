@@ -41,6 +41,7 @@ pub enum Action {
     /// RA, ARA: no read-ahead, whole stripes ahead of every read that misses, or only for
     /// sequential streams).
     ReadAhead {
+        /// none, always or adaptive (also nora, ra, ara).
         #[arg(value_name = "POLICY")]
         policy: String,
     },
