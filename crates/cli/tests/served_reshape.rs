@@ -136,6 +136,8 @@ fn a_server_stopped_mid_reshape_goes_on_with_it_when_it_serves_again() {
         "--image-size",
         "64M",
     ]);
+    // Capped, so that it is surely mid-way when the server is told to stop.
+    ok(&["task", "--control", &ctl, "rates", "--max-speed", "20"]);
     ok(&["grow", "--control", &ctl, "--raid-devices", "5"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -108,6 +108,7 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
     let mut decile = 0;
     let mut step = STEP_BYTES;
     let started = Instant::now();
+    let (first, _) = online.progress();
     loop {
         if slot.stopping.load(Ordering::SeqCst) {
             let (pos, _) = online.progress();
@@ -181,6 +182,16 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
             std::thread::sleep(t0.elapsed() * (100 - share) / share);
         } else {
             step = (step * 2).min(IDLE_STEP_BYTES);
+        }
+        // The task rates' cap (md's speed_limit_max) holds the reshape too: array bytes
+        // moved per second since it started here, in steps no longer than a busy one.
+        if let Some(max) = slot.rates().max_bytes_per_s.filter(|&m| m > 0) {
+            step = STEP_BYTES;
+            let moved = pos.abs_diff(first) * 512;
+            let due = Duration::from_secs_f64(moved as f64 / max as f64);
+            while started.elapsed() < due && !slot.stopping.load(Ordering::SeqCst) {
+                std::thread::sleep((due - started.elapsed()).min(Duration::from_millis(20)));
+            }
         }
         seen = slot.requests.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_millis(1));
