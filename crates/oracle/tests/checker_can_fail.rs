@@ -25,6 +25,10 @@ fn put64(b: &mut [u8], off: usize, v: u64) {
 }
 
 /// Member images of raid5 left-symmetric (md layout 2) holding `data`.
+/// The array's UUID in its superblocks, and as `mdadm --examine` prints it.
+const SET_UUID: [u8; 16] = [0xab; 16];
+const SET_UUID_TEXT: &str = "abababab:abababab:abababab:abababab";
+
 fn encode(data: &[u8], layout: u32) -> Vec<Vec<u8>> {
     let member_len = DATA_OFFSET_SECTORS as usize * 512 + STRIPES * CHUNK;
     let mut m = vec![vec![0u8; member_len]; N];
@@ -46,11 +50,13 @@ fn encode(data: &[u8], layout: u32) -> Vec<Vec<u8>> {
         put32(sb, 4, 1);
         put32(sb, 0x48, 5);
         put32(sb, 0x4c, layout);
+        sb[0x10..0x20].copy_from_slice(&SET_UUID);
         put64(sb, 0x50, (STRIPES * CHUNK / 512) as u64);
         put32(sb, 0x58, (CHUNK / 512) as u32);
         put32(sb, 0x5c, N as u32);
         put64(sb, 0x80, DATA_OFFSET_SECTORS);
         put64(sb, 0x88, (STRIPES * CHUNK / 512) as u64);
+        put64(sb, 0x90, (SB_OFFSET_BYTES / 512) as u64);
         put32(sb, 0xa0, role as u32);
         put32(sb, 0xdc, N as u32);
         for r in 0..N {
@@ -72,6 +78,7 @@ fn records(size: usize, sha: &str, writes: &[PatternWrite]) -> String {
     r += "a mismatch_cnt 0\n";
     for m in 0..N {
         r += &format!("a examine s{m} /dev/vd{m}:\n");
+        r += &format!("a examine s{m}      Array UUID : {SET_UUID_TEXT}\n");
         r += &format!("a examine s{m}     Data Offset : {DATA_OFFSET_SECTORS} sectors\n");
         r += &format!("a examine s{m}     Device Role : Active device {m}\n");
         r += &format!("a examine s{m}      Chunk Size : 4K\n");
@@ -183,6 +190,7 @@ fn a_faithful_array_passes() {
     for check in [
         "metadata",
         "sha256",
+        "scan",
         "map(",
         "unmap(",
         "parity(",
@@ -194,6 +202,20 @@ fn a_faithful_array_passes() {
             out.passed
         );
     }
+}
+
+#[test]
+fn a_scan_that_finds_another_array_fails() {
+    let mut f = fixture("scan");
+    f.text = f
+        .text
+        .replace(SET_UUID_TEXT, "abababab:abababab:abababab:abababac");
+    let out = run(&f);
+    let all = out.failures.join("\n");
+    assert!(
+        all.contains("scan: md's array abababab:abababab:abababab:abababac on 3 members"),
+        "{all}"
+    );
 }
 
 #[test]
