@@ -349,6 +349,8 @@ struct Run<'a> {
     keep_removed: bool,
     /// The array has md's write journal (RAID 4/5/6): the write hole is closed.
     journal: bool,
+    /// The read policy the array reads through.
+    read_ahead: raidkit_engine::ReadAhead,
     /// The array has md's partial parity log (RAID 5's default): the write hole is closed.
     ppl: bool,
     report: SeedReport,
@@ -443,6 +445,7 @@ impl Run<'_> {
         // Background tasks never yield to the workload in simulation: the workload runs between
         // tasks, not beside them, and yielding would only add wall-clock sleeps.
         array.set_task_rates(raidkit_engine::TaskRates::full());
+        array.set_read_ahead(self.read_ahead);
         self.ppl = array.consistency_policy() == raidkit_engine::ConsistencyPolicy::Ppl;
         let engine_sectors = array.size_bytes() / SECTOR as u64;
         if engine_sectors != self.geo.array_sectors() {
@@ -883,6 +886,7 @@ impl Run<'_> {
         match result {
             Ok((a, rep)) => {
                 a.set_task_rates(raidkit_engine::TaskRates::full());
+                a.set_read_ahead(self.read_ahead);
                 self.trace(|| format!("  assembled {why}: {rep:?}"));
                 self.note_given_up(&rep.events)?;
                 self.array = Some(a);
@@ -1474,6 +1478,14 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
     // RAID 4 and 6, a third of RAID 5, whose default is the partial parity log); with it the
     // write hole is closed, so those runs keep crash-then-degrade in.
     let journal_draw = choices.below(6);
+    // The read policy, from a stream of its own: a third of the seeds each read through no
+    // cache, a read-ahead of every miss, or the adaptive one, so the cache meets the faults,
+    // crashes and reassemblies of every scenario.
+    let read_ahead = match rng.fork(8).below(3) {
+        0 => raidkit_engine::ReadAhead::None,
+        1 => raidkit_engine::ReadAhead::Always,
+        _ => raidkit_engine::ReadAhead::Adaptive,
+    };
     let (sc, geo) = match gen_scenario(&mut gen, opts) {
         Ok(x) => x,
         Err(e) => {
@@ -1487,10 +1499,11 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         _ => false,
     };
     report.scenario = format!(
-        "{}{}, engine stripe cache {} MiB, removed members {}",
+        "{}{}, engine stripe cache {} MiB, read-ahead {}, removed members {}",
         describe(&sc),
         if journal { ", write journal" } else { "" },
         stripe_cache_bytes >> 20,
+        read_ahead.name(),
         if keep_removed {
             "stay attached"
         } else {
@@ -1515,6 +1528,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         stripe_cache_bytes,
         keep_removed,
         journal,
+        read_ahead,
         ppl: false,
         report,
         scratch: vec![0u8; SECTOR],

@@ -442,7 +442,12 @@ impl Array {
             cache.insert(end, rest, gen);
         }
         cache.end_fetch(&fetch);
-        read
+        match read {
+            Ok(()) => Ok(()),
+            // What lies ahead may be unreadable where the request is not (past a rebuild's
+            // cursor on a degraded array, a bad patch): the request alone, as asked.
+            Err(_) => self.read_direct(buf, offset),
+        }
     }
 }
 
