@@ -279,6 +279,11 @@ impl ReadCache {
             return;
         }
         let mut st = lock(&self.state);
+        // The policy went to none while it read: writes then skip the cache, so nothing
+        // may be kept for a later policy to serve.
+        if self.policy() == ReadAhead::None {
+            return;
+        }
         let now = self.write_gen.load(Ordering::Acquire);
         // Writes came while it read: kept only when every one is remembered, and without
         // what they wrote.
@@ -510,6 +515,21 @@ mod tests {
         }
         c.insert(65536, vec![9u8; 4096], gen);
         assert!(!c.lookup(&mut buf, 65536));
+    }
+
+    #[test]
+    fn a_fill_that_ends_after_the_policy_went_to_none_keeps_nothing() {
+        let c = cache_with(ReadAhead::Always, 1 << 20);
+        let gen = c.write_gen.load(Ordering::Acquire);
+        c.set_policy(ReadAhead::None);
+        c.invalidate(0, 4096); // skipped: no cache in use
+        c.insert(0, vec![1u8; 4096], gen);
+        c.set_policy(ReadAhead::Always);
+        let mut buf = [0u8; 4096];
+        assert!(
+            !c.lookup(&mut buf, 0),
+            "data from before the write is not served"
+        );
     }
 
     #[test]
