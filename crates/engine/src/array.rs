@@ -77,6 +77,7 @@ mod options;
 mod ppl;
 mod read_ahead;
 mod reshape;
+mod write_back;
 mod write_log;
 
 /// The read cache's bound (`array/read_ahead.rs`): a controller's cache is of this order
@@ -94,6 +95,7 @@ pub use online::{shared_disks, OnlineReshape};
 pub use options::*;
 pub use read_ahead::{ReadAhead, ReadAheadCounters};
 pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget};
+pub use write_back::{WriteBackCounters, WritePolicy};
 use write_log::IntentHooks;
 
 pub(crate) struct Member {
@@ -198,6 +200,8 @@ pub struct Array {
     gather: Option<gather::Gather>,
     /// The read policy's cache (`array/read_ahead.rs`).
     read_cache: read_ahead::ReadCache,
+    /// The write policy's cache (`array/write_back.rs`).
+    write_back: write_back::WriteBack,
     /// One layout's view of an array being reshaped online (see `array/online.rs`): it
     /// writes no superblock (the reshape records the array's state), so a member failing in
     /// it is failed in memory and recorded by the reshape's next step.
@@ -307,6 +311,7 @@ impl Array {
             bitmap: None,
             log,
             read_cache: read_ahead::ReadCache::new(READ_CACHE_BYTES),
+            write_back: write_back::WriteBack::new(),
             gather: matches!(geo.scheme(), Scheme::Parity { .. })
                 .then(|| gather::Gather::new(geo.data_disks() as u64 * geo.chunk_sectors)),
             geo,
@@ -390,8 +395,18 @@ impl Array {
         self.read_cached(buf, offset_bytes)
     }
 
-    /// A read as asked, from the members.
+    /// A read as asked, from the members and the write-back cache.
     fn read_direct(&self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
+        // The cache's pages are taken before the members are read: a page written back
+        // meanwhile is the same on both.
+        let cached = self.cached_snapshot(offset_bytes, buf.len() as u64);
+        self.read_members(buf, offset_bytes)?;
+        Array::overlay(buf, offset_bytes, &cached);
+        Ok(())
+    }
+
+    /// A read as asked, from the members.
+    fn read_members(&self, buf: &mut [u8], offset_bytes: u64) -> Result<()> {
         let (start, len) = aligned_window(offset_bytes, buf.len());
         if start == offset_bytes && len == buf.len() {
             return self.run(
@@ -428,7 +443,11 @@ impl Array {
         // Dropped from the read cache before the write (nothing older is served after it)
         // and again after it (a read-ahead that ran meanwhile keeps nothing).
         self.read_cache.invalidate(offset_bytes, buf.len() as u64);
-        let written = self.write_uncached(buf, offset_bytes, fua);
+        let written = if self.write_back_active() {
+            self.write_back_at(buf, offset_bytes, fua)
+        } else {
+            self.write_uncached(buf, offset_bytes, fua)
+        };
         self.read_cache.invalidate(offset_bytes, buf.len() as u64);
         written
     }
@@ -564,6 +583,8 @@ impl Array {
     /// array is not marked clean while a resync is unfinished, as md does).
     pub fn stop(&self) -> Result<()> {
         self.stop_background();
+        self.drain_write_back()?;
+        self.stop_destaging();
         self.flush()?;
         if let Some(log) = &self.log {
             log.stop(self)?;

@@ -197,6 +197,9 @@ pub enum ArrayEvent {
         member: String,
         log_writes: usize,
         rows_replayed: usize,
+        /// Rows with data but no parity (md's data-only stripes, which its write-back mode
+        /// leaves): logged anew and written to the members from the write-back cache.
+        data_only_rows: usize,
     },
     /// After an unclean stop the journal's replay left every stripe consistent: no resync.
     JournalMadeConsistent { rows_replayed: usize },
@@ -441,10 +444,20 @@ impl fmt::Display for ArrayEvent {
                 member,
                 log_writes,
                 rows_replayed,
-            } => write!(
-                f,
-                "{member}: write journal held {log_writes} log writes; {rows_replayed} stripe rows replayed onto the members"
-            ),
+                data_only_rows,
+            } => {
+                write!(
+                    f,
+                    "{member}: write journal held {log_writes} log writes; {rows_replayed} stripe rows replayed onto the members"
+                )?;
+                if *data_only_rows > 0 {
+                    write!(
+                        f,
+                        "; {data_only_rows} rows of cached writes (data without parity) taken into the write-back cache"
+                    )?;
+                }
+                Ok(())
+            }
             ArrayEvent::JournalMadeConsistent { rows_replayed } => write!(
                 f,
                 "the write journal made every stripe written at the crash consistent ({rows_replayed} stripe rows replayed); no resync is needed"
@@ -553,6 +566,7 @@ mod tests {
                 member: "j.img".into(),
                 log_writes: 2,
                 rows_replayed: 5,
+                data_only_rows: 0,
             },
             ArrayEvent::TaskStarted {
                 task: TaskKind::Resync,

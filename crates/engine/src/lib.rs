@@ -32,7 +32,7 @@ pub use array::{
     CreateOptions, EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport, Init,
     MemberHealth, MemberIo, MemberIoReading, MemberStatus, OnlineReshape, ReadAhead,
     ReadAheadCounters, ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget, Status,
-    TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
+    TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport, WriteBackCounters, WritePolicy,
 };
 pub use error::{AbsentMember, EngineError, GrowRefusal, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};

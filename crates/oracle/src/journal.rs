@@ -532,6 +532,7 @@ mod tests {
             member: "/x/j.img".into(),
             log_writes: 8,
             rows_replayed: 48,
+            data_only_rows: 0,
         }];
         assert_eq!(
             journal_said(&replayed),

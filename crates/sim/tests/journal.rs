@@ -311,3 +311,196 @@ fn a_page_logged_after_its_member_failed_in_the_same_request_holds_the_new_data(
         );
     }
 }
+
+/// The whole array's parity disagrees with its data in this many sectors.
+fn mismatches(array: &Array) -> u64 {
+    array
+        .run_task(
+            raidkit_engine::TaskKind::Check,
+            &mut |_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap()
+        .progress
+        .mismatch_sectors
+}
+
+/// Under write-back, writes return once the journal has them: a crash that loses every
+/// member write (none was written back; `lost` set loses a member too) leaves md's data-only
+/// rows in the log, which the next assembly logs anew and writes to the members.
+fn write_back_crash(level: i32, n: usize, lost: Option<usize>) {
+    let ctx = format!("RAID {level}, member lost: {lost:?}");
+    let mut world = SimWorld::new(70 + level as u64);
+    world.crash_policy = CrashPolicy {
+        lost_per_mille: 700,
+        torn_per_mille: 300,
+    };
+    let array = create(&mut world, level, n);
+    let size = array.size_bytes();
+    let base = pattern(1, size / 512);
+    array.write_at(&base, 0, false).unwrap();
+    array.flush().unwrap();
+    let mut expect = base.clone();
+    array
+        .set_write_policy(raidkit_engine::WritePolicy::Back)
+        .unwrap();
+    // Partial pages, whole pages, a page written twice, two rows of one stripe.
+    let writes: [(u64, u64); 8] = [
+        (8, 8),
+        (200, 24),
+        (1000, 3),
+        (4096 + 5, 130),
+        (9000, 64),
+        (12000, 1),
+        (200, 8),
+        (136, 8),
+    ];
+    write_unflushed(&array, &writes, 100, &mut expect);
+    let c = array.write_back_counters();
+    assert_eq!(c.cached_writes, writes.len() as u64, "{ctx}: {c:?}");
+    assert!(c.rewrites > 0 && c.destages == 0, "{ctx}: {c:?}");
+    assert_eq!(
+        first_difference(&array, &expect),
+        None,
+        "{ctx}: read before the crash"
+    );
+    drop(array);
+    world.crash(&[]);
+    world.power_on();
+    if let Some(m) = lost {
+        world.disk(m).update_faults(|f| f.dead = true);
+    }
+    let (array, events) = assemble(&world);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            ArrayEvent::JournalReplayed { data_only_rows, .. } if *data_only_rows > 0
+        )),
+        "{ctx}: no data-only rows replayed: {events:?}"
+    );
+    assert_eq!(array.write_back_counters().cached_bytes, 0, "{ctx}");
+    let first_bad = first_difference(&array, &expect);
+    assert_eq!(first_bad, None, "{ctx}: sector {first_bad:?} differs");
+    if lost.is_none() {
+        assert_eq!(
+            mismatches(&array),
+            0,
+            "{ctx}: parity disagrees after the replay"
+        );
+    }
+    // Nothing is replayed twice: a clean stop leaves the journal clean.
+    array.stop().unwrap();
+    drop(array);
+    let (array, events) = assemble(&world);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ArrayEvent::JournalClean { .. })),
+        "{ctx}: {events:?}"
+    );
+    assert_eq!(
+        first_difference(&array, &expect),
+        None,
+        "{ctx}: after a clean stop"
+    );
+}
+
+#[test]
+fn write_back_keeps_acknowledged_writes_through_a_crash() {
+    for (level, n) in [(4, 4), (5, 4), (6, 5)] {
+        write_back_crash(level, n, None);
+    }
+}
+
+#[test]
+fn write_back_keeps_acknowledged_writes_through_a_crash_and_a_lost_member() {
+    for lost in 0..4 {
+        write_back_crash(5, 4, Some(lost));
+    }
+    for lost in [0, 3, 4] {
+        write_back_crash(6, 5, Some(lost));
+    }
+}
+
+/// More pages than the cache holds: writers write back the oldest stripes themselves (no
+/// destage threads here), every read sees the newest data, and a stop writes the rest back
+/// and leaves parity consistent and nothing to replay.
+#[test]
+fn write_back_writes_back_when_full_and_at_stop() {
+    let mut world = SimWorld::new(11);
+    let array = create(&mut world, 5, 4);
+    let size = array.size_bytes();
+    let mut expect = vec![0u8; size as usize];
+    array
+        .set_write_policy(raidkit_engine::WritePolicy::Back)
+        .unwrap();
+    let cap = array.write_back_counters().capacity_bytes;
+    assert!(cap > 0 && cap < size, "capacity {cap}");
+    let pages = size / 4096;
+    let mut rng = 12345u64;
+    let mut writes = Vec::new();
+    for _ in 0..(2 * cap / 4096) {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        writes.push(((rng >> 33) % pages * 8, 8));
+    }
+    write_unflushed(&array, &writes, 1000, &mut expect);
+    let c = array.write_back_counters();
+    assert!(c.destages > 0 && c.waits > 0, "{c:?}");
+    assert!(c.cached_bytes <= cap, "{c:?}");
+    assert_eq!(first_difference(&array, &expect), None);
+    // Back to write-through: everything cached goes to the members first.
+    array
+        .set_write_policy(raidkit_engine::WritePolicy::Through)
+        .unwrap();
+    assert_eq!(array.write_back_counters().cached_bytes, 0);
+    assert_eq!(mismatches(&array), 0);
+    array
+        .set_write_policy(raidkit_engine::WritePolicy::Back)
+        .unwrap();
+    write_unflushed(&array, &writes[..50], 5000, &mut expect);
+    array.stop().unwrap();
+    drop(array);
+    let (array, events) = assemble(&world);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ArrayEvent::JournalClean { .. })),
+        "{events:?}"
+    );
+    assert_eq!(first_difference(&array, &expect), None);
+    assert_eq!(mismatches(&array), 0);
+}
+
+#[test]
+fn write_back_needs_a_write_journal() {
+    let mut world = SimWorld::new(5);
+    let members: Vec<Box<dyn Disk>> = (0..4)
+        .map(|_| Box::new(world.add_disk(DISK_BYTES)) as Box<dyn Disk>)
+        .collect();
+    let array = Array::create(
+        members,
+        CreateOptions {
+            level: 5,
+            layout: None,
+            chunk_sectors: 128,
+            raid_devices: 4,
+            metadata: SuperblockVersion::V1_2,
+            size_sectors: Some(SIZE_SECTORS),
+            name: "t:nojournal".into(),
+            set_uuid: [4; 16],
+            device_uuids: (0..4u8).map(|i| [60 + i; 16]).collect(),
+            ctime_seconds: 0,
+            init: raidkit_engine::Init::Zeroed,
+            consistency: ConsistencyPolicy::Resync,
+            config: EngineConfig::default(),
+        },
+    )
+    .unwrap();
+    let err = array
+        .set_write_policy(raidkit_engine::WritePolicy::Back)
+        .unwrap_err();
+    assert!(err.to_string().contains("write journal"), "{err}");
+    assert_eq!(array.write_policy(), raidkit_engine::WritePolicy::Through);
+}

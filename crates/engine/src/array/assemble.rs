@@ -220,6 +220,9 @@ impl Array {
             st.events.push(event.clone());
         }
         drop(st);
+        // Data-only rows the journal held (cached writes) go to the members now: the array
+        // starts write-through.
+        array.drain_write_back()?;
         Ok((array, report))
     }
 }

@@ -55,6 +55,9 @@ struct Ring {
     units: VecDeque<Unit>,
     /// Set when a log write failed: the array takes no more writes.
     failed: Option<String>,
+    /// The oldest log write holding data the write-back cache has not written to the members
+    /// yet (`u64::MAX`: none): the checkpoint stays at or before it.
+    floor: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -99,6 +102,13 @@ struct Row {
 /// What a replayed row writes: (slot, member sector, page).
 type RowWrites = Vec<(usize, u64, Vec<u8>)>;
 
+/// What a log holds ([`Array::analyze_log`]): the rows to replay onto the members, in order,
+/// and the data-only rows by member sector.
+struct LogFound {
+    replays: Vec<RowWrites>,
+    data_only: BTreeMap<u64, Row>,
+}
+
 impl Journal {
     /// The journal on `disk` (the member at index `member`, its data area `data_sectors`
     /// long), with the checkpoint `tail` from its superblock. Nothing is read yet.
@@ -132,6 +142,7 @@ impl Journal {
                 },
                 units: VecDeque::new(),
                 failed: None,
+                floor: u64::MAX,
             }),
             finished: Condvar::new(),
             io: Mutex::new(()),
@@ -212,58 +223,98 @@ impl Array {
         )
     }
 
-    /// The rows of one log write that carry parity, as member writes.
-    fn rows_of(&self, mb: &MetaBlock, data: &[u8]) -> Vec<RowWrites> {
+    /// md's reading of a log (`r5c_recovery_analyze_meta_block`), log write by log write
+    /// (`None`: its pages did not match, it counts for nothing): data pages gather per stripe
+    /// row until its parity comes; a row with parity is replayed when data for it comes again
+    /// (written back before that data was cached) or at the end; a flush payload drops the
+    /// rows it lists; rows with data but no parity at the end are data-only (cached in
+    /// write-back mode, never on the members); rows with parity alone were written back.
+    fn analyze_log(&self, units: &[(MetaBlock, Option<Vec<u8>>)]) -> LogFound {
         let chunk = self.geo.chunk_sectors;
-        let mut rows: BTreeMap<u64, (RowWrites, bool)> = BTreeMap::new();
-        let mut page = 0usize;
-        for p in &mb.payloads {
-            match p {
-                Payload::Data {
-                    location,
-                    checksums,
-                    ..
-                } => {
-                    for i in 0..checksums.len() {
-                        let a = location + i as u64 * PAGE_SECTORS;
-                        let bytes = data[page * PAGE..(page + 1) * PAGE].to_vec();
-                        page += 1;
-                        if a + PAGE_SECTORS > self.geo.array_sectors() {
+        let stripes = self.geo.array_sectors() / (chunk * self.geo.data_disks() as u64);
+        let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
+        let mut replays = Vec::new();
+        let take = |row: Row, ms: u64, replays: &mut Vec<RowWrites>| {
+            if !row.data.is_empty() {
+                replays.push(self.row_writes(ms, row));
+            }
+        };
+        for (mb, data) in units {
+            let Some(data) = data else { continue };
+            let mut page = 0usize;
+            for p in &mb.payloads {
+                match p {
+                    Payload::Data {
+                        location,
+                        checksums,
+                        ..
+                    } => {
+                        for i in 0..checksums.len() {
+                            let a = location + i as u64 * PAGE_SECTORS;
+                            let bytes = data[page * PAGE..(page + 1) * PAGE].to_vec();
+                            page += 1;
+                            if a + PAGE_SECTORS > self.geo.array_sectors() {
+                                continue;
+                            }
+                            let (slot, ms) = self.data_place(a);
+                            let row = rows.entry(ms).or_default();
+                            if row.p.is_some() {
+                                take(std::mem::take(row), ms, &mut replays);
+                            }
+                            row.data.insert(a, (slot, bytes));
+                        }
+                    }
+                    Payload::Parity {
+                        location,
+                        checksums,
+                        ..
+                    } => {
+                        let pages: Vec<Vec<u8>> = (0..checksums.len())
+                            .map(|i| data[(page + i) * PAGE..(page + i + 1) * PAGE].to_vec())
+                            .collect();
+                        page += checksums.len();
+                        if location / chunk >= stripes {
                             continue;
                         }
-                        let (slot, ms) = self.data_place(a);
-                        rows.entry(ms).or_default().0.push((slot, ms, bytes));
+                        let row = rows.entry(*location).or_default();
+                        let mut pages = pages.into_iter();
+                        row.p = pages.next();
+                        row.q = pages.next();
                     }
-                }
-                Payload::Parity {
-                    location,
-                    checksums,
-                    ..
-                } => {
-                    let info = self.geo.stripe(location / chunk);
-                    let slots = [Some(info.p_member), info.q_member];
-                    for (i, slot) in slots.iter().enumerate().take(checksums.len()) {
-                        let bytes = data[page * PAGE..(page + 1) * PAGE].to_vec();
-                        page += 1;
-                        if let Some(s) = slot {
-                            let row = rows.entry(*location).or_default();
-                            row.0.push((*s, *location, bytes));
-                            row.1 = true;
-                        } else {
-                            let _ = i;
+                    Payload::Flush { stripes, .. } => {
+                        for ms in stripes {
+                            rows.remove(ms);
                         }
                     }
                 }
-                Payload::Flush { .. } => {}
             }
         }
-        // Rows with parity are whole. (md skips rows with parity alone, which its write-back
-        // mode leaves once the data is on the members; in write-through mode a row always
-        // carries its data, also that of a missing member, and raidkit writes it so too.)
-        rows.into_values()
-            .filter(|(_, parity)| *parity)
-            .map(|(w, _)| w)
-            .collect()
+        let mut data_only = BTreeMap::new();
+        for (ms, row) in rows {
+            if row.p.is_some() {
+                take(row, ms, &mut replays);
+            } else if !row.data.is_empty() {
+                data_only.insert(ms, row);
+            }
+        }
+        LogFound { replays, data_only }
+    }
+
+    /// A row's pages as member writes: its data, P and Q.
+    fn row_writes(&self, ms: u64, row: Row) -> RowWrites {
+        let info = self.geo.stripe(ms / self.geo.chunk_sectors);
+        let mut w: RowWrites = row
+            .data
+            .into_values()
+            .map(|(slot, page)| (slot, ms, page))
+            .collect();
+        if let Some(p) = row.p {
+            w.push((info.p_member, ms, p));
+        }
+        if let (Some(q), Some(slot)) = (row.q, info.q_member) {
+            w.push((slot, ms, q));
+        }
+        w
     }
 
     /// Fills the missing parity pages of `row` (stripe row at member sector `ms`) from its new
@@ -333,6 +384,10 @@ impl Array {
 impl WriteLog for Journal {
     fn policy(&self) -> ConsistencyPolicy {
         ConsistencyPolicy::Journal
+    }
+
+    fn journal(&self) -> Option<&Journal> {
+        Some(self)
     }
 
     /// One band's rows (data and parity of every member) must fit a quarter of the journal,
@@ -476,96 +531,8 @@ impl WriteLog for Journal {
                 array.complete_parity(ms, row, states, members)?;
             }
         }
-        // Split the rows over meta blocks (each holds at most 4 KiB of descriptors), then
-        // fill each block's pages into one buffer of the exact size.
-        let rows: Vec<(u64, Row)> = rows.into_iter().collect();
-        let mut bounds: Vec<(usize, usize, usize)> = Vec::new(); // (first row, end, pages)
-        let (mut first, mut meta, mut pages) = (0usize, 32usize, 0usize);
-        for (i, (_, row)) in rows.iter().enumerate() {
-            let need = row.data.len() * 20 + 16 + 4 * parity_pages;
-            if meta + need > PAGE && i > first {
-                bounds.push((first, i, pages));
-                (first, meta, pages) = (i, 32, 0);
-            }
-            meta += need;
-            pages += row.data.len() + parity_pages;
-        }
-        bounds.push((first, rows.len(), pages));
-        let mut rows = rows.into_iter();
-        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
-        for (from, to, count) in bounds {
-            let mut payloads = Vec::with_capacity((to - from) * 4);
-            let mut buf = crate::buffers::take_buffer(count * PAGE);
-            for (ms, row) in rows.by_ref().take(to - from) {
-                for (a, (_, page)) in row.data {
-                    payloads.push(Payload::Data {
-                        flags: 0,
-                        location: a,
-                        checksums: vec![page_checksum(self.seed, &page)],
-                    });
-                    buf.extend_from_slice(&page);
-                }
-                let mut sums = Vec::with_capacity(parity_pages);
-                for page in [row.p, row.q].into_iter().take(parity_pages) {
-                    let at = buf.len();
-                    match page {
-                        Some(p) => buf.extend_from_slice(&p),
-                        None => buf.resize(at + PAGE, 0),
-                    }
-                    sums.push(page_checksum(self.seed, &buf[at..]));
-                }
-                payloads.push(Payload::Parity {
-                    flags: 0,
-                    location: ms,
-                    checksums: sums,
-                });
-            }
-            chunks.push((payloads, buf));
-        }
-        let _io = lock(&self.io);
-        let total: u64 = chunks
-            .iter()
-            .map(|(_, pages)| PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS)
-            .sum();
-        self.room(array, total)?;
-        let mut seqs = Vec::with_capacity(chunks.len());
-        for (payloads, mut pages) in chunks {
-            let span = PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS;
-            let (pos, seq) = {
-                let st = lock(&self.st);
-                if let Some(why) = &st.failed {
-                    return Err(EngineError::ArrayFailed {
-                        detail: format!("the write journal failed: {why}"),
-                    });
-                }
-                (st.head, st.seq)
-            };
-            let mb = MetaBlock {
-                seq,
-                position: pos,
-                payloads,
-            };
-            let mut block = mb.encode(self.seed).map_err(super::meta_err)?;
-            let r = self
-                .ring_io(self.add(pos, PAGE_SECTORS), &mut pages, true)
-                .and_then(|_| self.ring_io(pos, &mut block, true));
-            if let Err(e) = r {
-                return Err(self.failed(array, &e.to_string()));
-            }
-            crate::buffers::keep_buffer(pages);
-            let mut st = lock(&self.st);
-            st.head = self.add(pos, span);
-            st.seq = seq + 1;
-            st.units.push_back(Unit {
-                seq,
-                start: pos,
-                done: false,
-            });
-            seqs.push(seq);
-        }
-        if let Err(e) = self.disk.disk.flush() {
-            return Err(self.failed(array, &e.to_string()));
-        }
+        let chunks = self.encode_rows(rows.into_iter().collect(), parity_pages);
+        let seqs = self.append(array, chunks, false)?;
         Ok(Some(Box::new(JournalHold {
             journal: self,
             seqs,
@@ -652,7 +619,7 @@ impl Journal {
         // Walk the chain.
         let mut pos = tail;
         let mut seq = first.seq;
-        let mut units: Vec<(MetaBlock, Vec<u8>)> = Vec::new();
+        let mut units: Vec<(MetaBlock, Option<Vec<u8>>)> = Vec::new();
         let mut scanned = 0u64;
         while let Some(mb) = self.read_meta(pos) {
             if mb.seq != seq || mb.position != pos {
@@ -683,63 +650,66 @@ impl Journal {
                     }
                 }
             }
-            if !ok {
-                // md: a log write whose pages do not all match is where the log ends.
-                break;
-            }
             scanned += span;
             pos = self.add(pos, span);
             seq += 1;
-            units.push((mb, data));
+            // md: a log write whose pages do not all match keeps its place in the chain, but
+            // none of its payloads count (log writes may complete out of order).
+            units.push((mb, ok.then_some(data)));
         }
-        // Replay, oldest first, rows that carry their parity (write-through never writes a
-        // member before the row's parity is in the log, so a row without it was never
-        // written to the members).
-        let mut replayed = 0usize;
-        let (states, members) = array.snapshot();
-        let replacements: Vec<Option<Arc<Member>>> = {
-            let st = lock(&array.state);
-            st.roster
-                .replacement
-                .iter()
-                .map(|r| r.and_then(|i| st.members[i].clone()))
-                .collect()
-        };
-        for (mb, data) in &units {
-            for writes in array.rows_of(mb, data) {
-                replayed += 1;
-                if array.read_only {
-                    continue;
-                }
-                for (slot, ms, page) in writes {
-                    let targets = [
-                        members[slot]
-                            .clone()
-                            .filter(|_| states[slot] != MemberState::Missing),
-                        replacements.get(slot).cloned().flatten(),
-                    ];
-                    for m in targets.into_iter().flatten() {
-                        let at = m.data_offset_bytes + ms * SECTOR as u64;
-                        if let Err(e) = m.disk.write_at(&page, at) {
-                            array.member_failed(Slot(slot), &format!("journal replay: {e}"));
-                        }
-                    }
-                }
-            }
+        let found = array.analyze_log(&units);
+        let replayed = found.replays.len();
+        if !array.read_only {
+            self.write_rows(array, found.replays);
         }
         let next_seq = seq + 10_000;
+        let data_only_rows = found.data_only.len();
+        let mut data_only: Vec<(u64, Vec<u8>)> = found
+            .data_only
+            .into_values()
+            .flat_map(|row| row.data.into_iter().map(|(a, (_, page))| (a, page)))
+            .collect();
+        data_only.sort_by_key(|(a, _)| *a);
+        // md's r5c_recovery_rewrite_data_only_stripes: the data-only rows are logged anew at
+        // the head of a new chain (seq + 10000), then the checkpoint moves there; until then a
+        // crash replays the old chain again.
+        let mut first_seq = next_seq;
         if !array.read_only {
             if replayed > 0 {
                 array.flush()?;
             }
-            self.write_empty(pos, next_seq)?;
+            {
+                let mut st = lock(&self.st);
+                st.head = pos;
+                st.seq = next_seq;
+                st.units.clear();
+            }
+            if data_only.is_empty() {
+                self.write_empty(pos, next_seq)?;
+                let mut st = lock(&self.st);
+                st.head = self.add(pos, PAGE_SECTORS);
+                st.seq = next_seq + 1;
+            } else {
+                let refs: Vec<(u64, &[u8])> =
+                    data_only.iter().map(|(a, p)| (*a, p.as_slice())).collect();
+                first_seq = self.log_data(array, &refs)?;
+            }
             self.set_tail(array, pos)?;
+            lock(&self.st).tail = pos;
+        } else {
+            let mut st = lock(&self.st);
+            st.tail = pos;
+            st.head = self.add(pos, PAGE_SECTORS);
+            st.seq = next_seq + 1;
         }
-        let mut st = lock(&self.st);
-        st.tail = pos;
-        st.head = self.add(pos, PAGE_SECTORS);
-        st.seq = next_seq + 1;
-        drop(st);
+        if !data_only.is_empty() {
+            // In the write-back cache until written to the members (at the end of assembly
+            // under write-through; by a read-only array never, but its reads see them).
+            array
+                .write_back
+                .load(array.write_back_shape(), data_only, first_seq);
+            self.set_floor(first_seq);
+        }
         let log_writes = units
             .iter()
             .filter(|(mb, _)| !mb.payloads.is_empty())
@@ -751,9 +721,204 @@ impl Journal {
                 member: name,
                 log_writes,
                 rows_replayed: replayed,
+                data_only_rows,
             }
         });
         Ok(replayed)
+    }
+
+    /// Writes replayed rows to the members of their slots and to the slots' replacements.
+    fn write_rows(&self, array: &Array, rows: Vec<RowWrites>) {
+        let (states, members) = array.snapshot();
+        let replacements: Vec<Option<Arc<Member>>> = {
+            let st = lock(&array.state);
+            st.roster
+                .replacement
+                .iter()
+                .map(|r| r.and_then(|i| st.members[i].clone()))
+                .collect()
+        };
+        for writes in rows {
+            for (slot, ms, page) in writes {
+                let targets = [
+                    members[slot]
+                        .clone()
+                        .filter(|_| states[slot] != MemberState::Missing),
+                    replacements.get(slot).cloned().flatten(),
+                ];
+                for m in targets.into_iter().flatten() {
+                    let at = m.data_offset_bytes + ms * SECTOR as u64;
+                    if let Err(e) = m.disk.write_at(&page, at) {
+                        array.member_failed(Slot(slot), &format!("journal replay: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Encodes whole stripe rows (data pages, then the parity pages of each) into log
+    /// writes: meta blocks of at most one 4 KiB block of descriptors each, with their pages in
+    /// one buffer of the exact size.
+    fn encode_rows(
+        &self,
+        rows: Vec<(u64, Row)>,
+        parity_pages: usize,
+    ) -> Vec<(Vec<Payload>, Vec<u8>)> {
+        let mut bounds: Vec<(usize, usize, usize)> = Vec::new(); // (first row, end, pages)
+        let (mut first, mut meta, mut pages) = (0usize, 32usize, 0usize);
+        for (i, (_, row)) in rows.iter().enumerate() {
+            let need = row.data.len() * 20 + 16 + 4 * parity_pages;
+            if meta + need > PAGE && i > first {
+                bounds.push((first, i, pages));
+                (first, meta, pages) = (i, 32, 0);
+            }
+            meta += need;
+            pages += row.data.len() + parity_pages;
+        }
+        bounds.push((first, rows.len(), pages));
+        let mut rows = rows.into_iter();
+        let mut chunks: Vec<(Vec<Payload>, Vec<u8>)> = Vec::with_capacity(bounds.len());
+        for (from, to, count) in bounds {
+            let mut payloads = Vec::with_capacity((to - from) * 4);
+            let mut buf = crate::buffers::take_buffer(count * PAGE);
+            for (ms, row) in rows.by_ref().take(to - from) {
+                for (a, (_, page)) in row.data {
+                    payloads.push(Payload::Data {
+                        flags: 0,
+                        location: a,
+                        checksums: vec![page_checksum(self.seed, &page)],
+                    });
+                    buf.extend_from_slice(&page);
+                }
+                if parity_pages == 0 {
+                    continue;
+                }
+                let mut sums = Vec::with_capacity(parity_pages);
+                for page in [row.p, row.q].into_iter().take(parity_pages) {
+                    let at = buf.len();
+                    match page {
+                        Some(p) => buf.extend_from_slice(&p),
+                        None => buf.resize(at + PAGE, 0),
+                    }
+                    sums.push(page_checksum(self.seed, &buf[at..]));
+                }
+                payloads.push(Payload::Parity {
+                    flags: 0,
+                    location: ms,
+                    checksums: sums,
+                });
+            }
+            chunks.push((payloads, buf));
+        }
+        chunks
+    }
+
+    /// Writes log writes (`chunks`: descriptors and their pages) at the head, one after
+    /// another, and syncs the journal device. `done`: nothing waits on member writes of
+    /// theirs (the write-back cache's data, which the floor keeps instead). Returns their
+    /// sequence numbers.
+    fn append(
+        &self,
+        array: &Array,
+        chunks: Vec<(Vec<Payload>, Vec<u8>)>,
+        done: bool,
+    ) -> Result<Vec<u64>> {
+        let _io = lock(&self.io);
+        let total: u64 = chunks
+            .iter()
+            .map(|(_, pages)| PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS)
+            .sum();
+        self.room(array, total)?;
+        let mut seqs = Vec::with_capacity(chunks.len());
+        for (payloads, mut pages) in chunks {
+            let span = PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS;
+            let (pos, seq) = {
+                let st = lock(&self.st);
+                if let Some(why) = &st.failed {
+                    return Err(EngineError::ArrayFailed {
+                        detail: format!("the write journal failed: {why}"),
+                    });
+                }
+                (st.head, st.seq)
+            };
+            let mb = MetaBlock {
+                seq,
+                position: pos,
+                payloads,
+            };
+            let mut block = mb.encode(self.seed).map_err(super::meta_err)?;
+            let r = self
+                .ring_io(self.add(pos, PAGE_SECTORS), &mut pages, true)
+                .and_then(|_| self.ring_io(pos, &mut block, true));
+            if let Err(e) = r {
+                return Err(self.failed(array, &e.to_string()));
+            }
+            crate::buffers::keep_buffer(pages);
+            let mut st = lock(&self.st);
+            st.head = self.add(pos, span);
+            st.seq = seq + 1;
+            st.units.push_back(Unit {
+                seq,
+                start: pos,
+                done,
+            });
+            seqs.push(seq);
+        }
+        if let Err(e) = self.disk.disk.flush() {
+            return Err(self.failed(array, &e.to_string()));
+        }
+        Ok(seqs)
+    }
+
+    /// Logs 4 KiB data pages alone, durably: `pages` are (array sector, bytes), in the order
+    /// they are to be replayed. The write-back cache's log write (md's data-only stripes):
+    /// their parity is logged when the cache writes them to the members. Returns the sequence
+    /// number of the first log write.
+    pub(super) fn log_data(&self, array: &Array, pages: &[(u64, &[u8])]) -> Result<u64> {
+        let per_block = (PAGE - 32) / 20;
+        let mut chunks = Vec::with_capacity(pages.len().div_ceil(per_block));
+        for group in pages.chunks(per_block) {
+            let mut buf = crate::buffers::take_buffer(group.len() * PAGE);
+            let payloads = group
+                .iter()
+                .map(|(a, page)| {
+                    buf.extend_from_slice(page);
+                    Payload::Data {
+                        flags: 0,
+                        location: *a,
+                        checksums: vec![page_checksum(self.seed, page)],
+                    }
+                })
+                .collect();
+            chunks.push((payloads, buf));
+        }
+        let seqs = self.append(array, chunks, true)?;
+        Ok(seqs.first().copied().unwrap_or(0))
+    }
+
+    /// (sectors of the ring in use from the checkpoint to the head, sectors of the ring).
+    pub(super) fn usage(&self) -> (u64, u64) {
+        let st = lock(&self.st);
+        (self.used(&st), self.ring)
+    }
+
+    /// (sectors from the oldest log write still needed, by a member write not done or by the
+    /// write-back cache, to the head; sectors of the ring): what the checkpoint could not pass
+    /// if it moved now.
+    pub(super) fn pinned(&self) -> (u64, u64) {
+        let st = lock(&self.st);
+        let pinned = st
+            .units
+            .iter()
+            .find(|u| !u.done || u.seq >= st.floor)
+            .map_or(0, |u| (st.head + self.ring - u.start) % self.ring);
+        (pinned, self.ring)
+    }
+
+    /// Sets the floor (see [`Ring::floor`]) and wakes whoever waits for room.
+    pub(super) fn set_floor(&self, floor: u64) {
+        lock(&self.st).floor = floor;
+        self.finished.notify_all();
     }
 
     /// Writes `tail` into the journal device's superblock (md's `r5l_write_super`).
@@ -796,11 +961,13 @@ impl Journal {
             if self.ring > self.used(&st) + span {
                 return Ok(());
             }
-            // The new checkpoint: the oldest write not done, else the newest write.
+            // The new checkpoint: the oldest write not done or holding data the write-back
+            // cache still has to write to the members, else the newest write.
+            let floor = st.floor;
             let target = st
                 .units
                 .iter()
-                .find(|u| !u.done)
+                .find(|u| !u.done || u.seq >= floor)
                 .or(st.units.back())
                 .copied();
             match target {
@@ -814,7 +981,7 @@ impl Journal {
                         st.units.pop_front();
                     }
                 }
-                Some(u) if u.done => {
+                Some(u) if u.done && u.seq < floor => {
                     // Everything is done and the checkpoint is at the newest write: start
                     // the chain anew at the head with an empty meta block, then move there.
                     let (pos, seq) = (st.head, st.seq);
@@ -836,7 +1003,8 @@ impl Journal {
                     });
                 }
                 Some(_) => {
-                    // The checkpoint is at the oldest write in flight: wait for it.
+                    // The checkpoint is at the oldest write in flight, or at data the
+                    // write-back cache is writing to the members: wait for it.
                     st = self
                         .finished
                         .wait_timeout(st, std::time::Duration::from_millis(50))

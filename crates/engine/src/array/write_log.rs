@@ -75,6 +75,11 @@ pub(super) trait WriteLog: Send + Sync {
     /// The consistency policy this log is.
     fn policy(&self) -> ConsistencyPolicy;
 
+    /// The write journal, when this log is one (the write-back cache logs through it).
+    fn journal(&self) -> Option<&super::journal::Journal> {
+        None
+    }
+
     /// The widest band (in sectors) one phase may log.
     fn max_band_sectors(&self, geo: &Geo) -> u64;
 
