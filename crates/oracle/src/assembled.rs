@@ -284,6 +284,12 @@ fn describe(plan: &PlannedArray, e: Option<&RaidkitExpectation>) -> String {
                 plan.writes.len() - plan.member_writes()
             )
         }
+        Some(crate::matrix::JournalMode::WriteBackCrash) => {
+            s += &format!(
+                ", write journal; crashed after {} writes only the journal got, in write-back mode",
+                plan.writes.len() - plan.member_writes()
+            )
+        }
         None => {}
     }
     match plan.ppl {

@@ -84,6 +84,11 @@
 //!   a few more partial-stripe writes are made, so only the journal holds them, and the array
 //!   is stopped without its members hearing of it (a crash); the other side must replay the
 //!   journal and read every write.
+//! - `journal=wb-crash`: as `journal=crash`, but the journal-only writes are made in md's
+//!   write-back mode (md: `journal_mode` write-back; raidkit: `WritePolicy::Back`), so the
+//!   log holds their pages as data alone (md's data-only stripes), and once they are
+//!   acknowledged the journal drops every write too: the stop cannot write them back. The
+//!   other side must find data-only stripes in the log, write them back and read every write.
 //!
 //! md's partial parity log (RAID 5, not with the other options):
 //! - `ppl`: the writer creates the array with the log (`--consistency-policy=ppl`), writes it
@@ -145,6 +150,22 @@ pub enum JournalMode {
     Clean,
     /// Written, then more writes reach only the journal before a crash.
     Crash,
+    /// As `Crash`, the last writes made in write-back mode: the journal holds their pages
+    /// as data alone (md's data-only stripes), and the crash comes before a write-back.
+    #[serde(rename = "wb-crash")]
+    WriteBackCrash,
+}
+
+impl JournalMode {
+    /// Whether the array crashes after writes only the journal got.
+    pub fn crashes(self) -> bool {
+        matches!(self, JournalMode::Crash | JournalMode::WriteBackCrash)
+    }
+
+    /// Whether those writes are made in write-back mode.
+    pub fn write_back(self) -> bool {
+        self == JournalMode::WriteBackCrash
+    }
 }
 
 /// The partial parity log of a raidkit RAID 5 row.
@@ -661,6 +682,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
                 Some(("init", "background")) => init_background = true,
                 None if *opt == "journal" => journal = Some(JournalMode::Clean),
                 Some(("journal", "crash")) => journal = Some(JournalMode::Crash),
+                Some(("journal", "wb-crash")) => journal = Some(JournalMode::WriteBackCrash),
                 None if *opt == "ppl" => ppl = Some(PplMode::Clean),
                 Some(("ppl", "crash")) => ppl = Some(PplMode::Crash),
                 _ => return Err(err(format!("unknown option {opt}"))),
@@ -808,6 +830,8 @@ mod tests {
              fast raidkit c 4 - 64K 4x4M journal
              fast raidkit d 6 ls 64K 5x4M journal=crash
              fast raidkit e 5 ls 64K 4x4M
+             fast md f 6 ls 64K 5x4M journal=wb-crash
+             full raidkit g 4 - 32K 4x4M journal=wb-crash
 ",
         )
         .unwrap();
@@ -816,6 +840,11 @@ mod tests {
         assert_eq!(rows[2].journal, Some(JournalMode::Clean));
         assert_eq!(rows[3].journal, Some(JournalMode::Crash));
         assert_eq!(rows[4].journal, None);
+        assert_eq!(rows[5].journal, Some(JournalMode::WriteBackCrash));
+        assert_eq!(rows[6].journal, Some(JournalMode::WriteBackCrash));
+        assert!(rows[1].journal.unwrap().crashes() && !rows[1].journal.unwrap().write_back());
+        assert!(rows[5].journal.unwrap().crashes() && rows[5].journal.unwrap().write_back());
+        assert!(!rows[0].journal.unwrap().crashes());
     }
 
     #[test]
@@ -1022,6 +1051,9 @@ mod tests {
             "fast md r1 1 - - 2x8M journal",
             "fast raidkit r10 10 n2 64K 4x8M journal",
             "fast raidkit r5 5 ls 64K 4x8M journal=maybe",
+            "fast raidkit r5 5 ls 64K 4x8M journal=wb",
+            "fast md r1 1 - - 2x8M journal=wb-crash",
+            "fast raidkit r5 5 ls 64K 4x8M journal=wb-crash fail=1",
             "fast raidkit r5 5 ls 64K 4x8M journal bitmap",
             "fast raidkit r5 5 ls 64K 4x8M journal fail=1",
             "fast md r5 5 ls 64K 4x8M journal meta=1.0",

@@ -42,8 +42,8 @@ pub struct PlannedWrite {
     pub seed: u64,
     pub offset_bytes: u64,
     pub len_bytes: Option<u64>,
-    /// `journal=crash` rows: made while the members drop every write, so only the write
-    /// journal holds it (it comes after every other write).
+    /// `journal=crash` and `journal=wb-crash` rows: made while the members drop every write,
+    /// so only the write journal holds it (it comes after every other write).
     #[serde(default)]
     pub journal_only: bool,
 }
@@ -219,7 +219,7 @@ impl PlannedArray {
         }
         match self.journal {
             // The VM makes the crash of arrays md creates; raidkit made its own.
-            Some(JournalMode::Crash) if self.kind == Scenario::Create => {
+            Some(j) if j.crashes() && self.kind == Scenario::Create => {
                 f.extend(["journal", "crash"])
             }
             Some(_) => f.push("journal"),
@@ -437,7 +437,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 Writer::Md => (Scenario::Create, create_writes(row)),
                 Writer::Raidkit => (Scenario::Assemble, raidkit_writes(row)),
             };
-            if row.journal == Some(JournalMode::Crash) {
+            if row.journal.is_some_and(JournalMode::crashes) {
                 writes.extend(crash_writes(row));
             }
             if row.ppl == Some(PplMode::Crash) && row.by == Writer::Md {
@@ -576,6 +576,7 @@ pub fn job_lines(a: &PlannedArray) -> String {
                 created
             );
             let ppl_crash = a.ppl == Some(PplMode::Crash);
+            let write_back = a.journal.is_some_and(JournalMode::write_back);
             for (i, w) in a.writes.iter().enumerate() {
                 if w.journal_only && (i == 0 || !a.writes[i - 1].journal_only) {
                     if ppl_crash {
@@ -590,6 +591,15 @@ pub fn job_lines(a: &PlannedArray) -> String {
                         // From here on the members drop every write (dm-flakey under md).
                         let _ =
                             writeln!(s, "oracle_crash_arm {} {} {}", a.name, a.md_device, serials);
+                        if write_back {
+                            // The journal-only writes in md's write-back mode: logged as
+                            // data alone, cached, not written back.
+                            let _ = writeln!(
+                                s,
+                                "oracle_journal_mode {} {} write-back",
+                                a.name, a.md_device
+                            );
+                        }
                     }
                 }
                 let len = w.len_bytes.map_or("rest".to_string(), |l| l.to_string());
@@ -599,8 +609,10 @@ pub fn job_lines(a: &PlannedArray) -> String {
                     a.name, a.md_device, w.seed, w.offset_bytes, len
                 );
             }
-            if ppl_crash {
-                // Then every member drops every write: md's stop is a crash.
+            if ppl_crash || write_back {
+                // Then every device drops every write (under write-back the journal too, or
+                // md's stop would log the cached stripes' parity and write them back): md's
+                // stop is a crash.
                 let _ = writeln!(s, "dm_drop_writes {} - 0 {}", a.name, serials);
             }
             if let Some(r) = &a.reshape {
@@ -922,6 +934,38 @@ mod tests {
         assert_eq!(b.raid_devices(), 4);
         assert!(!job_lines(b).contains("oracle_crash_arm"));
         assert!(job_lines(b).contains(" journal rk1m0 "));
+    }
+
+    #[test]
+    fn write_back_rows_set_md_s_journal_mode_after_arming_and_drop_the_journal_s_writes_before_the_stop(
+    ) {
+        let rows = parse_matrix("fast md w6 6 left-symmetric 64K 5x4M journal=wb-crash\n").unwrap();
+        let plan = make_plan(&rows, Path::new("/w"), 1);
+        let a = &plan.arrays[0];
+        assert_eq!(a.journal, Some(JournalMode::WriteBackCrash));
+        assert_eq!(a.member_writes(), 3);
+        assert_eq!(a.writes.len(), 6);
+        let job = job_lines(a);
+        let serials = "rk0m0 rk0m1 rk0m2 rk0m3 rk0m4 rk0m5";
+        assert!(job.starts_with(&format!(
+            "oracle_create w6 md0 6 left-symmetric 64 journal,crash {serials}\n"
+        )));
+        let arm = job.find("oracle_crash_arm w6 md0").unwrap();
+        let mode = job.find("oracle_journal_mode w6 md0 write-back\n").unwrap();
+        let first = job.find("oracle_write w6 md0 8 ").unwrap();
+        let last = job.find("oracle_write w6 md0 10 ").unwrap();
+        let drop = job
+            .find(&format!("dm_drop_writes w6 - 0 {serials}\n"))
+            .unwrap();
+        assert!(arm < mode && mode < first && last < drop);
+        assert!(job.ends_with(&format!(
+            "dm_drop_writes w6 - 0 {serials}\noracle_report w6 md0 journal,crash {serials}\n"
+        )));
+        // The plan keeps the mode (plan.json).
+        let json = serde_json::to_string(a).unwrap();
+        assert!(json.contains("\"journal\":\"wb-crash\""));
+        let back: PlannedArray = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.journal, Some(JournalMode::WriteBackCrash));
     }
 
     #[test]

@@ -23,6 +23,11 @@
 //! raidkit makes the journal-only writes and the array is dropped without a stop. raidkit's
 //! own read-back then assembles copies of the images read-write, so that its journal replay
 //! runs (a read-only assembly replays nothing), and records what the replay reported.
+//! `journal=wb-crash`: the same, the journal-only writes made under `WritePolicy::Back` (each
+//! returns once its pages are logged as data alone; nothing reaches the members before a
+//! write-back, and destaging is never started), and the journal too drops every write once
+//! they returned, so nothing after them (a write-back's parity) reaches the log: the log ends
+//! with data-only rows, as md's write-back mode leaves it at a crash.
 //!
 //! UUIDs are derived from the array name, so a run is reproducible apart from the times.
 
@@ -34,6 +39,7 @@ use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
 use raidkit_engine::{
     Array, ArrayEvent, AssembleOptions, ConsistencyPolicy, CreateOptions, DirtyDegradedStart,
     EngineConfig, EngineError, GrowSize, ReshapeControl, ReshapeTarget, TaskKind, TaskOutcome,
+    WritePolicy,
 };
 use raidkit_layout::{Raid0Layout, Raid10Layout, Raid5Algorithm, Raid6Algorithm};
 use raidkit_metadata::{BitmapBits, BitmapSuper, ExamineReport, SuperblockVersion};
@@ -166,6 +172,16 @@ pub fn journal_rows_replayed(events: &[ArrayEvent]) -> Option<usize> {
     })
 }
 
+/// The rows raidkit's replay of its write journal found logged as data alone (md's data-only
+/// stripes, which write-back mode leaves), from its assembly events; `None` when the journal
+/// was clean or started empty.
+pub fn journal_data_only_rows(events: &[ArrayEvent]) -> Option<usize> {
+    events.iter().find_map(|e| match e {
+        ArrayEvent::JournalReplayed { data_only_rows, .. } => Some(*data_only_rows),
+        _ => None,
+    })
+}
+
 /// Events as their sentences, for messages.
 pub fn sentences(events: &[ArrayEvent]) -> Vec<String> {
     events.iter().map(ToString::to_string).collect()
@@ -182,7 +198,8 @@ pub struct JournalExpectation {
     /// ([`is_journal_event`]).
     pub events: Vec<ArrayEvent>,
     /// `journal=crash`: sha256 of the array as the members alone hold it (a read-only
-    /// assembly, which replays nothing): the data before the journal-only writes.
+    /// assembly, which replays nothing; `journal=wb-crash`: one without the journal, whose
+    /// cache would serve the data-only rows): the data before the journal-only writes.
     #[serde(default)]
     pub members_sha256: Option<String>,
 }
@@ -405,12 +422,16 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     for m in &a.members {
         let _ = std::fs::remove_file(&m.image);
     }
-    // Set once the members must drop every write (journal=crash).
+    let crash = a.journal.is_some_and(JournalMode::crashes);
+    let write_back = a.journal.is_some_and(JournalMode::write_back);
+    // Set once the members must drop every write (journal=crash, journal=wb-crash).
     let armed = Arc::new(AtomicBool::new(false));
+    // Set once the journal must drop every write too (journal=wb-crash).
+    let journal_armed = Arc::new(AtomicBool::new(false));
     for m in &a.members[..n] {
         let d =
             FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?;
-        if a.journal == Some(JournalMode::Crash) {
+        if crash {
             disks.push(Box::new(DropWrites::new(Box::new(d), armed.clone())));
         } else {
             disks.push(Box::new(d));
@@ -420,7 +441,14 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         // The journal goes last, after the members (and never drops a write).
         let d =
             FileDisk::create(&j.image, j.size_bytes).map_err(|e| err("create")(e.to_string()))?;
-        disks.push(Box::new(d));
+        if write_back {
+            disks.push(Box::new(DropWrites::new(
+                Box::new(d),
+                journal_armed.clone(),
+            )));
+        } else {
+            disks.push(Box::new(d));
+        }
     }
     let created_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -473,14 +501,24 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     }
     let mut bitmap_dirty_bits = None;
     let mut stale_parity = None;
-    let status = if a.journal == Some(JournalMode::Crash) {
+    let status = if crash {
         // The crash: flush, then the members drop every write; the journal-only writes reach
         // the journal alone, and the array goes without a stop.
         array.flush().map_err(|e| err("flush")(e.to_string()))?;
+        if write_back {
+            // md's write-back mode: each write returns once its pages are logged as data
+            // alone and stays cached (no destaging started).
+            array
+                .set_write_policy(WritePolicy::Back)
+                .map_err(|e| err("write-back")(e.to_string()))?;
+        }
         armed.store(true, Ordering::SeqCst);
         for w in a.writes.iter().filter(|w| w.journal_only) {
             write_pattern(&array, w, &mut writes)?;
         }
+        // The crash comes right after the last write returned: under write-back the journal
+        // keeps nothing more either (a write-back would log the rows' parity first).
+        journal_armed.store(true, Ordering::SeqCst);
         let status = array.status();
         drop(array);
         status
@@ -640,9 +678,12 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     let size_usize =
         usize::try_from(size).map_err(|_| err("size")(format!("{size} bytes do not fit")))?;
     let sha256 = hex(&Sha256::digest(expected_contents(size_usize, &pattern)));
-    let crash = a.journal == Some(JournalMode::Crash);
     let ppl_crash = a.ppl == Some(PplMode::Crash);
-    let members_sha256 = if crash {
+    let members_sha256 = if write_back {
+        // A read-only assembly with the journal replays nothing but serves the data-only
+        // rows it finds from its cache: the members alone are read without the journal.
+        Some(members_alone_sha256(a)?)
+    } else if crash {
         Some(readback(a, false)?.0)
     } else {
         None
@@ -958,6 +999,31 @@ fn read_bitmap(
         superblock_events: sb.events,
     };
     Ok((bsb, expect))
+}
+
+/// sha256 of the whole array as its raid members alone hold it: a read-only assembly without
+/// the journal (md's `--force`: "Journal is missing or stale, starting array read only").
+fn members_alone_sha256(a: &PlannedArray) -> Result<String, PrepareError> {
+    let (array, report) = Array::assemble(
+        open_members(&a.members[..a.raid_devices()], true)?,
+        AssembleOptions {
+            read_only: true,
+            force: true,
+            ..AssembleOptions::default()
+        },
+    )
+    .map_err(|e| err("read-only assemble without the journal")(e.to_string()))?;
+    if !report
+        .events
+        .iter()
+        .any(|e| matches!(e, ArrayEvent::JournalMissing))
+    {
+        return Err(err("read-only assemble without the journal")(format!(
+            "no JournalMissing event: {:?}",
+            sentences(&report.events)
+        )));
+    }
+    read_all(&array)
 }
 
 /// sha256 of the whole array as raidkit reads it (read-only assembly of every member given).

@@ -6,8 +6,8 @@
 # by their virtio serial, never by /dev/vdX order, so a job is independent of PCI slot order.
 #
 # Scenario types are sequences of these calls:
-#   md -> raidkit:  oracle_create, oracle_write..., [oracle_crash_arm, oracle_write...,]
-#                   oracle_report
+#   md -> raidkit:  oracle_create, oracle_write..., [oracle_crash_arm,
+#                   [oracle_journal_mode,] oracle_write..., [dm_drop_writes,]] oracle_report
 #   raidkit -> md:  oracle_assemble, oracle_report (members prepared on the host)
 # FLAGS (oracle_create, oracle_assemble, oracle_report): "-" or a comma list of what else to
 # do and record:
@@ -24,7 +24,9 @@
 #            also record mdadm --detail before the stop;
 #   crash    (with journal, md rows) md runs on device-mapper maps of its devices, so that
 #            oracle_crash_arm can make the members drop every write: the writes after it
-#            reach only the journal, and oracle_report's stop is a crash (see there);
+#            reach only the journal, and oracle_report's stop is a crash (see there); with
+#            oracle_journal_mode write-back after it, those writes stay in md's cache as
+#            data-only stripes;
 #   ppl      (md rows) the array is created with md's partial parity log
 #            (--consistency-policy=ppl); with crash, md runs on device-mapper maps, and
 #            oracle_ppl_crash_arm makes the next write miss its parity (see there).
@@ -621,6 +623,21 @@ oracle_crash_arm() {
     emit "$name crash journal_data_offset $joff"
     dm_drop_writes "$name" "$jserial" "$joff" "$@"
     stamp "$name" armed
+}
+
+# oracle_journal_mode NAME MD MODE: (md rows with journal,crash, after oracle_crash_arm) set
+# md's journal mode (write-back: a write completes once its pages are in the log, as data
+# alone; md writes the stripe back later) and record what sysfs says then. The job makes
+# every device drop every write (dm_drop_writes NAME - 0 ...) after the writes, before
+# oracle_report's stop: md's stop writes every cached stripe back, logging its parity first,
+# and the log must keep the data-only stripes as the crash left them.
+oracle_journal_mode() {
+    name=$1 md=$2 mode=$3
+    sys=/sys/block/$md/md
+    echo "$mode" > "$sys/journal_mode" 2> /tmp/mode.log \
+        || emit "$name error cannot set journal_mode $mode: $(tr '\n' ' ' < /tmp/mode.log)"
+    emit "$name crash journal_mode $(cat "$sys/journal_mode" 2> /dev/null)"
+    stamp "$name" "$mode"
 }
 
 # oracle_ppl_crash_arm NAME MD PARITY_SERIAL SERIAL...: (md rows with ppl,crash; md runs on
