@@ -746,6 +746,7 @@ impl Array {
             finished_tasks: self.bg.history(),
             resync_from_sectors: st.resync_from,
             read_ahead: self.read_cache.counters(),
+            write_back: self.write_back_counters(),
             log: st.events.kept(),
         };
         drop(st);

@@ -351,6 +351,8 @@ struct Run<'a> {
     journal: bool,
     /// The read policy the array reads through.
     read_ahead: raidkit_engine::ReadAhead,
+    /// The array writes back through its journal (md's journal_mode write-back).
+    write_back: bool,
     /// The array has md's partial parity log (RAID 5's default): the write hole is closed.
     ppl: bool,
     report: SeedReport,
@@ -410,6 +412,16 @@ impl Run<'_> {
         (self.sc.size_sectors + 4096 + 128 + log) * SECTOR as u64
     }
 
+    /// Gives the array the seed's write policy.
+    fn set_write_policy(&self, array: &Array) -> Step {
+        if self.write_back {
+            array
+                .set_write_policy(raidkit_engine::WritePolicy::Back)
+                .map_err(|e| format!("write-back refused: {e}"))?;
+        }
+        Ok(())
+    }
+
     fn create(&mut self) -> Step {
         let bytes = self.device_bytes();
         let mut members: Vec<Box<dyn Disk>> = Vec::new();
@@ -418,7 +430,15 @@ impl Run<'_> {
         }
         if self.journal {
             // The journal goes last; it gets no faults (losing it stops writes, as in md).
-            members.push(Box::new(self.world.add_disk(4 << 20)));
+            // Write-back needs room for sixteen stripes' write-backs at once.
+            let stripe =
+                u64::from(self.sc.chunk_sectors) * SECTOR as u64 * (self.sc.raid_disks as u64 + 2);
+            let bytes = if self.write_back {
+                (4 << 20u64).max(32 * stripe + (2 << 20))
+            } else {
+                4 << 20
+            };
+            members.push(Box::new(self.world.add_disk(bytes)));
         }
         let device_uuids = (0..members.len()).map(|_| self.uuid()).collect();
         let set_uuid = self.uuid();
@@ -446,6 +466,7 @@ impl Run<'_> {
         // tasks, not beside them, and yielding would only add wall-clock sleeps.
         array.set_task_rates(raidkit_engine::TaskRates::full());
         array.set_read_ahead(self.read_ahead);
+        self.set_write_policy(&array)?;
         self.ppl = array.consistency_policy() == raidkit_engine::ConsistencyPolicy::Ppl;
         let engine_sectors = array.size_bytes() / SECTOR as u64;
         if engine_sectors != self.geo.array_sectors() {
@@ -622,6 +643,15 @@ impl Run<'_> {
         let Some(array) = self.array.as_ref() else {
             return Ok(());
         };
+        // The members hold what the write-back cache still has only once it wrote it back.
+        if let Err(e) = array.write_back_now() {
+            if self.in_budget() {
+                return Err(format!(
+                    "{why}: writing the cache back failed within the fault budget: {e}"
+                ));
+            }
+            return Ok(());
+        }
         let st = array.status();
         if st.degraded || st.failed {
             return Ok(());
@@ -887,6 +917,9 @@ impl Run<'_> {
             Ok((a, rep)) => {
                 a.set_task_rates(raidkit_engine::TaskRates::full());
                 a.set_read_ahead(self.read_ahead);
+                if !a.is_read_only() {
+                    self.set_write_policy(&a)?;
+                }
                 self.trace(|| format!("  assembled {why}: {rep:?}"));
                 self.note_given_up(&rep.events)?;
                 self.array = Some(a);
@@ -1486,6 +1519,10 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         1 => raidkit_engine::ReadAhead::Always,
         _ => raidkit_engine::ReadAhead::Adaptive,
     };
+    // Arrays with a journal write back through it in half the seeds (a stream of its own
+    // again): acknowledged writes then live in the journal and the cache until written back,
+    // across the same crashes, member losses and reassemblies.
+    let write_back_draw = rng.fork(9).below(2) == 0;
     let (sc, geo) = match gen_scenario(&mut gen, opts) {
         Ok(x) => x,
         Err(e) => {
@@ -1498,10 +1535,15 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         5 => journal_draw < 2,
         _ => false,
     };
+    let write_back = journal && write_back_draw;
     report.scenario = format!(
         "{}{}, engine stripe cache {} MiB, read-ahead {}, removed members {}",
         describe(&sc),
-        if journal { ", write journal" } else { "" },
+        match (journal, write_back) {
+            (true, true) => ", write journal (write-back)",
+            (true, false) => ", write journal",
+            _ => "",
+        },
         stripe_cache_bytes >> 20,
         read_ahead.name(),
         if keep_removed {
@@ -1529,6 +1571,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         keep_removed,
         journal,
         read_ahead,
+        write_back,
         ppl: false,
         report,
         scratch: vec![0u8; SECTOR],

@@ -45,14 +45,22 @@ pub(super) struct Journal {
     finished: Condvar,
     /// Serialises log writes.
     io: Mutex<()>,
+    /// Log writes issued so far, and (under its lock) how many of them a sync of the journal
+    /// device has made durable: writers that come while a sync runs share the next one (group
+    /// commit, as md's io units do).
+    issued: std::sync::atomic::AtomicU64,
+    synced: Mutex<u64>,
 }
 
 struct Ring {
     head: u64,
     seq: u64,
     tail: u64,
-    /// Log writes not yet behind the checkpoint, oldest first.
+    /// Log writes not yet behind the checkpoint, oldest first; their sequence numbers follow
+    /// on one from the next.
     units: VecDeque<Unit>,
+    /// Those whose member writes are not done.
+    pending: std::collections::BTreeSet<u64>,
     /// Set when a log write failed: the array takes no more writes.
     failed: Option<String>,
     /// The oldest log write holding data the write-back cache has not written to the members
@@ -81,10 +89,11 @@ impl PhaseHold for JournalHold<'_> {
 impl Drop for JournalHold<'_> {
     fn drop(&mut self) {
         let mut st = lock(&self.journal.st);
-        for u in st.units.iter_mut() {
-            if self.seqs.contains(&u.seq) {
+        for &seq in &self.seqs {
+            if let Some(u) = st.unit_mut(seq) {
                 u.done = true;
             }
+            st.pending.remove(&seq);
         }
         drop(st);
         self.journal.finished.notify_all();
@@ -107,6 +116,8 @@ type RowWrites = Vec<(usize, u64, Vec<u8>)>;
 struct LogFound {
     replays: Vec<RowWrites>,
     data_only: BTreeMap<u64, Row>,
+    /// The first log write (by index) holding a page of a data-only row.
+    first_data_only: Option<usize>,
 }
 
 impl Journal {
@@ -141,11 +152,14 @@ impl Journal {
                     0
                 },
                 units: VecDeque::new(),
+                pending: Default::default(),
                 failed: None,
                 floor: u64::MAX,
             }),
             finished: Condvar::new(),
             io: Mutex::new(()),
+            issued: std::sync::atomic::AtomicU64::new(0),
+            synced: Mutex::new(0),
         })
     }
 
@@ -201,6 +215,27 @@ impl Journal {
     }
 }
 
+impl Ring {
+    /// The log write numbered `seq`, if it is not behind the checkpoint.
+    fn unit_mut(&mut self, seq: u64) -> Option<&mut Unit> {
+        let first = self.units.front()?.seq;
+        self.units.get_mut(seq.checked_sub(first)? as usize)
+    }
+
+    /// The oldest log write still needed: by member writes not done, or by the write-back
+    /// cache (at its floor).
+    fn needed(&self) -> Option<Unit> {
+        let seq = self
+            .pending
+            .first()
+            .copied()
+            .unwrap_or(u64::MAX)
+            .min(self.floor);
+        let first = self.units.front()?.seq;
+        self.units.get(seq.saturating_sub(first) as usize).copied()
+    }
+}
+
 /// Sequence number for a new chain when the log holds none (md draws a random one).
 fn fresh_seq() -> u64 {
     let t = std::time::SystemTime::now()
@@ -233,13 +268,15 @@ impl Array {
         let chunk = self.geo.chunk_sectors;
         let stripes = self.geo.array_sectors() / (chunk * self.geo.data_disks() as u64);
         let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
+        // Per row, the first log write holding a page of its data since its last parity.
+        let mut since: BTreeMap<u64, usize> = BTreeMap::new();
         let mut replays = Vec::new();
         let take = |row: Row, ms: u64, replays: &mut Vec<RowWrites>| {
             if !row.data.is_empty() {
                 replays.push(self.row_writes(ms, row));
             }
         };
-        for (mb, data) in units {
+        for (unit, (mb, data)) in units.iter().enumerate() {
             let Some(data) = data else { continue };
             let mut page = 0usize;
             for p in &mb.payloads {
@@ -260,8 +297,10 @@ impl Array {
                             let row = rows.entry(ms).or_default();
                             if row.p.is_some() {
                                 take(std::mem::take(row), ms, &mut replays);
+                                since.remove(&ms);
                             }
                             row.data.insert(a, (slot, bytes));
+                            since.entry(ms).or_insert(unit);
                         }
                     }
                     Payload::Parity {
@@ -284,20 +323,28 @@ impl Array {
                     Payload::Flush { stripes, .. } => {
                         for ms in stripes {
                             rows.remove(ms);
+                            since.remove(ms);
                         }
                     }
                 }
             }
         }
         let mut data_only = BTreeMap::new();
+        let mut first_data_only: Option<usize> = None;
         for (ms, row) in rows {
             if row.p.is_some() {
                 take(row, ms, &mut replays);
             } else if !row.data.is_empty() {
+                let u = since.get(&ms).copied().unwrap_or(0);
+                first_data_only = Some(first_data_only.map_or(u, |f| f.min(u)));
                 data_only.insert(ms, row);
             }
         }
-        LogFound { replays, data_only }
+        LogFound {
+            replays,
+            data_only,
+            first_data_only,
+        }
     }
 
     /// A row's pages as member writes: its data, P and Q.
@@ -620,6 +667,7 @@ impl Journal {
         let mut pos = tail;
         let mut seq = first.seq;
         let mut units: Vec<(MetaBlock, Option<Vec<u8>>)> = Vec::new();
+        let mut starts: Vec<u64> = Vec::new();
         let mut scanned = 0u64;
         while let Some(mb) = self.read_meta(pos) {
             if mb.seq != seq || mb.position != pos {
@@ -655,6 +703,7 @@ impl Journal {
             seq += 1;
             // md: a log write whose pages do not all match keeps its place in the chain, but
             // none of its payloads count (log writes may complete out of order).
+            starts.push(mb.position);
             units.push((mb, ok.then_some(data)));
         }
         let found = array.analyze_log(&units);
@@ -690,6 +739,15 @@ impl Journal {
                 st.head = self.add(pos, PAGE_SECTORS);
                 st.seq = next_seq + 1;
             } else {
+                // Only the log from the first data-only page on is still needed (the rows
+                // with parity are on the members and flushed): the checkpoint moves there
+                // first, which leaves the ring room for the pages' new log writes.
+                if let Some(first) = found.first_data_only.map(|u| starts[u]) {
+                    if first != tail {
+                        self.set_tail(array, first)?;
+                        lock(&self.st).tail = first;
+                    }
+                }
                 let refs: Vec<(u64, &[u8])> =
                     data_only.iter().map(|(a, p)| (*a, p.as_slice())).collect();
                 first_seq = self.log_data(array, &refs)?;
@@ -830,7 +888,7 @@ impl Journal {
             .sum();
         self.room(array, total)?;
         let mut seqs = Vec::with_capacity(chunks.len());
-        for (payloads, mut pages) in chunks {
+        for (payloads, pages) in chunks {
             let span = PAGE_SECTORS + (pages.len() / PAGE) as u64 * PAGE_SECTORS;
             let (pos, seq) = {
                 let st = lock(&self.st);
@@ -846,14 +904,14 @@ impl Journal {
                 position: pos,
                 payloads,
             };
+            // The meta block and its pages in one write (md's io unit): its checksums tell a
+            // replay whether all of it arrived.
             let mut block = mb.encode(self.seed).map_err(super::meta_err)?;
-            let r = self
-                .ring_io(self.add(pos, PAGE_SECTORS), &mut pages, true)
-                .and_then(|_| self.ring_io(pos, &mut block, true));
-            if let Err(e) = r {
+            block.extend_from_slice(&pages);
+            crate::buffers::keep_buffer(pages);
+            if let Err(e) = self.ring_io(pos, &mut block, true) {
                 return Err(self.failed(array, &e.to_string()));
             }
-            crate::buffers::keep_buffer(pages);
             let mut st = lock(&self.st);
             st.head = self.add(pos, span);
             st.seq = seq + 1;
@@ -862,12 +920,33 @@ impl Journal {
                 start: pos,
                 done,
             });
+            if !done {
+                st.pending.insert(seq);
+            }
             seqs.push(seq);
         }
+        let mine = self
+            .issued
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        drop(_io);
+        self.sync(array, mine)?;
+        Ok(seqs)
+    }
+
+    /// Makes log writes up to number `mine` durable: one sync of the journal device covers
+    /// every log write issued before it started.
+    fn sync(&self, array: &Array, mine: u64) -> Result<()> {
+        let mut synced = lock(&self.synced);
+        if *synced >= mine {
+            return Ok(());
+        }
+        let upto = self.issued.load(std::sync::atomic::Ordering::SeqCst);
         if let Err(e) = self.disk.disk.flush() {
             return Err(self.failed(array, &e.to_string()));
         }
-        Ok(seqs)
+        *synced = upto;
+        Ok(())
     }
 
     /// Logs 4 KiB data pages alone, durably: `pages` are (array sector, bytes), in the order
@@ -908,9 +987,7 @@ impl Journal {
     pub(super) fn pinned(&self) -> (u64, u64) {
         let st = lock(&self.st);
         let pinned = st
-            .units
-            .iter()
-            .find(|u| !u.done || u.seq >= st.floor)
+            .needed()
             .map_or(0, |u| (st.head + self.ring - u.start) % self.ring);
         (pinned, self.ring)
     }
@@ -964,12 +1041,7 @@ impl Journal {
             // The new checkpoint: the oldest write not done or holding data the write-back
             // cache still has to write to the members, else the newest write.
             let floor = st.floor;
-            let target = st
-                .units
-                .iter()
-                .find(|u| !u.done || u.seq >= floor)
-                .or(st.units.back())
-                .copied();
+            let target = st.needed().or(st.units.back().copied());
             match target {
                 Some(u) if u.start != st.tail => {
                     drop(st);

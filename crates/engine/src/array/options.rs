@@ -233,6 +233,8 @@ pub struct Status {
     pub resync_from_sectors: Option<u64>,
     /// The read policy and what its cache has done (see `array/read_ahead.rs`).
     pub read_ahead: super::ReadAheadCounters,
+    /// The write policy and what its cache has done (see `array/write_back.rs`).
+    pub write_back: super::WriteBackCounters,
     /// What happened to the array since assembly (what assembly found, member failures and
     /// such), oldest first: the newest [`crate::events::EVENTS_KEPT`] of
     /// [`Array::events_since`]. Each one's `Display` is its sentence.

@@ -14,8 +14,10 @@
 //! (`array/journal.rs`, `analyze_log`).
 //!
 //! The journal's checkpoint stays at or before the oldest log write holding a cached page
-//! (its floor); a write waits, destaging, while the pages logged since the floor take half the
-//! ring or the cache is at its bound, so a destage always finds room for its own log writes.
+//! (its floor). A write waits, destaging, while the log since the floor and what writing back
+//! every cached stripe may log take three quarters of the ring, or the cache (at most a fifth
+//! of the ring) is full: a destage always finds room for its own log writes, and after a crash
+//! the replay finds room to log the cached pages anew before it writes them.
 //!
 //! Flush and FUA: an acknowledged write is already durable in the journal, so both are
 //! honoured by the log write; a flush still syncs the members (what was written back).
@@ -32,11 +34,11 @@ const PAGE: usize = 4096;
 const PAGE_SECTORS: u64 = 8;
 
 /// The write cache's bound (the PERC6 has 256 MiB for reads and writes together); no more than
-/// a quarter of the journal either.
+/// a fifth of the journal either.
 const WRITE_CACHE_BYTES: u64 = 64 << 20;
 
 /// Destage threads at most.
-const DESTAGERS: usize = 8;
+const DESTAGERS: usize = 16;
 
 /// How long a page stays cached before a destage thread takes it, unless the cache is under
 /// pressure: long enough for a sequential stream to fill its stripe.
@@ -137,6 +139,8 @@ struct Cache {
     /// Stripes a write or a destage works on.
     busy: BTreeSet<u64>,
     capacity: u64,
+    /// Where the destage sweep goes on (a stripe number).
+    cursor: u64,
     destagers: usize,
     shutdown: bool,
     counters: WriteBackCounters,
@@ -148,7 +152,11 @@ pub(super) struct WriteBack {
     /// Pages cached (read without the lock on every request).
     cached: AtomicU64,
     st: Mutex<Cache>,
+    /// Signalled when a stripe stops being busy (a write or a destage ended): writers
+    /// waiting for a stripe or for room wait on it.
     cv: Condvar,
+    /// Signalled when the destage threads have work: the cache needs room.
+    work: Condvar,
 }
 
 /// Stripes marked busy; unmarked when dropped.
@@ -175,6 +183,7 @@ impl WriteBack {
             cached: AtomicU64::new(0),
             st: Mutex::new(Cache::default()),
             cv: Condvar::new(),
+            work: Condvar::new(),
         }
     }
 
@@ -363,7 +372,7 @@ impl Array {
                         ring / 2
                     )));
                 }
-                let capacity = WRITE_CACHE_BYTES.min(ring * SECTOR as u64 / 4);
+                let capacity = WRITE_CACHE_BYTES.min(ring * SECTOR as u64 / 5);
                 let mut st = lock(&self.write_back.st);
                 st.capacity = capacity;
                 st.shape = self.write_back_shape();
@@ -413,6 +422,12 @@ impl Array {
         }
     }
 
+    /// Writes every page the write-back cache holds to the members now (what a stop, and a
+    /// change to write-through, do first).
+    pub fn write_back_now(&self) -> Result<()> {
+        self.drain_write_back()
+    }
+
     /// Writes every cached page to the members (at a stop, a change to write-through, the end
     /// of an assembly that found data-only rows).
     pub(super) fn drain_write_back(&self) -> Result<()> {
@@ -420,7 +435,7 @@ impl Array {
             return Ok(());
         }
         while self.write_back.cached.load(Ordering::Relaxed) > 0 {
-            if !self.destage_oldest(true)? {
+            if !self.destage_next(false, true)? {
                 let st = lock(&self.write_back.st);
                 drop(wait(&self.write_back.cv, st, Duration::from_millis(20)));
             }
@@ -431,7 +446,7 @@ impl Array {
     /// Stops the destage threads (after a drain).
     pub(super) fn stop_destaging(&self) {
         lock(&self.write_back.st).shutdown = true;
-        self.write_back.cv.notify_all();
+        self.write_back.work.notify_all();
     }
 
     /// Whether [`Array::write_at`] goes through [`Array::write_back_at`].
@@ -529,7 +544,6 @@ impl Array {
         let floor = st.floor();
         drop(st);
         journal.set_floor(floor);
-        self.write_back.cv.notify_all();
         Ok(())
     }
 
@@ -541,14 +555,14 @@ impl Array {
         let mut waited = false;
         loop {
             let (pinned, ring) = journal.pinned();
-            let (fits, threads) = {
+            let (fits, journal_full, threads) = {
                 let st = lock(&self.write_back.st);
                 let bytes = (st.pages.len() as u64 + pages) * PAGE as u64;
                 let reserve = st.reserve_with(first, last);
-                let empty = st.pages.is_empty();
+                let journal_full = pinned + need + reserve > ring * 3 / 4 && !st.pages.is_empty();
                 (
-                    (pinned + need + reserve <= ring * 3 / 4 || empty)
-                        && bytes <= st.capacity.max(PAGE as u64 * pages),
+                    !journal_full && bytes <= st.capacity.max(PAGE as u64 * pages),
+                    journal_full,
                     st.destagers > 0 && !st.shutdown,
                 )
             };
@@ -560,36 +574,56 @@ impl Array {
             }
             waited = true;
             if threads {
-                self.write_back.cv.notify_all();
+                // A destage ending (its stripe no longer busy) wakes this.
+                self.write_back.work.notify_all();
                 let st = lock(&self.write_back.st);
-                drop(wait(&self.write_back.cv, st, Duration::from_millis(5)));
-            } else if !self.destage_oldest(true)? {
+                drop(wait(&self.write_back.cv, st, Duration::from_millis(50)));
+            } else if !self.destage_next(journal_full, true)? {
                 let st = lock(&self.write_back.st);
                 drop(wait(&self.write_back.cv, st, Duration::from_millis(5)));
             }
         }
     }
 
-    /// Destages the stripe of the oldest cached page no one works on (`pressed`: whatever
-    /// its age). False when there was none.
-    fn destage_oldest(&self, pressed: bool) -> Result<bool> {
+    /// Destages one stripe no one works on. Under journal pressure (`oldest`) the stripe of
+    /// the oldest cached page, which lets the checkpoint move; otherwise the next stripe
+    /// from where the last destage left off (a sweep in address order, as an elevator: the
+    /// members' heads move little between destages), of pages cached for a while unless
+    /// `pressed`. False when there was none.
+    fn destage_next(&self, oldest: bool, pressed: bool) -> Result<bool> {
         let sp = self.stripe_pages();
         let held = {
             let mut st = lock(&self.write_back.st);
             let now = Instant::now();
-            let stripe = st
-                .by_seq
-                .iter()
-                .map(|(_, pg)| (*pg, pg / sp))
-                .find(|(pg, s)| {
-                    !st.busy.contains(s)
-                        && (pressed || now.duration_since(st.pages[pg].at) >= DESTAGE_AGE)
-                })
-                .map(|(_, s)| s);
+            let aged = |st: &Cache, s: u64| {
+                pressed
+                    || st
+                        .pages
+                        .range(s * sp..(s + 1) * sp)
+                        .all(|(_, p)| now.duration_since(p.at) >= DESTAGE_AGE)
+            };
+            let swept = if oldest {
+                None
+            } else {
+                let cursor = st.cursor;
+                st.stripes
+                    .range(cursor..)
+                    .chain(st.stripes.range(..cursor))
+                    .map(|(s, _)| *s)
+                    .take(256)
+                    .find(|s| !st.busy.contains(s) && aged(&st, *s))
+            };
+            let stripe = swept.or_else(|| {
+                st.by_seq
+                    .iter()
+                    .map(|(_, pg)| pg / sp)
+                    .find(|s| !st.busy.contains(s) && (oldest || aged(&st, *s)))
+            });
             let Some(s) = stripe else {
                 return Ok(false);
             };
             st.busy.insert(s);
+            st.cursor = s + 1;
             Held {
                 wb: &self.write_back,
                 stripes: vec![s],
@@ -599,32 +633,67 @@ impl Array {
         Ok(true)
     }
 
-    /// Writes every cached page of `stripe` (marked busy by the caller) to the members: one
-    /// write from its first cached page to its last, the pages between read from the members.
+    /// Writes every cached page of `stripe` (marked busy by the caller) to the members.
+    /// Runs of cached pages that share no row (4 KiB at one offset of every chunk) are
+    /// written apart; runs that share one are written as one, from the first to the last,
+    /// the pages between read from the members: a row's parity is logged with all of its
+    /// cached pages, so a replay never pairs one with parity computed without it.
     fn destage_held(&self, stripe: u64) -> Result<()> {
         let sp = self.stripe_pages();
+        let chunk_pages = (self.geo.chunk_sectors / PAGE_SECTORS).max(1);
         let pages: Vec<(u64, Vec<u8>, u64)> = lock(&self.write_back.st)
             .pages
             .range(stripe * sp..(stripe + 1) * sp)
             .map(|(pg, p)| (*pg, p.data.clone(), p.seq))
             .collect();
-        let (Some(lo), Some(hi)) = (pages.first().map(|p| p.0), pages.last().map(|p| p.0 + 1))
-        else {
-            return Ok(());
-        };
-        let mut buf = vec![0u8; ((hi - lo) * PAGE as u64) as usize];
-        let mut next = lo;
-        for (pg, data, _) in &pages {
-            if *pg > next {
-                let from = ((next - lo) * PAGE as u64) as usize;
-                let to = ((pg - lo) * PAGE as u64) as usize;
-                self.read_direct(&mut buf[from..to], next * PAGE as u64)?;
+        // Spans (first page, end) of runs, merged while two share a row.
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        for (pg, _, _) in &pages {
+            match spans.last_mut() {
+                Some(last) if last.1 == *pg => last.1 = pg + 1,
+                _ => spans.push((*pg, pg + 1)),
             }
-            let at = ((pg - lo) * PAGE as u64) as usize;
-            buf[at..at + PAGE].copy_from_slice(data);
-            next = pg + 1;
         }
-        self.write_uncached(&buf, lo * PAGE as u64, false)?;
+        let rows = |(lo, hi): (u64, u64)| -> Vec<bool> {
+            let mut r = vec![false; chunk_pages as usize];
+            for pg in lo..hi.min(lo + chunk_pages) {
+                r[(pg % chunk_pages) as usize] = true;
+            }
+            r
+        };
+        loop {
+            let mut merged = false;
+            'outer: for i in 0..spans.len() {
+                for j in i + 1..spans.len() {
+                    let (a, b) = (rows(spans[i]), rows(spans[j]));
+                    if a.iter().zip(&b).any(|(x, y)| *x && *y) {
+                        let to = spans[j].1;
+                        spans[i].1 = to;
+                        spans.drain(i + 1..=j);
+                        merged = true;
+                        break 'outer;
+                    }
+                }
+            }
+            if !merged {
+                break;
+            }
+        }
+        for (lo, hi) in spans {
+            let mut buf = vec![0u8; ((hi - lo) * PAGE as u64) as usize];
+            let mut next = lo;
+            for (pg, data, _) in pages.iter().filter(|p| p.0 >= lo && p.0 < hi) {
+                if *pg > next {
+                    let from = ((next - lo) * PAGE as u64) as usize;
+                    let to = ((pg - lo) * PAGE as u64) as usize;
+                    self.read_direct(&mut buf[from..to], next * PAGE as u64)?;
+                }
+                let at = ((pg - lo) * PAGE as u64) as usize;
+                buf[at..at + PAGE].copy_from_slice(data);
+                next = pg + 1;
+            }
+            self.write_uncached(&buf, lo * PAGE as u64, false)?;
+        }
         let mut st = lock(&self.write_back.st);
         for (pg, _, seq) in &pages {
             st.written_back(*pg, *seq);
@@ -648,7 +717,7 @@ impl Array {
 fn destager(weak: Weak<Array>) {
     loop {
         let Some(array) = weak.upgrade() else { return };
-        let pressed = {
+        let (oldest, pressed) = {
             let st = lock(&array.write_back.st);
             if st.shutdown {
                 return;
@@ -658,19 +727,19 @@ fn destager(weak: Weak<Array>) {
                 let (pinned, ring) = j.pinned();
                 pinned + st.reserve > ring / 2
             });
-            bytes > st.capacity / 2 || journal_full
+            (journal_full, bytes > st.capacity / 2)
         };
-        match array.destage_oldest(pressed) {
+        match array.destage_next(oldest, pressed) {
             Ok(true) => {}
             Ok(false) => {
                 let st = lock(&array.write_back.st);
-                drop(wait(&array.write_back.cv, st, DESTAGE_AGE / 2));
+                drop(wait(&array.write_back.work, st, DESTAGE_AGE / 2));
             }
             Err(_) => {
                 // The array failed or refuses writes: the pages stay cached (and logged);
                 // try again later rather than spin.
                 let st = lock(&array.write_back.st);
-                drop(wait(&array.write_back.cv, st, Duration::from_millis(200)));
+                drop(wait(&array.write_back.work, st, Duration::from_millis(200)));
             }
         }
     }
