@@ -46,6 +46,9 @@ pub struct ArrayLine {
     /// `read-ahead=none|always|adaptive`: the array's read policy when `serve --scan` serves
     /// it (md's superblock has no place for one, so the configuration keeps it).
     pub read_ahead: Option<raidkit_engine::ReadAhead>,
+    /// `write-policy=through|back`: the array's write policy when `serve --scan` serves it
+    /// (md keeps its journal_mode in memory only, so the configuration keeps it).
+    pub write_policy: Option<raidkit_engine::WritePolicy>,
 }
 
 /// A parsed configuration file.
@@ -206,6 +209,7 @@ impl Config {
                     let mut spare_group = None;
                     let mut spares = None;
                     let mut read_ahead = None;
+                    let mut write_policy = None;
                     for f in fields {
                         let (k, v) = f.split_once('=').unwrap_or((f, ""));
                         match k.to_ascii_lowercase().as_str() {
@@ -221,6 +225,12 @@ impl Config {
                                     Some(raidkit_engine::ReadAhead::parse(v).ok_or_else(|| {
                                         bad(format!("read-ahead={v}: none, always or adaptive"))
                                     })?)
+                            }
+                            "write-policy" => {
+                                write_policy =
+                                    Some(raidkit_engine::WritePolicy::parse(v).ok_or_else(
+                                        || bad(format!("write-policy={v}: through or back")),
+                                    )?)
                             }
                             "spares" => {
                                 spares = Some(v.parse().map_err(|_| {
@@ -245,6 +255,7 @@ impl Config {
                         spare_group,
                         spares,
                         read_ahead,
+                        write_policy,
                     });
                 }
                 "MAILADDR" => cfg.mailaddr = rest.first().map(|s| s.to_string()),
@@ -453,7 +464,7 @@ mod tests {
         let cfg = Config::parse(
             "# raidkit\nDEVICE /srv/*.img\n  /dev/sd*\narray /dev/md/md0 metadata=1.2 \
              UUID=6b833081:84bc422c:84c6994c:8e74448e name=h:md0\n   devices=/a.img,/b.img\n\
-             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g spares=2 read-ahead=adaptive\nMAILADDR root\n\
+             ARRAY md1 UUID=6b833081-84bc-422c-84c6-994c8e74448f spare-group=g spares=2 read-ahead=adaptive write-policy=back\nMAILADDR root\n\
              PROGRAM /bin/alert\nCONTROL /run/a.ctl /run/b.ctl\nSCHEDULE check=30d patrol=7d\n\
              RATES rebuild=50 max-speed=200 reshape=40 min-speed=5\nHEALTH every=1h temperature=55\n",
         )
@@ -470,6 +481,10 @@ mod tests {
             "6b833081:84bc422c:84c6994c:8e74448f"
         );
         assert_eq!(cfg.arrays[1].spare_group.as_deref(), Some("g"));
+        assert_eq!(
+            (cfg.arrays[0].write_policy, cfg.arrays[1].write_policy),
+            (None, Some(raidkit_engine::WritePolicy::Back))
+        );
         assert_eq!(
             (cfg.arrays[0].spares, cfg.arrays[1].spares),
             (None, Some(2))
@@ -492,6 +507,7 @@ mod tests {
         for bad in [
             "HEALTH every=soon\n",
             "ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e read-ahead=maybe\n",
+            "ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e write-policy=sometimes\n",
             "ARRAY md0 UUID=6b833081:84bc422c:84c6994c:8e74448e spares=two\n",
             "HEALTH heat=3\n",
             "RATES rebuild=0\n",

@@ -32,6 +32,9 @@ pub struct StatusView {
     /// The read policy and what its cache did.
     #[serde(default)]
     pub read_ahead: Option<raidkit_engine::ReadAheadCounters>,
+    /// The write policy and what its cache did.
+    #[serde(default)]
+    pub write_back: Option<raidkit_engine::WriteBackCounters>,
     /// The background task running now.
     #[serde(default)]
     pub task: Option<TaskView>,
@@ -171,6 +174,20 @@ pub fn print_detail(status: &StatusView, state: &str) {
             ra.ahead_reads,
             ra.cached_bytes as f64 / 1048576.0,
             ra.capacity_bytes as f64 / 1048576.0
+        );
+    }
+    if let Some(wb) = status
+        .write_back
+        .filter(|w| w.policy != raidkit_engine::WritePolicy::Through || w.cached_writes > 0)
+    {
+        println!(
+            "   Write Policy : write-{} ({} writes returned from the journal, {} pages written again while cached, {} stripes written back; {:.1} of {:.0} MiB held)",
+            wb.policy.name(),
+            wb.cached_writes,
+            wb.rewrites,
+            wb.destages,
+            wb.cached_bytes as f64 / 1048576.0,
+            wb.capacity_bytes as f64 / 1048576.0
         );
     }
     println!();

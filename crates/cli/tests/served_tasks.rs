@@ -245,3 +245,99 @@ fn a_scheduled_check_with_a_budget_continues_where_it_stopped() {
         "{log}"
     );
 }
+
+#[test]
+fn write_back_on_a_served_array_with_a_journal() {
+    let dir = TempDir::new("served-wb");
+    let members = dir.members("m", 4);
+    let journal = dir.path("j.img");
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--image-size",
+            "64M",
+            "--chunk",
+            "64K",
+            "--write-journal",
+            s(&journal),
+        ],
+        &members,
+        &[],
+    ));
+    let mut args = vec!["--name", "md0", "--write-policy", "back"];
+    args.extend(members.iter().map(|p| s(p)));
+    args.push(s(&journal));
+    let mut server = Server::start(&dir.0, "nbd", &args);
+    let ctl = s(&server.control).to_string();
+    // A client writes in 4 KiB requests: each returns once the journal has it.
+    let data = pattern(8 << 20, 33);
+    let input = dir.path("data.bin");
+    std::fs::write(&input, &data).unwrap();
+    let uri = nbd(&server.socket);
+    let status = Command::new("nbdcopy")
+        .args(["--request-size=4096", s(&input), &uri])
+        .status()
+        .expect("nbdcopy (libnbd-bin) runs");
+    assert!(status.success());
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--control", &ctl, "--json"])).unwrap();
+    let wb = &v["status"]["write_back"];
+    assert_eq!(wb["policy"], "back", "{wb}");
+    assert!(wb["cached_writes"].as_u64().unwrap() > 0, "{wb}");
+    let text = ok(&["detail", "--control", &ctl]);
+    assert!(text.contains("Write Policy : write-back"), "{text}");
+    // Back to write-through: the cache is written to the members first.
+    assert_eq!(
+        ok(&["task", "--control", &ctl, "write-policy", "through"]).trim(),
+        "raidkit: write-through"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--control", &ctl, "--json"])).unwrap();
+    let wb = &v["status"]["write_back"];
+    assert_eq!(
+        (wb["policy"].as_str(), wb["cached_bytes"].as_u64()),
+        (Some("through"), Some(0)),
+        "{wb}"
+    );
+    ok(&["task", "--control", &ctl, "write-policy", "back"]);
+    let (code, err) = fails(&["task", "--control", &ctl, "write-policy", "sometimes"]);
+    assert_eq!(code, 2, "{err}");
+    let back = dir.path("back.bin");
+    let status = Command::new("nbdcopy")
+        .args([&uri, s(&back)])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let got = std::fs::read(&back).unwrap();
+    assert!(got[..data.len()] == data[..], "the data reads back");
+    // A clean stop writes the cache back: the check (exit 0, else 5) finds parity consistent.
+    let (code, out) = server.stop();
+    assert_eq!(code, Some(0), "{out}");
+    let mut check = vec!["check"];
+    check.extend(members.iter().map(|p| s(p)));
+    check.push(s(&journal));
+    let out = ok(&check);
+    assert!(out.contains(" 0 mismatched sectors"), "{out}");
+    // Without a journal, write-back is refused, naming what it needs.
+    let plain = dir.members("p", 3);
+    ok(&with(
+        &["create", "--level", "5", "--image-size", "16M"],
+        &plain,
+        &[],
+    ));
+    let mut args = vec![
+        "serve",
+        "--socket",
+        "x.sock",
+        "--write-policy",
+        "back",
+        "--name",
+        "p0",
+    ];
+    args.extend(plain.iter().map(|p| s(p)));
+    let (code, err) = fails(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("write journal"), "{err}");
+}

@@ -95,6 +95,14 @@ pub struct ServeArgs {
     /// task read-ahead` changes it while serving.
     #[arg(long = "read-ahead", value_name = "POLICY", value_parser = parse_read_ahead)]
     pub read_ahead: Option<raidkit_engine::ReadAhead>,
+
+    /// Write policy of the served arrays: through (the default: a write returns once the
+    /// members have it) or back (md's journal_mode write-back, the PERC6's WB: a write returns
+    /// once the write journal has it, and a bounded cache writes the members behind it; needs
+    /// an array created with --write-journal). An ARRAY line's `write-policy=` sets one
+    /// array's with --scan; `raidkit task write-policy` changes it while serving.
+    #[arg(long = "write-policy", value_name = "POLICY", value_parser = parse_write_policy)]
+    pub write_policy: Option<raidkit_engine::WritePolicy>,
     /// A global hot spare (repeatable): a blank image file or block device that goes to the
     /// first served array left degraded without a spare of its own, which then rebuilds onto
     /// it in the background. A disk carrying an md superblock is refused.
@@ -301,8 +309,10 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         specs.push(parse_array_spec(spec)?);
     }
     let mut spare_groups = std::collections::HashMap::new();
-    // The configuration's read-ahead= per array, over --read-ahead.
+    // The configuration's read-ahead= and write-policy= per array, over --read-ahead and
+    // --write-policy.
     let mut read_ahead = std::collections::HashMap::new();
+    let mut write_policy = std::collections::HashMap::new();
     // The configuration's SCHEDULE, unless --schedule says otherwise.
     let mut schedule_text = args.schedule.clone();
     // The configuration's RATES, given to every array it serves.
@@ -331,6 +341,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 spare_groups.insert(a.name.clone(), g.clone());
             }
             read_ahead.insert(a.name.clone(), a.read_ahead);
+            write_policy.insert(a.name.clone(), a.write_policy);
         }
     }
     for (i, (name, _)) in specs.iter().enumerate() {
@@ -457,6 +468,18 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             if let Some(p) = read_ahead.get(name).copied().flatten().or(args.read_ahead) {
                 a.set_read_ahead(p);
             }
+            if let Some(p) = write_policy
+                .get(name)
+                .copied()
+                .flatten()
+                .or(args.write_policy)
+            {
+                a.set_write_policy(p)
+                    .map_err(|e| CliError::usage(format!("{name}: write policy {p}: {e}")))?;
+                if p == raidkit_engine::WritePolicy::Back {
+                    a.start_destaging();
+                }
+            }
         }
         arrays.push((name.clone(), array));
     }
@@ -513,6 +536,11 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         health: health.unwrap_or_default(),
     }
     .run(shutdown)
+}
+
+fn parse_write_policy(text: &str) -> Result<raidkit_engine::WritePolicy, String> {
+    raidkit_engine::WritePolicy::parse(text)
+        .ok_or_else(|| format!("{text}: through or back (wt, wb)"))
 }
 
 fn parse_read_ahead(text: &str) -> Result<raidkit_engine::ReadAhead, String> {

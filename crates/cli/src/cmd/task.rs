@@ -45,6 +45,14 @@ pub enum Action {
         #[arg(value_name = "POLICY")]
         policy: String,
     },
+    /// Set the write policy of the served array: through or back (the PERC6's WT, WB; md's
+    /// journal_mode). Back needs the array's write journal; going back to through first
+    /// writes everything cached to the members.
+    WritePolicy {
+        /// through or back (also wt, wb).
+        #[arg(value_name = "POLICY")]
+        policy: String,
+    },
     /// Change the task rates: percent of the array's time each task takes while clients use
     /// it (1-100; idle, every task runs at full speed), and a cap.
     Rates {
@@ -127,6 +135,14 @@ pub fn run(args: TaskArgs) -> Result<(), CliError> {
             })?;
             client.call(&Request::ReadAhead { array, policy })?;
             println!("raidkit: read-ahead {}", policy.name());
+            Ok(())
+        }
+        Action::WritePolicy { policy } => {
+            let policy = raidkit_engine::WritePolicy::parse(&policy).ok_or_else(|| {
+                CliError::usage(format!("write-policy {policy}: through or back (wt, wb)"))
+            })?;
+            client.call(&Request::WritePolicy { array, policy })?;
+            println!("raidkit: write-{}", policy.name());
             Ok(())
         }
         Action::Stop => {

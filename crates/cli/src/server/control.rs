@@ -137,6 +137,12 @@ pub enum Request {
         array: Option<String>,
         policy: raidkit_engine::ReadAhead,
     },
+    /// Set the write policy: through or back (the PERC6's WT, WB; md's journal_mode).
+    WritePolicy {
+        #[serde(default)]
+        array: Option<String>,
+        policy: raidkit_engine::WritePolicy,
+    },
     /// Reshape the served array while it serves (mdadm --grow's --raid-devices, --level,
     /// --layout, --chunk): the spares it needs are added first (`add`); progress is in
     /// `detail`'s `reshape`.
@@ -728,6 +734,14 @@ impl ControlServer {
                 served.slot.set_read_ahead(policy);
                 let mut result = result_of(served, None);
                 result["read_ahead"] = serde_json::to_value(policy).unwrap_or_default();
+                Ok(result)
+            }
+            Request::WritePolicy { array, policy } => {
+                let served = self.find(array.as_deref())?;
+                Self::writable(served)?;
+                served.slot.set_write_policy(policy).map_err(engine_error)?;
+                let mut result = result_of(served, None);
+                result["write_policy"] = serde_json::to_value(policy).unwrap_or_default();
                 Ok(result)
             }
             Request::Fail { array, member } => {

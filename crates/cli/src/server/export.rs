@@ -66,12 +66,14 @@ pub struct ArraySlot {
     rates: std::sync::Mutex<raidkit_engine::TaskRates>,
     /// The read policy set for this array, kept the same way.
     read_ahead: std::sync::Mutex<raidkit_engine::ReadAhead>,
+    /// The write policy set for this array, kept the same way.
+    write_policy: std::sync::Mutex<raidkit_engine::WritePolicy>,
 }
 
 impl ArraySlot {
     pub fn new(backend: Backend) -> Arc<ArraySlot> {
-        let (rates, read_ahead) = match &backend {
-            Backend::Array(a) => (a.task_rates(), a.read_ahead_policy()),
+        let (rates, read_ahead, write_policy) = match &backend {
+            Backend::Array(a) => (a.task_rates(), a.read_ahead_policy(), a.write_policy()),
             Backend::Reshaping(_) => Default::default(),
         };
         Arc::new(ArraySlot {
@@ -81,14 +83,46 @@ impl ArraySlot {
             driving: Default::default(),
             rates: std::sync::Mutex::new(rates),
             read_ahead: std::sync::Mutex::new(read_ahead),
+            write_policy: std::sync::Mutex::new(write_policy),
         })
     }
 
     /// Gives an array assembled for this slot (after an online reshape) what was set for
     /// the slot: task rates, read policy.
-    pub fn configure(&self, array: &raidkit_engine::Array) {
+    pub fn configure(&self, array: &Arc<raidkit_engine::Array>) {
         array.set_task_rates(self.rates());
         array.set_read_ahead(self.read_ahead());
+        if self.write_policy() == raidkit_engine::WritePolicy::Back
+            && array
+                .set_write_policy(raidkit_engine::WritePolicy::Back)
+                .is_ok()
+        {
+            array.start_destaging();
+        }
+    }
+
+    /// The write policy set for this array.
+    pub fn write_policy(&self) -> raidkit_engine::WritePolicy {
+        *self.write_policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the write policy, on the array serving now (refused while it reshapes: the
+    /// reshape writes through).
+    pub fn set_write_policy(
+        &self,
+        policy: raidkit_engine::WritePolicy,
+    ) -> Result<(), raidkit_engine::EngineError> {
+        let Backend::Array(a) = self.get() else {
+            return Err(raidkit_engine::EngineError::Busy(
+                "the array is being reshaped; set the write policy when the reshape is done".into(),
+            ));
+        };
+        a.set_write_policy(policy)?;
+        if policy == raidkit_engine::WritePolicy::Back {
+            a.start_destaging();
+        }
+        *self.write_policy.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+        Ok(())
     }
 
     /// The read policy set for this array.

@@ -56,6 +56,11 @@ pub struct RunArgs {
     /// ARA).
     #[arg(long = "read-ahead", value_name = "POLICY", requires = "array")]
     pub read_ahead: Option<String>,
+
+    /// With --array (and --allow-writes): its write policy, through or back (needs the
+    /// array's write journal; see `serve --write-policy`).
+    #[arg(long = "write-policy", value_name = "POLICY", requires = "array")]
+    pub write_policy: Option<String>,
     /// Workload (see below).
     #[arg(long, short = 'w', default_value = "seq-read")]
     pub workload: String,
@@ -230,13 +235,25 @@ fn open_target(args: &RunArgs) -> Result<Opened, CliError> {
                 CliError::usage(format!("--read-ahead {p}: none, always or adaptive"))
             })?);
         }
+        if let Some(p) = &args.write_policy {
+            let policy = raidkit_engine::WritePolicy::parse(p)
+                .ok_or_else(|| CliError::usage(format!("--write-policy {p}: through or back")))?;
+            array
+                .set_write_policy(policy)
+                .map_err(|e| CliError::usage(format!("--write-policy {p}: {e}")))?;
+            array.start_destaging();
+        }
         let what = format!(
-            "raidkit array (RAID {}, {} members{}) in this process",
+            "raidkit array (RAID {}, {} members{}{}) in this process",
             array.geometry().md_level(),
             args.target.len(),
             match array.read_ahead_policy() {
                 raidkit_engine::ReadAhead::None => String::new(),
                 p => format!(", read-ahead {}", p.name()),
+            },
+            match array.write_policy() {
+                raidkit_engine::WritePolicy::Through => String::new(),
+                p => format!(", write-{}", p.name()),
             }
         );
         let paths = args.target.clone();
