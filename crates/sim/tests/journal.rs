@@ -88,21 +88,26 @@ fn assemble(world: &SimWorld) -> (Array, Vec<ArrayEvent>) {
     (array, report.events)
 }
 
-/// Writes partial stripes (never flushed), crashes losing every unflushed member write, kills
-/// member `lost`, and checks what the array reads.
-fn crash_then_lose(level: i32, n: usize, lost: usize) {
-    let mut world = SimWorld::new(7 + level as u64);
+/// A world whose crashes lose or tear every unflushed member write, and a journal array in it
+/// with a flushed base pattern everywhere (so "old" is known): the world, the array, and what
+/// it holds.
+fn based(seed: u64, level: i32, n: usize) -> (SimWorld, Array, Vec<u8>) {
+    let mut world = SimWorld::new(seed);
     world.crash_policy = CrashPolicy {
         lost_per_mille: 700,
         torn_per_mille: 300,
     };
     let array = create(&mut world, level, n);
-    let size = array.size_bytes();
-    // A flushed base everywhere, so "old" is known.
-    let base = pattern(1, size / 512);
+    let base = pattern(1, array.size_bytes() / 512);
     array.write_at(&base, 0, false).unwrap();
     array.flush().unwrap();
-    let mut expect = base.clone();
+    (world, array, base)
+}
+
+/// Writes partial stripes (never flushed), crashes losing every unflushed member write, kills
+/// member `lost`, and checks what the array reads.
+fn crash_then_lose(level: i32, n: usize, lost: usize) {
+    let (mut world, array, mut expect) = based(7 + level as u64, level, n);
     // Partial-stripe writes, 4 KiB aligned and not, none flushed.
     let writes: [(u64, u64); 6] = [
         (8, 8),
@@ -330,17 +335,7 @@ fn mismatches(array: &Array) -> u64 {
 /// rows in the log, which the next assembly logs anew and writes to the members.
 fn write_back_crash(level: i32, n: usize, lost: Option<usize>) {
     let ctx = format!("RAID {level}, member lost: {lost:?}");
-    let mut world = SimWorld::new(70 + level as u64);
-    world.crash_policy = CrashPolicy {
-        lost_per_mille: 700,
-        torn_per_mille: 300,
-    };
-    let array = create(&mut world, level, n);
-    let size = array.size_bytes();
-    let base = pattern(1, size / 512);
-    array.write_at(&base, 0, false).unwrap();
-    array.flush().unwrap();
-    let mut expect = base.clone();
+    let (mut world, array, mut expect) = based(70 + level as u64, level, n);
     array
         .set_write_policy(raidkit_engine::WritePolicy::Back)
         .unwrap();
