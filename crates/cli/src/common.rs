@@ -50,7 +50,7 @@ pub fn engine_error(err: EngineError) -> CliError {
         EngineError::Unavailable { .. }
         | EngineError::ArrayFailed { .. }
         | EngineError::Incomplete { .. } => ExitCode::Unavailable,
-        EngineError::Invalid(_) => ExitCode::Usage,
+        EngineError::Invalid(_) | EngineError::Stack(_) => ExitCode::Usage,
         EngineError::Disk(_) | EngineError::ReadOnly | EngineError::Busy(_) => ExitCode::Failure,
     };
     CliError::new(code, err.to_string())

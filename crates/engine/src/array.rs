@@ -77,6 +77,7 @@ mod options;
 mod ppl;
 mod read_ahead;
 mod reshape;
+mod stack;
 mod write_back;
 mod write_log;
 
@@ -95,6 +96,7 @@ pub use online::{shared_disks, OnlineReshape};
 pub use options::*;
 pub use read_ahead::{ReadAhead, ReadAheadCounters};
 pub use reshape::{ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget};
+pub use stack::{looks_stacked, split_stack, ArrayDisk, StackOptions, StackSplit, StackStatus};
 pub use write_back::{WriteBackCounters, WritePolicy};
 use write_log::IntentHooks;
 
@@ -206,6 +208,8 @@ pub struct Array {
     /// writes no superblock (the reshape records the array's state), so a member failing in
     /// it is failed in memory and recorded by the reshape's next step.
     pub(crate) frozen: bool,
+    /// A RAID 50/60 stack's top array keeps its spans here (see `array/stack.rs`).
+    stack: Option<stack::Spans>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -316,6 +320,7 @@ impl Array {
                 .then(|| gather::Gather::new(geo.data_disks() as u64 * geo.chunk_sectors)),
             geo,
             frozen: false,
+            stack: None,
         })
     }
 
@@ -581,7 +586,16 @@ impl Array {
     /// A background task stops first at its next step, with its checkpoint recorded: a
     /// rebuild's `recovery_offset`, and a pending resync's cursor as `resync_offset` (so the
     /// array is not marked clean while a resync is unfinished, as md does).
+    ///
+    /// A RAID 50/60 stack's top array stops its spans after itself.
     pub fn stop(&self) -> Result<()> {
+        let stopped = self.stop_self();
+        let spans = self.stop_spans();
+        stopped.and(spans)
+    }
+
+    /// [`Array::stop`] of this array alone.
+    fn stop_self(&self) -> Result<()> {
         self.stop_background();
         self.drain_write_back()?;
         self.stop_destaging();
@@ -748,9 +762,16 @@ impl Array {
             read_ahead: self.read_cache.counters(),
             write_back: self.write_back_counters(),
             log: st.events.kept(),
+            stack: None,
         };
         drop(st);
         out.pending = self.pending_tasks();
+        out.stack = self.stack_status();
+        if let Some(stack) = &out.stack {
+            // A span's lost member is redundancy the stack has lost.
+            out.degraded |= stack.spans.iter().any(|s| s.degraded);
+            out.failed |= stack.spans.iter().any(|s| s.failed);
+        }
         out
     }
 

@@ -80,6 +80,8 @@ pub enum EngineError {
         old_raid_disks: i64,
         new_raid_disks: u32,
     },
+    /// The members cannot be split into the RAID 50/60 spans asked for.
+    Stack(crate::array::StackSplit),
 }
 
 /// Why an array cannot be grown as asked.
@@ -327,6 +329,7 @@ impl fmt::Display for EngineError {
             ),
             EngineError::ArrayFailed { detail } => write!(f, "array failed: {detail}"),
             EngineError::Invalid(s) => write!(f, "{s}"),
+            EngineError::Stack(why) => write!(f, "{why}"),
             EngineError::ReadOnly => write!(f, "the array is read-only"),
             EngineError::Metadata(s) => write!(f, "metadata: {s}"),
             EngineError::Busy(s) => write!(f, "busy: {s}"),

@@ -31,8 +31,9 @@ pub use array::{
     shared_disks, Array, ArrayState, AssembleOptions, AssembleReport, ConsistencyPolicy,
     CreateOptions, EngineConfig, GatherCounters, GrowMirrorsReport, GrowSize, GrowSizeReport, Init,
     MemberHealth, MemberIo, MemberIoReading, MemberStatus, OnlineReshape, ReadAhead,
-    ReadAheadCounters, ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget, Status,
-    TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport, WriteBackCounters, WritePolicy,
+    ReadAheadCounters, ReshapeControl, ReshapeReport, ReshapeStatus, ReshapeTarget, StackOptions,
+    StackSplit, StackStatus, Status, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport,
+    WriteBackCounters, WritePolicy,
 };
 pub use error::{AbsentMember, EngineError, GrowRefusal, Result};
 pub use events::{ArrayEvent, DirtyDegradedStart};

@@ -239,4 +239,7 @@ pub struct Status {
     /// such), oldest first: the newest [`crate::events::EVENTS_KEPT`] of
     /// [`Array::events_since`]. Each one's `Display` is its sentence.
     pub log: Vec<ArrayEvent>,
+    /// A RAID 50/60 stack's level and spans (this array is the RAID 0 over them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<super::StackStatus>,
 }
