@@ -115,13 +115,13 @@ pub(super) struct Shape {
 
 impl Shape {
     /// Journal sectors the destage of pages `[lo, hi)` of one stripe logs at most: its data,
-    /// each row's parity, the meta blocks, and a meta block more for each of the few phases
-    /// the write path may cut it into.
+    /// each row's parity, the meta blocks, and one meta block more (a write of one stripe or
+    /// less is one write phase, logged in one log write, unless the planner cuts its batch).
     fn destage_sectors(&self, lo: u64, hi: u64) -> u64 {
         let pages = hi - lo;
         let rows = pages.min(self.chunk_pages);
         let meta_bytes = pages * 20 + rows * (16 + 4 * self.parity);
-        (pages + rows * self.parity + meta_bytes.div_ceil(4064) + 4) * PAGE_SECTORS
+        (pages + rows * self.parity + meta_bytes.div_ceil(4064) + 1) * PAGE_SECTORS
     }
 }
 
@@ -725,7 +725,7 @@ fn destager(weak: Weak<Array>) {
             let bytes = st.pages.len() as u64 * PAGE as u64;
             let journal_full = array.journal().is_some_and(|j| {
                 let (pinned, ring) = j.pinned();
-                pinned + st.reserve > ring / 2
+                pinned + st.reserve > ring * 5 / 8
             });
             (journal_full, bytes > st.capacity / 2)
         };
