@@ -248,22 +248,70 @@ pub fn assemble_writable(
     assemble(paths, false, Insist { force, run })
 }
 
+/// [`assemble_volume`], writable, with the command's `--force` and `--run`.
+pub fn assemble_volume_writable(
+    paths: &[PathBuf],
+    force: bool,
+    run: bool,
+) -> Result<(Array, AssembleReport), CliError> {
+    assemble_volume(paths, false, Insist { force, run })
+}
+
+/// Assembles the one array `paths` are the members of. The members of a RAID 50/60 stack
+/// are refused (exit code 3): the command acts on one array, and a stack is several (see
+/// [`assemble_volume`] for the commands that take a stack as one array).
 pub fn assemble(
     paths: &[PathBuf],
     read_only: bool,
     insist: Insist,
 ) -> Result<(Array, AssembleReport), CliError> {
     let disks = open_members(paths, read_only)?;
-    Array::assemble(
-        disks,
-        AssembleOptions {
-            force: insist.force,
-            run: insist.run,
-            read_only,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| assembly_error(e, paths))
+    if let Some(level) = stack_level_of(&disks) {
+        return Err(CliError::new(
+            ExitCode::Refused,
+            format!(
+                "the members form a RAID {level} stack (a RAID 0 over RAID {} spans): this command acts on one array, not on a stack yet; give the members of one span to act on that span",
+                level / 10
+            ),
+        ));
+    }
+    Array::assemble(disks, assemble_options(read_only, insist))
+        .map_err(|e| assembly_error(e, paths))
+}
+
+/// Assembles what `paths` are the members of: one array, or a RAID 50/60 stack (its spans
+/// from their members, then the RAID 0 over them), which is then one array to read, write,
+/// show and stop ([`Array::stop`] stops its spans too).
+pub fn assemble_volume(
+    paths: &[PathBuf],
+    read_only: bool,
+    insist: Insist,
+) -> Result<(Array, AssembleReport), CliError> {
+    let disks = open_members(paths, read_only)?;
+    let opts = assemble_options(read_only, insist);
+    if stack_level_of(&disks).is_some() {
+        return Array::assemble_stack(disks, opts).map_err(|e| assembly_error(e, paths));
+    }
+    Array::assemble(disks, opts).map_err(|e| assembly_error(e, paths))
+}
+
+fn assemble_options(read_only: bool, insist: Insist) -> AssembleOptions {
+    AssembleOptions {
+        force: insist.force,
+        run: insist.run,
+        read_only,
+        ..Default::default()
+    }
+}
+
+/// 50 or 60 when `disks` look like the members of a stack's spans (members of several
+/// RAID 5, or RAID 6, arrays of one shape); members without a superblock are passed over.
+pub fn stack_level_of(disks: &[Box<dyn Disk>]) -> Option<i32> {
+    let found: Vec<_> = disks
+        .iter()
+        .filter_map(|d| raidkit_engine::read_superblock(d.as_ref()).ok())
+        .collect();
+    raidkit_engine::array::looks_stacked(&found).then(|| found[0].sb.level.to_md() * 10)
 }
 
 /// [`engine_error`], and for members not given, where they may be: image files beside the

@@ -41,6 +41,16 @@ pub struct StatusView {
     /// "resync", "ppl", "journal", or {"bitmap": {...}}.
     #[serde(default)]
     pub consistency_policy: serde_json::Value,
+    /// A RAID 50/60 stack: this is the RAID 0 over the spans.
+    #[serde(default)]
+    pub stack: Option<StackView>,
+}
+
+/// A stack's level and its spans, each a whole array, in the RAID 0's slot order.
+#[derive(Debug, serde::Deserialize)]
+pub struct StackView {
+    pub level: i32,
+    pub spans: Vec<StatusView>,
 }
 
 impl StatusView {
@@ -122,13 +132,36 @@ pub fn layout_name(level: i32, layout: u32) -> Option<String> {
 
 /// Prints a status the way mdadm --detail lays it out.
 pub fn print_detail(status: &StatusView, state: &str) {
-    println!("     Raid Level : raid{}", status.level);
-    println!(
-        "     Array Size : {} bytes ({:.2} MiB)",
-        status.array_bytes,
-        status.array_bytes as f64 / 1048576.0
-    );
-    println!("   Raid Devices : {}", status.raid_disks);
+    match &status.stack {
+        Some(stack) => {
+            let per_span = stack.spans.first().map_or(0, |s| s.raid_disks);
+            println!(
+                "     Raid Level : raid{} (a RAID 0 over {} RAID {} spans)",
+                stack.level,
+                stack.spans.len(),
+                stack.level / 10
+            );
+            println!(
+                "     Array Size : {} bytes ({:.2} MiB)",
+                status.array_bytes,
+                status.array_bytes as f64 / 1048576.0
+            );
+            println!(
+                "   Raid Devices : {} ({} spans of {per_span})",
+                stack.spans.len() * per_span,
+                stack.spans.len()
+            );
+        }
+        None => {
+            println!("     Raid Level : raid{}", status.level);
+            println!(
+                "     Array Size : {} bytes ({:.2} MiB)",
+                status.array_bytes,
+                status.array_bytes as f64 / 1048576.0
+            );
+            println!("   Raid Devices : {}", status.raid_disks);
+        }
+    }
     if let Some(name) = layout_name(status.level, status.layout) {
         println!("         Layout : {name}");
     }
@@ -202,6 +235,19 @@ pub fn print_detail(status: &StatusView, state: &str) {
         }
     }
     print_health(&status.members);
+    if let Some(stack) = &status.stack {
+        for (i, span) in stack.spans.iter().enumerate() {
+            println!();
+            println!(
+                "  Span {i} : RAID {} of {} members, UUID {} ({})",
+                span.level,
+                span.raid_disks,
+                span.uuid,
+                span.health()
+            );
+            print_detail(span, &span.state_text());
+        }
+    }
 }
 
 /// Each member's drive health, where it has a drive to ask: its figures, then a line per

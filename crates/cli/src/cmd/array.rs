@@ -22,8 +22,9 @@ mod util;
 
 use create::open_new_member;
 use raidkit_cli::common::{
-    assemble, assemble_writable, engine_error, open_members, open_or_create, parse_size_bytes,
-    print_json, random_uuid, report_notes, Insist, MembersArgs, RUN_HELP,
+    assemble, assemble_volume, assemble_volume_writable, assemble_writable, engine_error,
+    open_members, open_or_create, parse_size_bytes, print_json, random_uuid, report_notes,
+    stack_level_of, Insist, MembersArgs, RUN_HELP,
 };
 use raidkit_cli::server::control;
 use raidkit_cli::view::{layout_name, print_detail, StatusView};
@@ -389,7 +390,14 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
         ..Default::default()
     };
     let members = open_members(&args.members, true)?;
-    if let Some(r) = Array::reshape_status(&members, &opts).map_err(engine_error)? {
+    // A stack's spans are reshaped by no one: there is no reshape to look for.
+    let stacked = stack_level_of(&members).is_some();
+    if let Some(r) = (!stacked)
+        .then(|| Array::reshape_status(&members, &opts))
+        .transpose()
+        .map_err(engine_error)?
+        .flatten()
+    {
         drop(members);
         if args.json {
             return print_json(&serde_json::json!({ "reshape": r }));
@@ -398,7 +406,7 @@ fn detail(args: DetailArgs) -> Result<(), CliError> {
         return Ok(());
     }
     drop(members);
-    let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
+    let (array, report) = assemble_volume(&args.members, true, Insist::force(args.force))?;
     // What each member's drive says of itself (SMART), with the default thresholds.
     array.poll_health(&raidkit_disk::Thresholds::default());
     let status = array.status();
@@ -480,11 +488,20 @@ fn read(args: ReadArgs) -> Result<(), CliError> {
         Some(l) => Some(parse_size_bytes(l, 1)?),
         None => None,
     };
-    let (array, report) = assemble(&args.members, true, Insist::force(args.force))?;
+    let (array, report) = assemble_volume(&args.members, true, Insist::force(args.force))?;
     let status = array.status();
     if !args.json {
         report_notes(&report);
-        if status.degraded {
+        if let Some(stack) = &status.stack {
+            for (i, span) in stack.spans.iter().enumerate() {
+                if span.degraded {
+                    eprintln!(
+                        "raidkit: reading degraded: span {i} of the RAID {} stack (RAID {}) has slots {:?} missing; their data is rebuilt from the others",
+                        stack.level, span.level, span.missing_slots
+                    );
+                }
+            }
+        } else if status.degraded {
             eprintln!(
                 "raidkit: reading degraded: RAID {} with slots {:?} missing; their data is rebuilt from the others",
                 status.level, status.missing_slots
@@ -562,7 +579,7 @@ fn write(args: WriteArgs) -> Result<(), CliError> {
         let len = meta.file_type().is_file().then_some(meta.len());
         (Box::new(file), len)
     };
-    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
+    let (array, report) = assemble_volume_writable(&args.members, args.force, args.run)?;
     if !args.json {
         report_notes(&report);
     }
@@ -825,7 +842,7 @@ fn replace(args: ReplaceArgs) -> Result<(), CliError> {
 }
 
 fn stop(args: MembersArgs) -> Result<(), CliError> {
-    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
+    let (array, report) = assemble_volume_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
     array.stop().map_err(engine_error)?;
     if args.json {

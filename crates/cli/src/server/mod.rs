@@ -90,7 +90,13 @@ pub fn assemble_served(
             ));
         }
     }
-    let (array, report) = match Array::assemble(disks, options.clone()) {
+    // A RAID 50/60 stack is served as one export: the RAID 0 over its spans.
+    let assembled = if crate::common::stack_level_of(&disks).is_some() {
+        Array::assemble_stack(disks, options.clone())
+    } else {
+        Array::assemble(disks, options.clone())
+    };
+    let (array, report) = match assembled {
         Ok(a) => a,
         Err(raidkit_engine::EngineError::ReshapeInProgress {
             position_sectors, ..
@@ -127,8 +133,11 @@ pub fn assemble_served(
     // `Serving::run` logs from its first event.
     let array = Arc::new(array);
     // Rebuilds onto spares, resync after an unclean stop and requested checks run in the
-    // background while the array is served.
+    // background while the array is served (a stack's in its spans).
     array.start_background().map_err(engine_error)?;
+    for span in array.spans() {
+        span.start_background().map_err(engine_error)?;
+    }
     for kind in array.pending_tasks() {
         log.info(
             "task-pending",

@@ -11,7 +11,7 @@
 //! `--scan` an array that cannot be assembled is reported and the others still are, and the
 //! exit code is the first failure's.
 
-use raidkit_cli::common::{assemble, engine_error, print_json, report_notes, Insist};
+use raidkit_cli::common::{assemble_volume, engine_error, print_json, report_notes, Insist};
 use raidkit_cli::config::{Config, DEFAULT_CONFIG};
 use raidkit_cli::CliError;
 use raidkit_engine::{AssembleReport, Status};
@@ -94,7 +94,7 @@ pub fn run(args: AssembleArgs) -> Result<(), CliError> {
     let mut first_error: Option<CliError> = None;
     for (name, members) in todo {
         let done = members.and_then(|m| {
-            let (array, report) = assemble(&m, args.read_only, insist)?;
+            let (array, report) = assemble_volume(&m, args.read_only, insist)?;
             if !args.read_only {
                 array.stop().map_err(engine_error)?;
             }
@@ -149,6 +149,22 @@ pub fn run(args: AssembleArgs) -> Result<(), CliError> {
 /// `raidkit: md0: raid6, 6 of 6 slots in sync, 1 spare; stopped clean (events 12)`, with
 /// what is missing or pending.
 fn line(name: &str, st: &Status, report: &AssembleReport, read_only: bool) -> String {
+    if let Some(stack) = &st.stack {
+        // `raidkit: md0: raid50 over 2 spans (span 0: raid5, 3 of 3 slots in sync; ...)`.
+        let spans: Vec<String> = stack
+            .spans
+            .iter()
+            .enumerate()
+            .map(|(i, span)| line(&format!("span {i}"), span, report, read_only))
+            .map(|l| l.trim_start_matches("raidkit: ").to_string())
+            .collect();
+        return format!(
+            "raidkit: {name}: raid{} over {} spans; {}",
+            stack.level,
+            stack.spans.len(),
+            spans.join("; ")
+        );
+    }
     let in_sync = st
         .members
         .iter()

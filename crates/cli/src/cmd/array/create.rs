@@ -14,7 +14,10 @@ use raidkit_cli::common::{
 };
 use raidkit_cli::{CliError, ExitCode};
 use raidkit_disk::{DirectIo, Disk, FileDisk, OpenOptions};
-use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError, Init};
+use raidkit_engine::array::split_stack;
+use raidkit_engine::{
+    Array, ConsistencyPolicy, CreateOptions, EngineConfig, EngineError, Init, StackOptions,
+};
 use raidkit_metadata::SuperblockVersion;
 use std::path::{Path, PathBuf};
 
@@ -23,9 +26,16 @@ pub struct CreateArgs {
     /// Member image files or block devices.
     #[arg(required = true)]
     pub members: Vec<PathBuf>,
-    /// RAID level: 0, 1, 4, 5, 6, 10, or 1E (RAID 10 with two near copies, any member count).
+    /// RAID level: 0, 1, 4, 5, 6, 10, 1E (RAID 10 with two near copies, any member count),
+    /// or 50 and 60 (with --spans: a RAID 0 over RAID 5 or 6 arrays, as md stacks them).
     #[arg(long, short = 'l')]
     pub level: String,
+    /// RAID 50 and 60: the number of RAID 5 (or 6) arrays, "spans", the RAID 0 stripes
+    /// over. Span i is made of the i-th run of members/spans members, in the order given;
+    /// --layout is the spans'; the RAID 0 has the same chunk. Md assembles the same stack
+    /// (the spans from their members, then the RAID 0 on the spans).
+    #[arg(long, value_name = "N")]
+    pub spans: Option<usize>,
     /// Number of active members (the rest of the given members become spares).
     #[arg(long = "raid-devices", short = 'n')]
     pub raid_devices: Option<usize>,
@@ -160,6 +170,8 @@ pub struct CreateChecks {
     pub init: InitMode,
     /// Draw a progress bar while members are zeroed in the foreground.
     pub progress: bool,
+    /// RAID 50 and 60: the number of spans (see [`CreateArgs::spans`]).
+    pub spans: Option<usize>,
 }
 
 fn parse_metadata(text: &str) -> Result<SuperblockVersion, CliError> {
@@ -188,9 +200,18 @@ fn parse_used_size(text: &str) -> Result<Option<u64>, CliError> {
 }
 
 fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError> {
-    let level = parse_level(&args.level)?;
+    let stack_level = match args.level.parse::<raidkit_layout::Level>() {
+        Ok(raidkit_layout::Level::Raid50) => Some(50),
+        Ok(raidkit_layout::Level::Raid60) => Some(60),
+        _ => None,
+    };
+    let level = match stack_level {
+        Some(l) => l,
+        None => parse_level(&args.level)?,
+    };
+    // A stack's layout is its spans'.
     let layout = match &args.layout {
-        Some(l) => Some(parse_layout(level, l)?),
+        Some(l) => Some(parse_layout(stack_level.map_or(level, |s| s / 10), l)?),
         None => None,
     };
     // RAID 1E is RAID 10 with two near copies, and nothing else.
@@ -213,6 +234,38 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
             raid_devices + args.spare_devices
         )));
     }
+    let spans = match (stack_level, args.spans) {
+        (Some(l), Some(spans)) => {
+            split_stack(l, raid_devices, spans).map_err(|e| {
+                CliError::usage(format!(
+                    "--level {l} --spans {spans}: {e}; nothing was written"
+                ))
+            })?;
+            if args.spare_devices > 0 {
+                return Err(CliError::usage(format!(
+                    "--level {l}: a stack takes no spares (a spare belongs to a span); give the span's members to `raidkit add` to add one to a span"
+                )));
+            }
+            if args.write_journal.is_some() {
+                return Err(CliError::usage(format!(
+                    "--level {l}: a stack has no write journal (each span would need a journal device of its own)"
+                )));
+            }
+            Some(spans)
+        }
+        (Some(l), None) => {
+            return Err(CliError::usage(format!(
+                "--level {l} needs --spans N: the number of RAID {} arrays the RAID 0 stripes over",
+                l / 10
+            )))
+        }
+        (None, Some(_)) => {
+            return Err(CliError::usage(
+                "--spans is for --level 50 and 60 (a RAID 0 over RAID 5 or 6 arrays)",
+            ))
+        }
+        (None, None) => None,
+    };
     let image_bytes = match &args.image_size {
         Some(s) => Some(parse_size_bytes(s, 1024)?),
         None => None,
@@ -287,6 +340,7 @@ fn plan_create(args: &CreateArgs) -> Result<(CreatePlan, CreateChecks), CliError
                 (None, false) => InitMode::Auto,
             },
             progress: !args.json,
+            spans,
         },
     ))
 }
@@ -480,8 +534,31 @@ pub fn create_array_checked(
             )) as Box<dyn Disk>
         })
         .collect();
+    let stack_options = || -> Result<Option<StackOptions>, CliError> {
+        let Some(spans) = checks.spans else {
+            return Ok(None);
+        };
+        let mut span_set_uuids = Vec::new();
+        let mut span_device_uuids = Vec::new();
+        for _ in 0..spans {
+            span_set_uuids.push(random_uuid()?);
+            span_device_uuids.push(random_uuid()?);
+        }
+        Ok(Some(StackOptions {
+            spans,
+            span_set_uuids,
+            span_device_uuids,
+        }))
+    };
+    let make = |disks: Vec<Box<dyn Disk>>,
+                opts: CreateOptions,
+                stack: Option<StackOptions>,
+                progress: &(dyn Fn(u64, u64) + Sync)| match stack {
+        Some(stack) => Array::create_stack(disks, opts, stack, progress),
+        None => Array::create_observed(disks, opts, progress),
+    };
     let opts = options(&dry)?;
-    match Array::create(dry, opts) {
+    match make(dry, opts, stack_options()?, &|_, _| {}) {
         Ok(array) => drop(array),
         // Nothing was read from a member here: metadata the engine cannot build comes from
         // the flags (a chunk md cannot use, say).
@@ -526,7 +603,8 @@ pub fn create_array_checked(
         !(checks.progress && slow_zeroing),
     ));
     let start = std::time::Instant::now();
-    let array = Array::create_observed(disks, opts, &|done, total| {
+    let stack = stack_options()?;
+    let array = make(disks, opts, stack, &|done, total| {
         let secs = start.elapsed().as_secs_f64().max(1e-3);
         let rate = done as f64 / secs;
         let percent = done as f64 * 100.0 / total.max(1) as f64;
@@ -594,21 +672,44 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
     }
     let array = create_array_checked(&paths, &plan, checks, EngineConfig::default())?;
     let spinning = array.has_spinning_members();
-    let initialising = array
-        .pending_tasks()
-        .contains(&raidkit_engine::TaskKind::Resync);
+    // A stack's spans initialise themselves (the RAID 0 over them has nothing to build).
+    let initialising = std::iter::once(&array)
+        .chain(array.spans().iter().map(|s| s.as_ref()))
+        .any(|a| {
+            a.pending_tasks()
+                .contains(&raidkit_engine::TaskKind::Resync)
+        });
+    let stack_level = array.stack_level();
+    let span_policy = array.spans().first().map(|s| s.status().consistency_policy);
     array.stop().map_err(engine_error)?;
     let status = array.status();
     if args.json {
         return print_json(&status);
     }
-    println!(
-        "raidkit: created RAID {} ({} data bytes) over {} members, UUID {}",
-        status.level,
-        status.array_bytes,
-        status.members.len(),
-        status.uuid
-    );
+    match &status.stack {
+        Some(stack) => println!(
+            "raidkit: created RAID {} ({} data bytes): a RAID 0, UUID {}, over {} RAID {} spans of {} members ({})",
+            stack.level,
+            status.array_bytes,
+            status.uuid,
+            stack.spans.len(),
+            stack.level / 10,
+            stack.spans.first().map_or(0, |s| s.raid_disks),
+            stack
+                .spans
+                .iter()
+                .map(|s| format!("UUID {}", s.uuid))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => println!(
+            "raidkit: created RAID {} ({} data bytes) over {} members, UUID {}",
+            status.level,
+            status.array_bytes,
+            status.members.len(),
+            status.uuid
+        ),
+    }
     warn_if_sparse_members_may_not_fit(&paths);
     if initialising {
         println!(
@@ -618,11 +719,13 @@ pub fn run(args: CreateArgs) -> Result<(), CliError> {
     } else if checks_assumed_clean(&args) {
         println!("raidkit: --assume-clean: recorded in sync, nothing written but the metadata");
     }
-    let policy = status.consistency_policy.name();
-    if (4..=6).contains(&status.level) && policy != "journal" && policy != "ppl" {
+    // A stack's write hole is its spans'.
+    let level = stack_level.map_or(status.level, |l| l / 10);
+    let policy = span_policy.unwrap_or(status.consistency_policy).name();
+    if (4..=6).contains(&level) && policy != "journal" && policy != "ppl" {
         eprintln!(
             "raidkit: note: consistency policy {policy}: a crash followed by the loss of a member can corrupt stripes that were being written (the write hole); --write-journal DEV closes it{}",
-            if status.level == 5 { ", as does --consistency-policy ppl" } else { "" }
+            if level == 5 { ", as does --consistency-policy ppl" } else { "" }
         );
     }
     if policy == "ppl" && spinning && !args.json {

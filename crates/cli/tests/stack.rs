@@ -1,0 +1,238 @@
+//! `raidkit create --level 50|60 --spans N` end to end: the stack is created on image files,
+//! written, stopped, assembled again and read back exactly, whole and with members lost in
+//! every span; bad splits are refused before anything is written; `detail` shows one array
+//! with its spans; `serve` exports the stack as one NBD export; commands that act on one
+//! array refuse a stack's members.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+
+/// Creates a RAID `level` stack of `count` 24 MiB image files in `spans` spans with a
+/// 64 KiB chunk; returns the member paths.
+fn create(dir: &TempDir, level: &str, count: usize, spans: usize) -> Vec<PathBuf> {
+    let members = dir.members("m", count);
+    let spans = spans.to_string();
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            level,
+            "--spans",
+            &spans,
+            "--chunk",
+            "64K",
+            "--image-size",
+            "24M",
+        ],
+        &members,
+        &[],
+    ));
+    members
+}
+
+/// The array's size as `detail --json` reports it.
+fn size_of(members: &[PathBuf]) -> usize {
+    let out = ok(&with(&["detail", "--json"], members, &[]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["status"]["array_bytes"].as_u64().unwrap() as usize
+}
+
+/// Writes a pattern over the whole stack, then reads it back whole, after a stop, and with
+/// `lost` members of every span left out (the span's first ones).
+fn round_trip(level: &str, count: usize, spans: usize, lost: usize) {
+    let dir = TempDir::new(&format!("stack{level}"));
+    let members = create(&dir, level, count, spans);
+    let size = size_of(&members);
+    assert!(size > 0);
+    let data = pattern(size, level.parse().unwrap());
+    let input = dir.path("data");
+    std::fs::write(&input, &data).unwrap();
+    let out = ok(&with(&["write", "--input", s(&input)], &members, &[]));
+    assert!(out.contains(&format!("wrote {size} bytes")), "{out}");
+    ok(&with(&["stop"], &members, &[]));
+
+    // Members in another order: each span is found by its array UUID.
+    let mut shuffled = members.clone();
+    shuffled.reverse();
+    let back = dir.path("back");
+    ok(&with(&["read", "--output", s(&back)], &shuffled, &[]));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "RAID {level} read back differs"
+    );
+
+    let per_span = count / spans;
+    let kept: Vec<PathBuf> = members
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % per_span >= lost)
+        .map(|(_, p)| p.clone())
+        .collect();
+    let degraded = dir.path("degraded");
+    let out = raidkit(&with(&["read", "--output", s(&degraded)], &kept, &[]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    for span in 0..spans {
+        assert!(
+            err.contains(&format!("span {span} of the RAID {level} stack")),
+            "{err}"
+        );
+    }
+    assert!(
+        std::fs::read(&degraded).unwrap() == data,
+        "degraded RAID {level} read back differs"
+    );
+}
+
+#[test]
+fn raid50_of_six_in_two_spans_reads_back_whole_and_with_a_member_lost_per_span() {
+    round_trip("50", 6, 2, 1);
+}
+
+#[test]
+fn raid60_of_eight_in_two_spans_reads_back_whole_and_with_two_members_lost_per_span() {
+    round_trip("60", 8, 2, 2);
+}
+
+#[test]
+fn bad_splits_are_refused_and_nothing_is_created() {
+    let dir = TempDir::new("stack-refusals");
+    let cases: [(&str, usize, &str, &str); 5] = [
+        ("50", 7, "2", "7 members do not split into 2 equal spans"),
+        ("50", 4, "2", "a RAID 5 span needs at least 3"),
+        ("60", 6, "2", "a RAID 6 span needs at least 4"),
+        ("50", 6, "1", "at least 2 spans"),
+        ("5", 6, "2", "--spans is for --level 50 and 60"),
+    ];
+    for (level, count, spans, why) in cases {
+        let members = dir.members(&format!("r{level}-{count}-{spans}-"), count);
+        let (code, err) = fails(&with(
+            &[
+                "create",
+                "--level",
+                level,
+                "--spans",
+                spans,
+                "--image-size",
+                "24M",
+            ],
+            &members,
+            &[],
+        ));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(why), "{level}/{count}/{spans}: {err}");
+    }
+    let members = dir.members("nospans", 6);
+    let (code, err) = fails(&with(
+        &["create", "--level", "50", "--image-size", "24M"],
+        &members,
+        &[],
+    ));
+    assert_eq!(code, 2);
+    assert!(err.contains("needs --spans"), "{err}");
+    assert!(dir.listing().is_empty(), "{:?}", dir.listing());
+}
+
+#[test]
+fn detail_shows_one_array_with_its_spans_and_single_array_commands_refuse() {
+    let dir = TempDir::new("stack-detail");
+    let members = create(&dir, "50", 6, 2);
+    let out = ok(&with(&["detail"], &members, &[]));
+    assert!(
+        out.contains("Raid Level : raid50 (a RAID 0 over 2 RAID 5 spans)"),
+        "{out}"
+    );
+    assert!(out.contains("Raid Devices : 6 (2 spans of 3)"), "{out}");
+    assert!(out.contains("Span 0 : RAID 5 of 3 members"), "{out}");
+    assert!(out.contains("Span 1 : RAID 5 of 3 members"), "{out}");
+    for m in &members {
+        assert!(out.contains(s(m)), "{out}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &members, &[]))).unwrap();
+    assert_eq!(json["status"]["stack"]["level"], 50);
+    assert_eq!(
+        json["status"]["stack"]["spans"].as_array().unwrap().len(),
+        2
+    );
+
+    // A member lost: detail says which span is degraded.
+    let out = ok(&with(&["detail"], &members[1..], &[]));
+    assert!(out.contains("Span 0 : RAID 5 of 3 members"), "{out}");
+    assert!(out.contains("(degraded)"), "{out}");
+
+    // Commands that act on one array refuse the members of a stack.
+    let (code, err) = fails(&with(&["check"], &members, &[]));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("RAID 50 stack"), "{err}");
+
+    let line = ok(&with(&["assemble"], &members, &[]));
+    assert!(line.contains("raid50 over 2 spans"), "{line}");
+}
+
+#[test]
+fn serve_exports_a_stack_as_one_nbd_export() {
+    use raidkit_nbd::client::{connect, NbdUri};
+    use raidkit_nbd::proto::{NBD_CMD_FLUSH, NBD_CMD_READ, NBD_CMD_WRITE};
+    let dir = TempDir::new("stack-serve");
+    let members = create(&dir, "60", 8, 2);
+    let size = size_of(&members);
+    let data = pattern(1 << 20, 60);
+    let offset = (size - data.len()) as u64 / 2 / 4096 * 4096;
+    {
+        let mut server = Server::start(&dir.0, "nbd", &with(&[], &members, &[]));
+        let uri = NbdUri::parse(&format!(
+            "nbd+unix:///array?socket={}",
+            server.socket.display()
+        ))
+        .unwrap();
+        let (info, mut tx, mut rx) = connect(&uri).unwrap();
+        assert_eq!(info.size_bytes, size as u64);
+        for (i, piece) in data.chunks(64 << 10).enumerate() {
+            let at = offset + (i as u64) * (64 << 10);
+            tx.send(NBD_CMD_WRITE, i as u64, at, piece.len() as u32, Some(piece))
+                .unwrap();
+            assert_eq!(rx.reply().unwrap(), (i as u64, 0));
+        }
+        tx.send(NBD_CMD_FLUSH, 99, 0, 0, None).unwrap();
+        assert_eq!(rx.reply().unwrap(), (99, 0));
+        let mut back = vec![0u8; data.len()];
+        tx.send(NBD_CMD_READ, 7, offset, back.len() as u32, None)
+            .unwrap();
+        assert_eq!(rx.reply().unwrap(), (7, 0));
+        rx.payload(&mut back).unwrap();
+        assert!(back == data, "read through NBD differs");
+        let detail = ok(&["detail", "--control", s(&server.control)]);
+        assert!(
+            detail.contains("raid60 (a RAID 0 over 2 RAID 6 spans)"),
+            "{detail}"
+        );
+        tx.disconnect();
+        let (code, err) = server.stop();
+        assert_eq!(code, Some(0), "{err}");
+    }
+    // Stopped clean, spans and all; the data is on the members.
+    let line = ok(&with(&["assemble", "--read-only"], &members, &[]));
+    assert!(!line.contains("not stopped cleanly"), "{line}");
+    let back = dir.path("back");
+    ok(&with(
+        &[
+            "read",
+            "--offset",
+            &offset.to_string(),
+            "--length",
+            &data.len().to_string(),
+            "--output",
+            s(&back),
+        ],
+        &members,
+        &[],
+    ));
+    assert!(std::fs::read(&back).unwrap() == data);
+}
