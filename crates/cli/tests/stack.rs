@@ -1,7 +1,8 @@
 //! `raidkit create --level 50|60 --spans N` end to end: the stack is created on image files,
 //! written, stopped, assembled again and read back exactly, whole and with members lost in
 //! every span; bad splits are refused before anything is written; `detail` shows one array
-//! with its spans; `serve` exports the stack as one NBD export; commands that act on one
+//! with its spans; `serve` exports the stack as one NBD export; `add` rebuilds a lost member
+//! into the span that misses it; check and repair scan every span; commands that act on one
 //! array refuse a stack's members.
 
 mod common;
@@ -168,7 +169,7 @@ fn detail_shows_one_array_with_its_spans_and_single_array_commands_refuse() {
     assert!(out.contains("(degraded)"), "{out}");
 
     // Commands that act on one array refuse the members of a stack.
-    let (code, err) = fails(&with(&["check"], &members, &[]));
+    let (code, err) = fails(&with(&["fail", "--member", s(&members[0])], &members, &[]));
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("RAID 50 stack"), "{err}");
 
@@ -235,4 +236,85 @@ fn serve_exports_a_stack_as_one_nbd_export() {
         &[],
     ));
     assert!(std::fs::read(&back).unwrap() == data);
+}
+
+#[test]
+fn add_rebuilds_into_the_span_that_misses_a_member_and_check_scans_every_span() {
+    let dir = TempDir::new("stack-add");
+    let members = create(&dir, "50", 6, 2);
+    let size = size_of(&members);
+    let data = pattern(size, 5);
+    let input = dir.path("data");
+    std::fs::write(&input, &data).unwrap();
+    ok(&with(&["write", "--input", s(&input)], &members, &[]));
+
+    // Span 1 loses its middle member (m4): the rest start degraded (--run records it
+    // faulty), and a new member is rebuilt into span 1.
+    let mut rest: Vec<PathBuf> = members.clone();
+    rest.remove(4);
+    let new = dir.path("new4.img");
+    let out = ok(&with(
+        &["add", "--run", "--member", s(&new), "--image-size", "24M"],
+        &rest,
+        &[],
+    ));
+    assert!(out.contains("span 1 misses a member"), "{out}");
+    let mut now = rest.clone();
+    now.push(new.clone());
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &now, &[]))).unwrap();
+    assert_eq!(json["status"]["degraded"], false, "{json}");
+    // The rebuilt member alone carries span 1 with m3 (m5 left out): the data is whole.
+    let mut without_m5 = now.clone();
+    without_m5.retain(|p| p != &members[5]);
+    let back = dir.path("back");
+    ok(&with(&["read", "--output", s(&back)], &without_m5, &[]));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "read back after the rebuild differs"
+    );
+
+    // Nothing missing: add refuses and writes nothing.
+    let before = contents(&now);
+    let (code, err) = fails(&with(
+        &[
+            "add",
+            "--member",
+            s(&dir.path("extra.img")),
+            "--image-size",
+            "24M",
+        ],
+        &now,
+        &[],
+    ));
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("no span of the RAID 50 stack misses a member"),
+        "{err}"
+    );
+    assert_unchanged(&now, &before, "a refused add");
+
+    // check scans both spans and finds nothing; a member's data corrupted in span 0 is
+    // found by check (exit 5) and fixed by repair.
+    ok(&with(&["check"], &now, &[]));
+    let m1 = raidkit_disk::FileDisk::open(
+        &members[1],
+        raidkit_disk::OpenOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let sb = raidkit_engine::read_superblock(&m1).unwrap();
+    drop(m1);
+    let at = sb.sb.data_offset_sectors * 512 + (1 << 20);
+    let mut img = std::fs::read(&members[1]).unwrap();
+    for b in &mut img[at as usize..at as usize + 4096] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&members[1], &img).unwrap();
+    let (code, err) = exit_code(&with(&["check"], &now, &[]));
+    assert_eq!(code, 5, "{err}");
+    ok(&with(&["repair"], &now, &[]));
+    ok(&with(&["check"], &now, &[]));
 }

@@ -768,14 +768,44 @@ fn add(args: AddArgs) -> Result<(), CliError> {
         )));
     }
     let (disk, mut created) = open_new_member(&args.member, size)?;
-    let (array, report) = assemble_writable(&args.members, args.force, args.run)?;
+    let (array, report) = assemble_volume_writable(&args.members, args.force, args.run)?;
     report_notes(&report);
+    // A stack's new member goes to the span that misses one (a stack takes no spares).
+    let target: &Array = if array.spans().is_empty() {
+        &array
+    } else {
+        match array
+            .spans()
+            .iter()
+            .position(|s| !s.status().missing_slots.is_empty())
+        {
+            Some(i) => {
+                if !args.json {
+                    println!(
+                        "raidkit: span {i} misses a member: {} goes there",
+                        args.member.display()
+                    );
+                }
+                &array.spans()[i]
+            }
+            None => {
+                array.stop().map_err(engine_error)?;
+                return Err(CliError::new(
+                    ExitCode::Refused,
+                    format!(
+                        "no span of the RAID {} stack misses a member, and a stack takes no spares; nothing was written",
+                        array.stack_level().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    };
     let re_added =
-        raidkit_cli::common::add_or_re_add(&array, disk, &args.member, args.force, || {
+        raidkit_cli::common::add_or_re_add(target, disk, &args.member, args.force, || {
             open_or_create(&args.member, size)
         })?;
     created.keep = true;
-    let rebuilding = array.pending_tasks().contains(&TaskKind::Rebuild);
+    let rebuilding = target.pending_tasks().contains(&TaskKind::Rebuild);
     if !args.json {
         println!(
             "raidkit: {} {}{}",
@@ -792,7 +822,7 @@ fn add(args: AddArgs) -> Result<(), CliError> {
         );
     }
     let reports = if rebuilding {
-        tasks::run_with_progress(&array, None, &args.speed)?
+        tasks::run_with_progress(target, None, &args.speed)?
     } else {
         Vec::new()
     };

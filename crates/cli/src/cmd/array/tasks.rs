@@ -7,7 +7,9 @@
 //! cleanly. SIGINT or SIGTERM stops the task at its next step with its checkpoint recorded
 //! (md's recovery_offset / resync_offset), so running the same command again resumes it.
 
-use raidkit_cli::common::{assemble, engine_error, print_json, report_notes, Insist, MembersArgs};
+use raidkit_cli::common::{
+    assemble_volume, engine_error, print_json, report_notes, Insist, MembersArgs,
+};
 use raidkit_cli::{CliError, ExitCode};
 use raidkit_engine::{Array, TaskKind, TaskOutcome, TaskProgress, TaskRates, TaskReport};
 use std::io::{IsTerminal, Write};
@@ -381,8 +383,11 @@ fn run_task_command_from(
         force: args.array.force,
         run: args.array.run,
     };
-    let (array, report) = assemble(&args.array.members, read_only, insist)?;
+    let (array, report) = assemble_volume(&args.array.members, read_only, insist)?;
     report_notes(&report);
+    if !array.spans().is_empty() {
+        return run_on_spans(&array, kind, &args, from);
+    }
     if let (Some(k), Some(from)) = (kind, from) {
         if let Err(e) = array.set_task_start(k, from) {
             let _ = array.stop();
@@ -400,6 +405,49 @@ fn run_task_command_from(
     let reports = run_with_progress(&array, kind, &args.speed)?;
     conclude(
         &array,
+        &reports,
+        args.array.json,
+        kind == Some(TaskKind::Check),
+    )
+}
+
+/// A task on a RAID 50/60 stack runs in its spans, one after the other (a rebuild or resync
+/// in those that need one; check, repair and patrol in all of them); the mismatches found
+/// are the sum over the spans.
+fn run_on_spans(
+    array: &Array,
+    kind: Option<TaskKind>,
+    args: &TaskArgs,
+    from: Option<u64>,
+) -> Result<(), CliError> {
+    if let Some(from) = from {
+        let _ = array.stop();
+        return Err(CliError::usage(format!(
+            "--from {from}: a stack's spans are scanned one after the other, each from its start; give one span's members to start a span's scan elsewhere"
+        )));
+    }
+    let mut reports = Vec::new();
+    for span in array.spans() {
+        if kind.is_none() && span.pending_tasks().is_empty() {
+            continue;
+        }
+        let done = run_with_progress(span, kind, &args.speed)?;
+        let interrupted = done.iter().any(|r| r.outcome == TaskOutcome::Stopped);
+        reports.extend(done);
+        if interrupted {
+            break;
+        }
+    }
+    if kind.is_none() && reports.is_empty() {
+        array.stop().map_err(engine_error)?;
+        if args.array.json {
+            return print_json(&serde_json::json!({ "tasks": [], "status": array.status() }));
+        }
+        println!("raidkit: nothing pending in any span: no member to rebuild or replace, no resync needed");
+        return Ok(());
+    }
+    conclude(
+        array,
         &reports,
         args.array.json,
         kind == Some(TaskKind::Check),
