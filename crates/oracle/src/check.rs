@@ -125,6 +125,9 @@ fn level_name(level: i32, layout: Option<&str>) -> String {
 
 /// Check one array of the plan against the VM's report.
 pub fn check_array(plan: &PlannedArray, report: Option<&ArrayReport>) -> CheckOutcome {
+    if let Some(spans) = plan.spans {
+        return crate::stack::check_stack(plan, spans, report);
+    }
     if plan.kind == Scenario::Assemble {
         return crate::assembled::check_assembled(plan, report);
     }

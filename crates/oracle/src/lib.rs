@@ -11,7 +11,8 @@
 //! - [`check`]: rebuilding md's arrays with raidkit-layout and raidkit-parity and comparing;
 //! - [`assembled`]: comparing what md reports about raidkit's arrays with what raidkit wrote;
 //! - [`journal`]: the write journal, both ways (md's journal read and replayed by raidkit,
-//!   raidkit's by md).
+//!   raidkit's by md);
+//! - [`stack`]: RAID 50/60 stacks, both ways (md assembles raidkit's, raidkit reads md's).
 //!
 //! Nothing here prints; the `raidkit-oracle` binary does.
 
@@ -24,4 +25,5 @@ pub mod pattern;
 pub mod plan;
 pub mod prepare;
 pub mod records;
+pub mod stack;
 pub mod superblock;

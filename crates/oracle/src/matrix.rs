@@ -223,6 +223,9 @@ pub struct MatrixRow {
     /// raidkit rows (`init=background`): created with a background initialisation, written
     /// and stopped before its resync ran.
     pub init_background: bool,
+    /// RAID 5/6 rows (`spans=N`, alone): a RAID 50/60 stack, N span arrays of the level on
+    /// runs of the members and a RAID 0 over them with the same chunk, as md stacks them.
+    pub spans: Option<usize>,
 }
 
 impl MatrixRow {
@@ -577,16 +580,38 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
         let mut reshape = None;
         let mut size_bytes = None;
         let mut init_background = false;
+        let mut spans = None;
         for opt in options {
             let journal_opt = *opt == "journal" || opt.starts_with("journal=");
             let ppl_opt = *opt == "ppl" || *opt == "ppl=crash";
             let reshape_opt = opt.starts_with("reshape=") || opt.starts_with("size=");
-            if by == Writer::Md && !journal_opt && !ppl_opt && !reshape_opt {
+            let spans_opt = opt.starts_with("spans=");
+            if by == Writer::Md && !journal_opt && !ppl_opt && !reshape_opt && !spans_opt {
                 return Err(err(format!(
-                    "option {opt}: md rows take only journal options, ppl, reshape= and size="
+                    "option {opt}: md rows take only journal options, ppl, reshape=, size= and spans="
                 )));
             }
             match opt.split_once('=') {
+                Some(("spans", v)) => {
+                    let n = member_bytes.len();
+                    let least = if level == 6 { 4 } else { 3 };
+                    match v.parse::<usize>() {
+                        Ok(k)
+                            if (level == 5 || level == 6)
+                                && k >= 2
+                                && n % k == 0
+                                && n / k >= least
+                                && options.len() == 1 =>
+                        {
+                            spans = Some(k)
+                        }
+                        _ => {
+                            return Err(err(format!(
+                                "spans={v}: RAID 5 or 6 alone, 2 or more spans of equal count, at least {least} members each"
+                            )))
+                        }
+                    }
+                }
                 Some(("meta", v)) => {
                     metadata = MetadataVersion::parse(v)
                         .ok_or_else(|| err(format!("meta={v}: use 1.0, 1.1 or 1.2")))?
@@ -770,6 +795,7 @@ pub fn parse_matrix(text: &str) -> Result<Vec<MatrixRow>, MatrixError> {
             reshape,
             size_bytes,
             init_background,
+            spans,
         });
     }
     Ok(rows)

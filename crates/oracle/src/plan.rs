@@ -122,6 +122,10 @@ pub struct PlannedArray {
     /// Assemble: why raidkit could not prepare the members.
     #[serde(default)]
     pub prepare_error: Option<String>,
+    /// A RAID 50/60 stack of this many spans (`level` is the spans'): `md_device` is the
+    /// RAID 0, the spans the md devices numbered after it.
+    #[serde(default)]
+    pub spans: Option<usize>,
 }
 
 fn default_metadata() -> String {
@@ -421,7 +425,8 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
         .map(|(i, row)| {
             let b = batch_of[i];
             let md_device = format!("md{}", next_md[b]);
-            next_md[b] += 1;
+            // A stack's spans take the md devices after its RAID 0's.
+            next_md[b] += 1 + row.spans.unwrap_or(0);
             let members = image_sizes(row)
                 .iter()
                 .enumerate()
@@ -473,6 +478,7 @@ pub fn make_plan(rows: &[MatrixRow], work: &Path, lanes: usize) -> Plan {
                 size_bytes: row.size_bytes,
                 expect: None,
                 prepare_error: None,
+                spans: row.spans,
             }
         })
         .collect();
@@ -550,6 +556,9 @@ pub fn grow_options(a: &PlannedArray, r: &ReshapeSpec) -> String {
 /// The job script lines of one array (none for an array raidkit could not prepare: its check
 /// reports why).
 pub fn job_lines(a: &PlannedArray) -> String {
+    if let Some(spans) = a.spans {
+        return stack_job_lines(a, spans);
+    }
     let serials: Vec<&str> = a.md_members().map(|m| m.serial.as_str()).collect();
     // md rows that reshape: the array is created without the spares added for it.
     let (created, spares) = match (a.kind, &a.reshape) {
@@ -649,6 +658,46 @@ pub fn job_lines(a: &PlannedArray) -> String {
         a.vm_flags(),
         serials
     );
+    s
+}
+
+/// The job of a RAID 50/60 stack: md creates and writes it (the spans, then the RAID 0 on
+/// them), or assembles raidkit's (the spans from their members, then the RAID 0); then
+/// measures the RAID 0, checks every span and stops them all.
+fn stack_job_lines(a: &PlannedArray, spans: usize) -> String {
+    let serials: Vec<&str> = a.members.iter().map(|m| m.serial.as_str()).collect();
+    let serials = serials.join(" ");
+    let layout = a.layout.as_deref().unwrap_or("-");
+    let chunk = a.chunk_kib.map_or("-".to_string(), |c| c.to_string());
+    let mut s = String::new();
+    match a.kind {
+        Scenario::Create => {
+            let _ = writeln!(
+                s,
+                "oracle_create_stack {} {} {} {} {} {spans} {serials}",
+                a.name, a.md_device, a.level, layout, chunk
+            );
+            for w in &a.writes {
+                let len = w.len_bytes.map_or("rest".to_string(), |l| l.to_string());
+                let _ = writeln!(
+                    s,
+                    "oracle_write {} {} {} {} {}",
+                    a.name, a.md_device, w.seed, w.offset_bytes, len
+                );
+            }
+        }
+        Scenario::Assemble => {
+            let Some(expect) = &a.expect else {
+                return s;
+            };
+            let _ = writeln!(
+                s,
+                "oracle_assemble_stack {} {} {} {spans} {serials}",
+                a.name, a.md_device, expect.sha256
+            );
+        }
+    }
+    let _ = writeln!(s, "oracle_report_stack {} {} {spans}", a.name, a.md_device);
     s
 }
 

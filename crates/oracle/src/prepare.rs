@@ -412,6 +412,9 @@ pub fn degraded_writes(array_bytes: u64) -> Vec<PlannedWrite> {
 /// Create, write, optionally fail members (then write degraded, or rebuild part way), stop;
 /// then read back and examine.
 pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareError> {
+    if let Some(spans) = a.spans {
+        return prepare_stack(a, spans);
+    }
     let level = a.level as i32;
     let layout = layout_number(a.level, a.layout.as_deref())?;
     let metadata = superblock_version(&a.metadata)?;
@@ -761,6 +764,104 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
     })
 }
 
+/// A RAID 50/60 stack (`spans=N`), as `raidkit create --level 50|60 --spans N` makes it:
+/// `spans` RAID 5/6 arrays on runs of the members and a RAID 0 over them with the same chunk
+/// (`Array::create_stack`), written with the pattern and stopped cleanly. The expectation's
+/// level, layout and raid disks are the spans'; its examine report is the span members'.
+fn prepare_stack(a: &PlannedArray, spans: usize) -> Result<RaidkitExpectation, PrepareError> {
+    let layout = layout_number(a.level, a.layout.as_deref())?;
+    let metadata = superblock_version(&a.metadata)?;
+    let chunk_sectors = a.chunk_kib.map_or(1024, |k| (k * 2) as u32);
+    let n = a.members.len();
+    let mut disks: Vec<Box<dyn Disk>> = Vec::new();
+    for m in &a.members {
+        let _ = std::fs::remove_file(&m.image);
+        disks.push(Box::new(
+            FileDisk::create(&m.image, m.size_bytes).map_err(|e| err("create")(e.to_string()))?,
+        ));
+    }
+    let created_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let array = Array::create_stack(
+        disks,
+        CreateOptions {
+            level: a.level as i32 * 10,
+            layout,
+            chunk_sectors,
+            raid_devices: n,
+            metadata,
+            size_sectors: None,
+            name: a.name.clone(),
+            set_uuid: uuid_from(&a.name, "array"),
+            device_uuids: (0..n)
+                .map(|i| uuid_from(&a.name, &format!("member {i}")))
+                .collect(),
+            ctime_seconds: created_at,
+            init: raidkit_engine::Init::Zeroed,
+            consistency: ConsistencyPolicy::Resync,
+            config: EngineConfig::default(),
+        },
+        raidkit_engine::StackOptions {
+            spans,
+            span_set_uuids: (0..spans)
+                .map(|i| uuid_from(&a.name, &format!("span {i}")))
+                .collect(),
+            span_device_uuids: (0..spans)
+                .map(|i| uuid_from(&a.name, &format!("span member {i}")))
+                .collect(),
+        },
+        &|_, _| {},
+    )
+    .map_err(|e| err("create")(e.to_string()))?;
+    let size = array.size_bytes();
+    let mut writes = Vec::new();
+    for w in &a.writes {
+        write_pattern(&array, w, &mut writes)?;
+    }
+    array.stop().map_err(|e| err("stop")(e.to_string()))?;
+    let span = array.spans()[0].status();
+    drop(array);
+    let pattern: Vec<PatternWrite> = writes
+        .iter()
+        .map(|&(seed, offset_bytes, len_bytes)| PatternWrite {
+            seed,
+            offset_bytes,
+            len_bytes,
+        })
+        .collect();
+    let size_usize =
+        usize::try_from(size).map_err(|_| err("size")(format!("{size} bytes do not fit")))?;
+    let sha256 = hex(&Sha256::digest(expected_contents(size_usize, &pattern)));
+    let readback_sha256 = readback_sha256(a)?;
+    let mut examine = BTreeMap::new();
+    for (m, disk) in a.members.iter().zip(open_members(&a.members, true)?) {
+        let found = raidkit_engine::read_superblock(disk.as_ref())
+            .map_err(|e| err("examine")(format!("{}: {e}", m.serial)))?;
+        let report = ExamineReport::from_superblock(&found.sb, Some(found.device_sectors), None);
+        examine.insert(m.serial.clone(), examine_pairs(&report.to_text()));
+    }
+    Ok(RaidkitExpectation {
+        array_bytes: size,
+        sha256,
+        readback_sha256,
+        level: span.level,
+        layout: span.layout,
+        chunk_sectors: span.chunk_sectors,
+        raid_disks: span.raid_disks,
+        member_data_sectors: span.member_data_sectors,
+        writes,
+        examine,
+        recovery: None,
+        bitmap: BTreeMap::new(),
+        bitmap_dirty_bits: None,
+        journal: None,
+        ppl: None,
+        reshape_position_sectors: None,
+        reshape_old_array_bytes: None,
+    })
+}
+
 /// `ppl=crash`: one more write, inside one data chunk of the array's second stripe (its first
 /// when it has one), as a power failure leaves it when the log entry and the data reached the
 /// members but the new parity did not. raidkit makes the write (logging it first), the array
@@ -1037,14 +1138,18 @@ pub fn readback_sha256(a: &PlannedArray) -> Result<String, PrepareError> {
 /// which raidkit finishes on the copies; otherwise a read-only assembly of the images
 /// themselves.
 pub fn readback(a: &PlannedArray, replay: bool) -> Result<(String, Vec<ArrayEvent>), PrepareError> {
-    if !replay && a.reshape.is_none() {
-        let (array, report) = Array::assemble(
-            open_members(&a.members, true)?,
-            AssembleOptions {
-                read_only: true,
-                ..AssembleOptions::default()
-            },
-        )
+    if a.spans.is_some() || (!replay && a.reshape.is_none()) {
+        let opts = AssembleOptions {
+            read_only: true,
+            ..AssembleOptions::default()
+        };
+        let members = open_members(&a.members, true)?;
+        let (array, report) = if a.spans.is_some() {
+            // A RAID 50/60 stack: its spans, then the RAID 0 on them.
+            Array::assemble_stack(members, opts)
+        } else {
+            Array::assemble(members, opts)
+        }
         .map_err(|e| err("read-only assemble")(e.to_string()))?;
         return Ok((read_all(&array)?, report.events));
     }

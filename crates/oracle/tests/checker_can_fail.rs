@@ -160,6 +160,7 @@ fn fixture(tag: &str) -> Fixture {
         reshape: None,
         size_bytes: None,
         prepare_error: None,
+        spans: None,
     };
     Fixture {
         text: records(size, &sha, &writes),

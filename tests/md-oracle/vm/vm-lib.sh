@@ -9,6 +9,8 @@
 #   md -> raidkit:  oracle_create, oracle_write..., [oracle_crash_arm,
 #                   [oracle_journal_mode,] oracle_write..., [dm_drop_writes,]] oracle_report
 #   raidkit -> md:  oracle_assemble, oracle_report (members prepared on the host)
+#   RAID 50/60 stacks (spans=N): oracle_create_stack, oracle_write..., oracle_report_stack
+#                   (md -> raidkit); oracle_assemble_stack, oracle_report_stack (raidkit -> md)
 # FLAGS (oracle_create, oracle_assemble, oracle_report): "-" or a comma list of what else to
 # do and record:
 #   bitmap   mdadm --examine-bitmap of every member before assembly and after the stop;
@@ -698,5 +700,134 @@ oracle_report() {
     has_flag "$flags" bitmap && examine_bitmaps "$name" bitmap "$@"
     dmesg -c 2>/dev/null | grep -E 'md[0-9]|md/|md:|raid' | emit_lines "$name" dmesg
     stamp "$name" examine
+    emit "$name end"
+}
+
+# RAID 50/60 stacks (rows with spans=N): SPANS arrays of LEVEL on runs of the members
+# (/dev/md(MD+1) ... in member order) and a RAID 0 on /dev/MD over them, as md stacks them.
+
+# stack_spans MD SPANS: the md device names of the spans of the stack on MD.
+stack_spans() {
+    base=${1#md}
+    i=1
+    while [ "$i" -le "$2" ]; do
+        echo "md$((base + i))"
+        i=$((i + 1))
+    done
+}
+
+# stack_run NAME MD SPANS MDADM_ARGS... -- SERIAL...: mdadm MDADM_ARGS for every span (its
+# members appended), then the RAID 0 (mdadm MDADM_ARGS' first word with the spans). Records
+# mdadm's messages as assemble_out.
+stack_run() {
+    name=$1 md=$2 spans=$3
+    shift 3
+    args=""
+    while [ "$1" != -- ]; do
+        args="$args $1"
+        shift
+    done
+    shift
+    devs=$(devs_of "$name" "$@") || return 1
+    per=$(($# / spans))
+    set -- $devs
+    span_devs=""
+    for sp in $(stack_spans "$md" "$spans"); do
+        list=""
+        i=0
+        while [ "$i" -lt "$per" ]; do
+            list="$list $1"
+            shift
+            i=$((i + 1))
+        done
+        # shellcheck disable=SC2086
+        if ! mdadm $args "/dev/$sp" $list > /tmp/mdadm.log 2>&1; then
+            emit "$name error mdadm$args /dev/$sp failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+            return 1
+        fi
+        emit_lines "$name" assemble_out < /tmp/mdadm.log
+        span_devs="$span_devs /dev/$sp"
+    done
+    echo "$span_devs" > "/tmp/spans.$name"
+}
+
+# oracle_create_stack NAME MD LEVEL LAYOUT CHUNK_KIB SPANS SERIAL...: md creates the stack on
+# all-zero members (--assume-clean is truthful for the spans; the RAID 0 has no parity).
+oracle_create_stack() {
+    name=$1 md=$2 level=$3 layout=$4 chunk=$5 spans=$6
+    shift 6
+    emit "$name begin create"
+    stamp "$name" begin
+    : > "/tmp/created.$name"
+    dmesg -c > /dev/null 2>&1
+    opts="--create --run --metadata=1.2 --level=$level --raid-devices=$(($# / spans)) --assume-clean"
+    [ "$layout" != - ] && opts="$opts --layout=$layout"
+    [ "$chunk" != - ] && opts="$opts --chunk=$chunk"
+    # shellcheck disable=SC2086
+    stack_run "$name" "$md" "$spans" $opts -- "$@" || return 1
+    set -- --create "/dev/$md" --run --metadata=1.2 --level=0 --raid-devices="$spans"
+    [ "$chunk" != - ] && set -- "$@" --chunk="$chunk"
+    # shellcheck disable=SC2046
+    if ! mdadm "$@" $(cat "/tmp/spans.$name") > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --create /dev/$md failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+        return 1
+    fi
+}
+
+# oracle_assemble_stack NAME MD SHA256 SPANS SERIAL...: md assembles raidkit's stack: each span
+# from its own members (the serials in span order), then the RAID 0 on the spans.
+oracle_assemble_stack() {
+    name=$1 md=$2 want=$3 spans=$4
+    shift 4
+    emit "$name begin assemble"
+    stamp "$name" begin
+    echo "$want" > "/tmp/want.$name"
+    examine_members "$name" pre_examine "$@"
+    dmesg -c > /dev/null 2>&1
+    stack_run "$name" "$md" "$spans" --assemble -- "$@" || return 1
+    # shellcheck disable=SC2046
+    if ! mdadm --assemble "/dev/$md" $(cat "/tmp/spans.$name") > /tmp/mdadm.log 2>&1; then
+        emit "$name error mdadm --assemble /dev/$md failed: $(tr '\n' ' ' < /tmp/mdadm.log)"
+        return 1
+    fi
+    emit_lines "$name" assemble_out < /tmp/mdadm.log
+    for sp in $(stack_spans "$md" "$spans") "$md"; do
+        for f in array_state sync_action degraded; do
+            [ -r "/sys/block/$sp/md/$f" ] && emit "$name assembled $sp.$f $(cat "/sys/block/$sp/md/$f")"
+        done
+    done
+    mdadm --detail "/dev/$md" 2>&1 | emit_lines "$name" detail
+    stamp "$name" assemble
+}
+
+# oracle_report_stack NAME MD SPANS: the RAID 0's size and sha256, md's check of every span
+# (mismatch_cnt: the sum), then the RAID 0 and the spans stopped.
+oracle_report_stack() {
+    name=$1 md=$2 spans=$3
+    [ -b "/dev/$md" ] || { emit "$name end"; return 1; }
+    emit "$name size_bytes $(blockdev --getsize64 "/dev/$md")"
+    emit "$name sha256 $(sha256sum "/dev/$md" | cut -d' ' -f1)"
+    emit "$name sysfs level $(cat "/sys/block/$md/md/level")"
+    emit "$name sysfs raid_disks $(cat "/sys/block/$md/md/raid_disks")"
+    stamp "$name" sha256
+    sync
+    total=0
+    for sp in $(stack_spans "$md" "$spans"); do
+        sys=/sys/block/$sp/md
+        mdadm --wait "/dev/$sp" > /dev/null 2>&1 || true
+        while [ "$(cat "$sys/sync_action")" != idle ]; do sleep 0.2; done
+        echo check > "$sys/sync_action"
+        sleep 0.2
+        mdadm --wait "/dev/$sp" > /dev/null 2>&1
+        while [ "$(cat "$sys/sync_action")" != idle ]; do sleep 0.2; done
+        total=$((total + $(cat "$sys/mismatch_cnt")))
+    done
+    emit "$name mismatch_cnt $total"
+    stamp "$name" check
+    mdadm --stop "/dev/$md" > /dev/null 2>&1 || emit "$name error mdadm --stop /dev/$md failed"
+    for sp in $(stack_spans "$md" "$spans"); do
+        mdadm --stop "/dev/$sp" > /dev/null 2>&1 || emit "$name error mdadm --stop /dev/$sp failed"
+    done
+    dmesg -c 2>/dev/null | grep -E 'md[0-9]|md/|md:|raid' | emit_lines "$name" dmesg
     emit "$name end"
 }
