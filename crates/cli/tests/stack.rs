@@ -318,3 +318,19 @@ fn add_rebuilds_into_the_span_that_misses_a_member_and_check_scans_every_span() 
     ok(&with(&["repair"], &now, &[]));
     ok(&with(&["check"], &now, &[]));
 }
+
+#[test]
+fn serve_logs_what_happens_in_a_span_under_the_span_s_name() {
+    let dir = TempDir::new("stack-serve-log");
+    let members = create(&dir, "50", 6, 2);
+    // Span 1 starts without its last member.
+    let mut server = Server::start(&dir.0, "nbd", &with(&["--run"], &members[..5], &[]));
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let (code, err) = server.stop();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("array/span1: running degraded: slots [2] missing"),
+        "{err}"
+    );
+    assert!(!err.contains("array/span0: running degraded"), "{err}");
+}

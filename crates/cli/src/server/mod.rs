@@ -332,6 +332,15 @@ impl Serving {
                     scope.spawn(move || {
                         let mut next = 0;
                         let mut current: Option<Arc<Array>> = None;
+                        // A RAID 50/60 stack's spans have events of their own (a member
+                        // failed, a rebuild): logged as "NAME/span I".
+                        let mut span_next: Vec<u64> = Vec::new();
+                        let span_names: Vec<String> = match slot.get() {
+                            Backend::Array(a) => (0..a.spans().len())
+                                .map(|i| format!("{name}/span{i}"))
+                                .collect(),
+                            Backend::Reshaping(_) => Vec::new(),
+                        };
                         while !shutdown.load(Ordering::SeqCst) {
                             let Backend::Array(array) = slot.get() else {
                                 std::thread::sleep(Duration::from_millis(200));
@@ -339,9 +348,15 @@ impl Serving {
                             };
                             if !current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &array)) {
                                 next = 0;
+                                span_next = vec![0; array.spans().len()];
                                 current = Some(array.clone());
                             }
                             next = log_events(log, name, &array, next, Duration::from_millis(200));
+                            for ((span, at), span_name) in
+                                array.spans().iter().zip(&mut span_next).zip(&span_names)
+                            {
+                                *at = log_events(log, span_name, span, *at, Duration::ZERO);
+                            }
                         }
                         next
                     })
