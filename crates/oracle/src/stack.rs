@@ -5,7 +5,9 @@
 //! The checks: md and raidkit agree on the stack's size; md read the data raidkit wrote (or
 //! raidkit reads what md wrote, which is also what the pattern writes md made leave); md's
 //! `check` of every span finds 0 mismatches; md's top array is a RAID 0 over the spans;
-//! raidkit reads the members md stopped and finds the same data (raidkit -> md).
+//! raidkit reads the members md stopped and finds the same data (raidkit -> md); raidkit
+//! reads md's stack with one member (RAID 5) or two (RAID 6) of every span left out and finds
+//! the same data (md -> raidkit).
 
 use crate::check::CheckOutcome;
 use crate::pattern::expected_contents;
@@ -138,6 +140,25 @@ pub fn check_stack(
                     "sha256: raidkit reads {sha} from md's members, md read {md_sha}"
                 )),
                 Err(e) => out.failures.push(format!("raidkit: {e}")),
+            }
+            // Degraded: the first member (RAID 5) or two (RAID 6) of every span left out.
+            let lost = if plan.level == 6 { 2 } else { 1 };
+            let degraded = PlannedArray {
+                members: plan
+                    .members
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % per_span >= lost)
+                    .map(|(_, m)| m.clone())
+                    .collect(),
+                ..plan.clone()
+            };
+            match readback_sha256(&degraded) {
+                Ok(sha) if sha == md_sha => out.passed.push(format!("degraded (-{lost} per span)")),
+                Ok(sha) => out.failures.push(format!(
+                    "degraded: raidkit reads {sha} from md's members without {lost} per span, md read {md_sha}"
+                )),
+                Err(e) => out.failures.push(format!("degraded: {e}")),
             }
         }
     }
