@@ -285,11 +285,20 @@ impl Config {
         if !array.devices.is_empty() {
             return Ok(array.devices.clone());
         }
-        let found: Vec<PathBuf> = scan(&candidates(&self.devices)?)
-            .into_iter()
+        let scanned = scan(&candidates(&self.devices)?);
+        let mut found: Vec<PathBuf> = scanned
+            .iter()
             .filter(|m| m.uuid == array.uuid)
-            .map(|m| m.path)
+            .map(|m| m.path.clone())
             .collect();
+        if found.is_empty() {
+            // A RAID 50/60 stack: its UUID is the RAID 0's, on no member.
+            found = group_stacks(group(scanned))
+                .into_iter()
+                .find(|a| a.uuid == array.uuid && a.level >= 50)
+                .map(|a| a.members.into_iter().map(|m| m.path).collect())
+                .unwrap_or_default();
+        }
         if found.is_empty() {
             return Err(CliError::new(
                 crate::error::ExitCode::Unavailable,
@@ -443,6 +452,13 @@ pub fn group(found: Vec<Found>) -> Vec<ScannedArray> {
             }),
         }
     }
+    name_exports(&mut out);
+    out
+}
+
+/// Each array's export name: its short name, with the UUID's first group added where two
+/// arrays share one.
+fn name_exports(out: &mut [ScannedArray]) {
     let shorts: Vec<String> = out.iter().map(ScannedArray::short_name).collect();
     for (i, a) in out.iter_mut().enumerate() {
         let shared = shorts.iter().filter(|s| **s == shorts[i]).count() > 1;
@@ -452,7 +468,84 @@ pub fn group(found: Vec<Found>) -> Vec<ScannedArray> {
             shorts[i].clone()
         };
     }
+}
+
+/// RAID 50/60 stacks among `arrays`: the RAID 5/6 arrays that hold a RAID 0 superblock at
+/// their start (md's stack: a RAID 0 on the spans) become one entry with the RAID 0's UUID
+/// and name, level 50 or 60, and every span's members, spans in the RAID 0's slot order and
+/// members in their slot order within each. Each RAID 5/6 array is assembled read-only to
+/// look: nothing is written.
+pub fn group_stacks(arrays: Vec<ScannedArray>) -> Vec<ScannedArray> {
+    let mut out: Vec<ScannedArray> = Vec::new();
+    // (the RAID 0's UUID and name, the span's slot in it, the span)
+    let mut spans: Vec<(Uuid, String, u16, ScannedArray)> = Vec::new();
+    for a in arrays {
+        match (a.level == 5 || a.level == 6)
+            .then(|| stack_above(&a))
+            .flatten()
+        {
+            Some((uuid, name, slot)) => spans.push((uuid, name, slot, a)),
+            None => out.push(a),
+        }
+    }
+    let mut tops: Vec<Uuid> = Vec::new();
+    for (uuid, ..) in &spans {
+        if !tops.contains(uuid) {
+            tops.push(*uuid);
+        }
+    }
+    for top in tops {
+        let mut parts: Vec<&(Uuid, String, u16, ScannedArray)> =
+            spans.iter().filter(|s| s.0 == top).collect();
+        parts.sort_by_key(|p| p.2);
+        let (_, name, _, first) = parts[0];
+        let slot_of = |f: &Found| {
+            f.role
+                .strip_prefix("active ")
+                .and_then(|r| r.parse::<u32>().ok())
+                .unwrap_or(u32::MAX)
+        };
+        let mut members = Vec::new();
+        for p in &parts {
+            let mut m = p.3.members.clone();
+            m.sort_by_key(slot_of);
+            members.extend(m);
+        }
+        out.push(ScannedArray {
+            export: String::new(),
+            uuid: top,
+            name: name.clone(),
+            level: first.level * 10,
+            raid_disks: first.raid_disks * parts.len() as u32,
+            metadata: first.metadata.clone(),
+            members,
+        });
+    }
+    name_exports(&mut out);
     out
+}
+
+/// The RAID 0 on the array `a` (its UUID, name and the array's slot in it), when there is
+/// one: `a` assembled read-only, its start read as a member's.
+fn stack_above(a: &ScannedArray) -> Option<(Uuid, String, u16)> {
+    let paths: Vec<PathBuf> = a.members.iter().map(|m| m.path.clone()).collect();
+    let disks = open_members(&paths, true).ok()?;
+    let (array, _) = raidkit_engine::Array::assemble(
+        disks,
+        raidkit_engine::AssembleOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .ok()?;
+    let disk = raidkit_engine::array::ArrayDisk::new(std::sync::Arc::new(array), a.export.clone());
+    let found = raidkit_engine::read_superblock(&disk).ok()?;
+    match (found.sb.level, found.sb.role()) {
+        (raidkit_metadata::Level::Raid0, DevRole::Active(slot)) => {
+            Some((found.sb.set_uuid, found.sb.set_name.as_string(), slot))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -334,3 +334,32 @@ fn serve_logs_what_happens_in_a_span_under_the_span_s_name() {
     );
     assert!(!err.contains("array/span0: running degraded"), "{err}");
 }
+
+#[test]
+fn scan_prints_a_stack_as_one_array_and_assemble_scan_finds_its_members_by_its_uuid() {
+    let dir = TempDir::new("stack-scan");
+    let members = create(&dir, "50", 6, 2);
+    let glob = format!("{}/*.img", dir.0.display());
+    let out = ok(&["scan", &glob]);
+    assert_eq!(out.matches("ARRAY").count(), 1, "{out}");
+    assert!(
+        out.contains("level=raid50") && out.contains("num-devices=6"),
+        "{out}"
+    );
+    let want: Vec<&str> = members.iter().map(|p| s(p)).collect();
+    assert!(
+        out.contains(&format!("devices={}", want.join(","))),
+        "{out}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(&["scan", "--json", &glob])).unwrap();
+    let uuid = json[0]["uuid"].as_str().unwrap().to_string();
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &members, &[]))).unwrap();
+    assert_eq!(detail["status"]["uuid"].as_str(), Some(uuid.as_str()));
+
+    // An ARRAY line with the stack's UUID alone: its members are found among the candidates.
+    let config = dir.path("raidkit.conf");
+    std::fs::write(&config, format!("DEVICE {glob}\nARRAY r50 UUID={uuid}\n")).unwrap();
+    let out = ok(&["assemble", "--scan", "--config", s(&config)]);
+    assert!(out.contains("r50: raid50 over 2 spans"), "{out}");
+}

@@ -3,7 +3,7 @@
 //! configuration (see `raidkit_cli::config`), as `mdadm --examine --scan --verbose` does.
 
 use raidkit_cli::common::print_json;
-use raidkit_cli::config::{candidates, group, scan};
+use raidkit_cli::config::{candidates, group, group_stacks, scan};
 use raidkit_cli::{CliError, ExitCode};
 
 #[derive(clap::Args, Debug)]
@@ -18,7 +18,8 @@ pub struct ScanArgs {
 
 pub fn run(args: ScanArgs) -> Result<(), CliError> {
     let paths = candidates(&args.paths)?;
-    let arrays = group(scan(&paths));
+    // A RAID 50/60 stack is one line: the RAID 0 over its spans, with every span's members.
+    let arrays = group_stacks(group(scan(&paths)));
     if args.json {
         return print_json(&arrays);
     }
