@@ -363,3 +363,65 @@ fn scan_prints_a_stack_as_one_array_and_assemble_scan_finds_its_members_by_its_u
     let out = ok(&["assemble", "--scan", "--config", s(&config)]);
     assert!(out.contains("r50: raid50 over 2 spans"), "{out}");
 }
+
+#[test]
+fn a_served_stack_fails_removes_and_rebuilds_a_member_through_its_span() {
+    let dir = TempDir::new("stack-served-members");
+    let members = create(&dir, "50", 6, 2);
+    let size = size_of(&members);
+    let data = pattern(size, 50);
+    let input = dir.path("data");
+    std::fs::write(&input, &data).unwrap();
+    ok(&with(&["write", "--input", s(&input)], &members, &[]));
+    let new = dir.path("new.img");
+    {
+        let mut server = Server::start(&dir.0, "nbd", &with(&[], &members, &[]));
+        let ctl = s(&server.control).to_string();
+        ok(&["fail", "--control", &ctl, "--member", s(&members[4])]);
+        let detail = ok(&["detail", "--control", &ctl]);
+        assert!(detail.contains("Span 1 : RAID 5 of 3 members"), "{detail}");
+        assert!(
+            detail.contains("State : active, degraded") || detail.contains("degraded"),
+            "{detail}"
+        );
+        ok(&["remove", "--control", &ctl, "--member", s(&members[4])]);
+        let (code, err) = fails(&["fail", "--control", &ctl, "--member", s(&new)]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("not a member of any span"), "{err}");
+        ok(&[
+            "add",
+            "--control",
+            &ctl,
+            "--member",
+            s(&new),
+            "--size",
+            "24M",
+            "--wait",
+        ]);
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(&["detail", "--control", &ctl, "--json"])).unwrap();
+        assert_eq!(json["status"]["degraded"], false, "{json}");
+        let (code, err) = fails(&[
+            "add",
+            "--control",
+            &ctl,
+            "--member",
+            s(&dir.path("extra.img")),
+            "--size",
+            "24M",
+        ]);
+        assert_eq!(code, 3, "{err}");
+        assert!(err.contains("no span of the RAID 50 stack"), "{err}");
+        let (code, err) = server.stop();
+        assert_eq!(code, Some(0), "{err}");
+    }
+    // The rebuilt member carries span 1 with m3 (m5 left out).
+    let mut now: Vec<PathBuf> = members[..4].to_vec();
+    now.push(new);
+    let back = dir.path("back");
+    ok(&with(&["read", "--output", s(&back)], &now, &[]));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "read back after the rebuild differs"
+    );
+}

@@ -747,7 +747,7 @@ impl ControlServer {
             Request::Fail { array, member } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
-                let current = served.array()?;
+                let current = holding(served.array()?, &member, &served.name)?;
                 let status = current.status();
                 let (index, name) = member_of(&status, &member, &served.name)?;
                 let was_faulty = status
@@ -762,7 +762,7 @@ impl ControlServer {
             Request::Remove { array, member } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
-                let current = served.array()?;
+                let current = holding(served.array()?, &member, &served.name)?;
                 let (index, name) = member_of(&current.status(), &member, &served.name)?;
                 current.remove_member(index).map_err(engine_error)?;
                 Ok(result_of(served, Some(&name)))
@@ -778,9 +778,10 @@ impl ControlServer {
                 let path = self.new_member_path(&path)?;
                 let disk = open_or_create(&path, size_bytes)?;
                 let name = disk.name().to_string();
+                let target = missing_a_member(served.array()?, &served.name)?;
                 let re_added = {
                     let _writes_held = served.gate.hold_writes();
-                    add_or_re_add(&*served.array()?, disk, &path, force, || {
+                    add_or_re_add(&target, disk, &path, force, || {
                         open_or_create(&path, size_bytes)
                     })?
                 };
@@ -796,7 +797,7 @@ impl ControlServer {
             } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
-                let current = served.array()?;
+                let current = holding(served.array()?, &member, &served.name)?;
                 let (index, _) = member_of(&current.status(), &member, &served.name)?;
                 let path = self.new_member_path(&with)?;
                 let disk = open_or_create(&path, size_bytes)?;
@@ -883,6 +884,54 @@ fn result_of(served: &ServedArray, member: Option<&str>) -> serde_json::Value {
 }
 
 /// The member of `status` named `wanted`: by its name, or by canonical path.
+/// The array a request about `wanted` acts on: `array` itself, or for a RAID 50/60 stack the
+/// span that holds `wanted` (the stack's RAID 0 has the spans as members, not the disks).
+fn holding(
+    array: Arc<raidkit_engine::Array>,
+    wanted: &str,
+    name: &str,
+) -> Result<Arc<raidkit_engine::Array>, CliError> {
+    if array.spans().is_empty() {
+        return Ok(array);
+    }
+    array
+        .spans()
+        .iter()
+        .find(|span| member_of(&span.status(), wanted, name).is_ok())
+        .cloned()
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "{wanted} is not a member of any span of the RAID {} stack {name}",
+                array.stack_level().unwrap_or_default()
+            ))
+        })
+}
+
+/// The array a new member joins: `array` itself, or for a RAID 50/60 stack the first span
+/// that misses a member (a stack takes no spares: refused when none does).
+fn missing_a_member(
+    array: Arc<raidkit_engine::Array>,
+    name: &str,
+) -> Result<Arc<raidkit_engine::Array>, CliError> {
+    if array.spans().is_empty() {
+        return Ok(array);
+    }
+    array
+        .spans()
+        .iter()
+        .find(|span| !span.status().missing_slots.is_empty())
+        .cloned()
+        .ok_or_else(|| {
+            CliError::new(
+                ExitCode::Refused,
+                format!(
+                    "no span of the RAID {} stack {name} misses a member, and a stack takes no spares",
+                    array.stack_level().unwrap_or_default()
+                ),
+            )
+        })
+}
+
 fn member_of(status: &Status, wanted: &str, array: &str) -> Result<(usize, String), CliError> {
     if let Some(m) = status.members.iter().find(|m| m.name == wanted) {
         return Ok((m.index, m.name.clone()));
@@ -1084,8 +1133,21 @@ pub fn remove(
 
 /// How an added member stands in a status: rebuilt (or nothing to rebuild), or still waiting.
 fn added_member_settled(view: &StatusView, name: &str) -> Option<bool> {
+    let view = view_holding(view, name);
     let m = view.members.iter().find(|m| m.name == name)?;
     Some(m.role == "active" || (m.role == "spare" && !view.degraded) || view.failed)
+}
+
+/// The view of the array `name` is a member of: `view`, or a stack's span that holds it.
+fn view_holding<'a>(view: &'a StatusView, name: &str) -> &'a StatusView {
+    view.stack
+        .as_ref()
+        .and_then(|s| {
+            s.spans
+                .iter()
+                .find(|span| span.members.iter().any(|m| m.name == name))
+        })
+        .unwrap_or(view)
 }
 
 /// Polls the array's detail every 200 ms until `settled` says so, noting every 5 s on
@@ -1150,7 +1212,7 @@ pub fn add(
         last["re_added_slot"] = serde_json::json!(re_added);
         return print_json(&last);
     }
-    let role = view
+    let role = view_holding(&view, &name)
         .members
         .iter()
         .find(|m| m.name == name)
@@ -1215,7 +1277,7 @@ pub fn replace(
     if json {
         return print_json(&last);
     }
-    let role = view
+    let role = view_holding(&view, &name)
         .members
         .iter()
         .find(|m| m.name == name)
