@@ -10,8 +10,7 @@
 # Member images go to $RA_DIR (default /var/tmp/raidkit-ra); put them in memory
 # (/dev/shm/...) so the emulated drives, not the image files, set the pace. The drives run
 # in real time: 12 workloads x 3 policies x (SECONDS + 1) seconds.
-# Write-back versus write-through, the report's other half, needs a write-back journal,
-# which raidkit does not have yet.
+# Write-back versus write-through, the report's other half: scripts/bench/write-policies.sh.
 set -euo pipefail
 DRIVE=${1:-cheetah15k5} SIZE=${2:-1G} QD=${3:-8} SECS=${4:-8} CHUNK=${5:-64K}
 R=${RAIDKIT:-target/release/raidkit}
