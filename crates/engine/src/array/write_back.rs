@@ -725,7 +725,7 @@ fn destager(weak: Weak<Array>) {
             let bytes = st.pages.len() as u64 * PAGE as u64;
             let journal_full = array.journal().is_some_and(|j| {
                 let (pinned, ring) = j.pinned();
-                pinned + st.reserve > ring * 5 / 8
+                pinned > ring / 2
             });
             (journal_full, bytes > st.capacity / 2)
         };
