@@ -244,7 +244,9 @@ pub fn looks_stacked(found: &[crate::meta::FoundSuperblock]) -> bool {
 impl Array {
     /// Creates a RAID 50 or 60 stack (`opts.level`) on `members`: `stack.spans` span arrays,
     /// span `i` a RAID 5 (or 6) of the `i`-th run of members, then a RAID 0 over the spans
-    /// with the same chunk. `opts.set_uuid` and `opts.name` are the RAID 0's; the spans are
+    /// whose chunk is a span's whole stripe of data (the spans' chunk times their data
+    /// members): a RAID 0 chunk is then one full-stripe write on a span, where a chunk of the
+    /// spans' size made every write a partial-stripe write (read-modify-write) on its span. `opts.set_uuid` and `opts.name` are the RAID 0's; the spans are
     /// named after it with "-0", "-1", ... Spares are refused (a stack's spare belongs to a
     /// span).
     pub fn create_stack(
@@ -307,6 +309,7 @@ impl Array {
             // RAID 0 has nothing to make consistent.
             init: Init::AssumeClean,
             consistency: ConsistencyPolicy::Auto,
+            chunk_sectors: opts.chunk_sectors * (per_span - stack_parity(span_level)) as u32,
             ..opts
         };
         match Array::create(top_members, top_opts) {
@@ -487,5 +490,14 @@ fn stack_level(span_level: i32) -> i32 {
 fn stop_all(spans: &[Arc<Array>]) {
     for s in spans {
         let _ = s.stop();
+    }
+}
+
+/// Parity members of a span of `level` (RAID 5: one, RAID 6: two).
+fn stack_parity(level: i32) -> usize {
+    if level == 6 {
+        2
+    } else {
+        1
     }
 }

@@ -32,8 +32,10 @@ pub struct CreateArgs {
     pub level: String,
     /// RAID 50 and 60: the number of RAID 5 (or 6) arrays, "spans", the RAID 0 stripes
     /// over. Span i is made of the i-th run of members/spans members, in the order given;
-    /// --layout is the spans'; the RAID 0 has the same chunk. Md assembles the same stack
-    /// (the spans from their members, then the RAID 0 on the spans).
+    /// --layout and --chunk are the spans'; the RAID 0's chunk is a span's whole stripe of
+    /// data (--chunk times its data members), so each RAID 0 chunk is one full-stripe write
+    /// on a span. Md assembles the same stack (the spans from their members, then the RAID 0
+    /// on the spans).
     #[arg(long, value_name = "N")]
     pub spans: Option<usize>,
     /// Number of active members (the rest of the given members become spares).
