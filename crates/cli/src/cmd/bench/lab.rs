@@ -10,7 +10,7 @@ use raidkit_bench::lab::target::{
 };
 use raidkit_bench::lab::workload::{self, size_name, Limit, Region, Workload};
 use raidkit_bench::lab::LabError;
-use raidkit_cli::common::{assemble, engine_error, Insist};
+use raidkit_cli::common::{assemble_volume, engine_error, Insist};
 use raidkit_cli::server::control::ControlClient;
 use raidkit_cli::CliError;
 use raidkit_engine::MemberIoReading;
@@ -227,7 +227,12 @@ fn open_target(args: &RunArgs) -> Result<Opened, CliError> {
     let first = args.target[0].to_string_lossy().into_owned();
     if args.array {
         // Without --allow-writes the array is assembled read-only: nothing is written to it.
-        let (array, report) = assemble(&args.target, !args.allow_writes, Insist::force(false))?;
+        // A RAID 50/60 stack is one array here too; members left out are measured degraded.
+        let insist = Insist {
+            force: false,
+            run: true,
+        };
+        let (array, report) = assemble_volume(&args.target, !args.allow_writes, insist)?;
         raidkit_cli::common::report_notes(&report);
         let array = Arc::new(array);
         if let Some(p) = &args.read_ahead {
