@@ -88,6 +88,22 @@ fn assemble(world: &SimWorld) -> (Array, Vec<ArrayEvent>) {
     (array, report.events)
 }
 
+/// Crashes `world` under `array` (dropped without a stop), kills member `lost` if any, and
+/// assembles the survivors.
+fn crash_and_assemble(
+    world: &mut SimWorld,
+    array: Array,
+    lost: Option<usize>,
+) -> (Array, Vec<ArrayEvent>) {
+    drop(array);
+    world.crash(&[]);
+    world.power_on();
+    if let Some(m) = lost {
+        world.disk(m).update_faults(|f| f.dead = true);
+    }
+    assemble(world)
+}
+
 /// A world whose crashes lose or tear every unflushed member write, and a journal array in it
 /// with a flushed base pattern everywhere (so "old" is known): the world, the array, and what
 /// it holds.
@@ -296,13 +312,7 @@ fn a_page_logged_after_its_member_failed_in_the_same_request_holds_the_new_data(
         assert!(!reports.is_empty(), "no rebuild ran");
         assert!(!array.status().degraded, "the spare was not rebuilt");
         array.flush().unwrap();
-        drop(array);
-        world.crash(&[]);
-        world.power_on();
-        if let Some(l) = lost {
-            world.disk(l).update_faults(|f| f.dead = true);
-        }
-        let (array, events) = assemble(&world);
+        let (array, events) = crash_and_assemble(&mut world, array, lost);
         assert!(
             events
                 .iter()
@@ -359,13 +369,7 @@ fn write_back_crash(level: i32, n: usize, lost: Option<usize>) {
         None,
         "{ctx}: read before the crash"
     );
-    drop(array);
-    world.crash(&[]);
-    world.power_on();
-    if let Some(m) = lost {
-        world.disk(m).update_faults(|f| f.dead = true);
-    }
-    let (array, events) = assemble(&world);
+    let (array, events) = crash_and_assemble(&mut world, array, lost);
     assert!(
         events.iter().any(|e| matches!(
             e,
