@@ -454,8 +454,8 @@ impl Array {
         self.write_back.active()
     }
 
-    /// Overlays cached pages on `buf`, read from the members at `offset` (`cached`: the
-    /// cache's copies, taken before the members were read).
+    /// Copies of the cached pages overlapping `len` bytes at `offset` (none, without taking
+    /// the lock, when the cache is empty).
     pub(super) fn cached_snapshot(&self, offset: u64, len: u64) -> Vec<(u64, Vec<u8>)> {
         if self.write_back.cached.load(Ordering::Relaxed) == 0 {
             return Vec::new();
@@ -463,6 +463,8 @@ impl Array {
         self.write_back.snapshot(offset, len)
     }
 
+    /// Overlays cached pages on `buf`, read from the members at `offset` (`cached`: the
+    /// cache's copies, taken before the members were read).
     pub(super) fn overlay(buf: &mut [u8], offset: u64, cached: &[(u64, Vec<u8>)]) {
         let end = offset + buf.len() as u64;
         for (pg, data) in cached {
@@ -712,8 +714,9 @@ impl Array {
     }
 }
 
-/// A destage thread: writes back the oldest stripe whose page aged (any, under pressure)
-/// until the array is gone or stops.
+/// A destage thread: writes back stripes ([`Array::destage_next`]: the sweep's next aged one,
+/// any under cache pressure, the oldest under journal pressure) until the array is gone or
+/// stops.
 fn destager(weak: Weak<Array>) {
     loop {
         let Some(array) = weak.upgrade() else { return };
