@@ -278,6 +278,13 @@ impl<D: Disk + ?Sized> DiskWrapper for Counted<D> {
         self.counters.end(t, IoDir::Flush, 0, r.is_ok());
         r
     }
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        let t = self.counters.start();
+        let r = Disk::write_fua(&*self.inner, buf, offset_bytes);
+        self.counters
+            .end(t, IoDir::Write, buf.len() as u64, r.is_ok());
+        r
+    }
 }
 
 #[cfg(test)]

@@ -365,6 +365,97 @@ impl FileDisk {
 
     /// The error of a write-like `op` that failed with `err`: a full filesystem or quota
     /// becomes [`DiskErrorKind::NoSpace`], naming the filesystem; anything else stays I/O.
+    /// A write, with `RWF_DSYNC` when `dsync` (see `write_fua`).
+    fn write_with(&self, buf: &[u8], offset_bytes: u64, dsync: bool) -> Result<(), DiskError> {
+        self.refuse_if_read_only("write", offset_bytes)?;
+        check_range(
+            &self.name,
+            "write",
+            offset_bytes,
+            buf.len() as u64,
+            self.size_bytes,
+        )?;
+        if let Some(map) = &self.map {
+            if map.write(buf, offset_bytes) {
+                return Ok(());
+            }
+        }
+        if self.needs_bounce(buf, offset_bytes) {
+            let (start, len) = self.bounce_window(offset_bytes, buf.len());
+            let skip = (offset_bytes - start) as usize;
+            return with_bounce(len, self.direct_align(), |bounce| {
+                // Only the blocks the write covers in part are read first: when just the
+                // buffer's address is unaligned (the usual case: a caller's Vec), the window
+                // is the request itself and nothing is read.
+                let a = self.direct_align();
+                let end = skip + buf.len();
+                if skip != 0 {
+                    self.read_block_into(&mut bounce[..a], start, offset_bytes)?;
+                }
+                if !end.is_multiple_of(a) && (skip == 0 || len > a) {
+                    self.read_block_into(
+                        &mut bounce[len - a..],
+                        start + (len - a) as u64,
+                        offset_bytes,
+                    )?;
+                }
+                bounce[skip..end].copy_from_slice(buf);
+                self.pwrite_all(bounce, start, dsync)
+                    .map_err(|e| self.write_error("write", offset_bytes, e))
+            })
+            .unwrap_or_else(|| Err(self.no_bounce("write", offset_bytes)));
+        }
+        self.pwrite_all(buf, offset_bytes, dsync)
+            .map_err(|e| self.write_error("write", offset_bytes, e))
+    }
+
+    /// `pwrite` of all of `buf`, each call with `RWF_DSYNC` when `dsync`. A kernel without
+    /// `pwritev2` flags gets the write and then `fdatasync`.
+    fn pwrite_all(&self, buf: &[u8], offset: u64, dsync: bool) -> std::io::Result<()> {
+        if !dsync {
+            return self.file.write_all_at(buf, offset);
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let iov = libc::iovec {
+                iov_base: buf[done..].as_ptr() as *mut libc::c_void,
+                iov_len: buf.len() - done,
+            };
+            // SAFETY: the iovec points into `buf`, which outlives the call; the kernel only
+            // reads it.
+            let n = unsafe {
+                libc::pwritev2(
+                    self.file.as_raw_fd(),
+                    &iov,
+                    1,
+                    (offset + done as u64) as libc::off_t,
+                    libc::RWF_DSYNC,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
+                        if done == 0 =>
+                    {
+                        self.file.write_all_at(buf, offset)?;
+                        return self.file.sync_data();
+                    }
+                    _ => return Err(e),
+                }
+            }
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    "pwritev2 wrote nothing",
+                ));
+            }
+            done += n as usize;
+        }
+        Ok(())
+    }
+
     fn write_error(&self, op: &'static str, offset: u64, err: std::io::Error) -> DiskError {
         let quota = match err.raw_os_error() {
             Some(libc::ENOSPC) => false,
@@ -565,48 +656,17 @@ impl Disk for FileDisk {
     }
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
-        self.refuse_if_read_only("write", offset_bytes)?;
-        check_range(
-            &self.name,
-            "write",
-            offset_bytes,
-            buf.len() as u64,
-            self.size_bytes,
-        )?;
-        if let Some(map) = &self.map {
-            if map.write(buf, offset_bytes) {
-                return Ok(());
-            }
+        self.write_with(buf, offset_bytes, false)
+    }
+
+    /// With `RWF_DSYNC` (`pwritev2`): the write alone is durable when it returns; on a block
+    /// device the kernel sends it with FUA where the device has it, else a flush follows.
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        if self.map.is_some() {
+            self.write_at(buf, offset_bytes)?;
+            return self.flush();
         }
-        if self.needs_bounce(buf, offset_bytes) {
-            let (start, len) = self.bounce_window(offset_bytes, buf.len());
-            let skip = (offset_bytes - start) as usize;
-            return with_bounce(len, self.direct_align(), |bounce| {
-                // Only the blocks the write covers in part are read first: when just the
-                // buffer's address is unaligned (the usual case: a caller's Vec), the window
-                // is the request itself and nothing is read.
-                let a = self.direct_align();
-                let end = skip + buf.len();
-                if skip != 0 {
-                    self.read_block_into(&mut bounce[..a], start, offset_bytes)?;
-                }
-                if !end.is_multiple_of(a) && (skip == 0 || len > a) {
-                    self.read_block_into(
-                        &mut bounce[len - a..],
-                        start + (len - a) as u64,
-                        offset_bytes,
-                    )?;
-                }
-                bounce[skip..end].copy_from_slice(buf);
-                self.file
-                    .write_all_at(bounce, start)
-                    .map_err(|e| self.write_error("write", offset_bytes, e))
-            })
-            .unwrap_or_else(|| Err(self.no_bounce("write", offset_bytes)));
-        }
-        self.file
-            .write_all_at(buf, offset_bytes)
-            .map_err(|e| self.write_error("write", offset_bytes, e))
+        self.write_with(buf, offset_bytes, true)
     }
 
     fn flush(&self) -> Result<(), DiskError> {

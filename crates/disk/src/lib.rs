@@ -60,6 +60,13 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError>;
     /// Makes every completed write durable (fdatasync).
     fn flush(&self) -> Result<(), DiskError>;
+    /// Writes all of `buf` at `offset_bytes`, durable when it returns, as a write with FUA
+    /// (force unit access): other writes still in the device's cache need not be. md writes
+    /// its partial parity log headers this way. The default writes, then flushes everything.
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.write_at(buf, offset_bytes)?;
+        self.flush()
+    }
     /// Tells the device the range is unused. Afterwards the range reads as zeroes on every
     /// backend here (hole punching, or explicit zeroes where punching is not supported), so the
     /// engine may rely on it for parity.
@@ -169,6 +176,10 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
         self.inner().flush()
     }
     #[inline]
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.inner().write_fua(buf, offset_bytes)
+    }
+    #[inline]
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.inner().discard(offset_bytes, len_bytes)
     }
@@ -223,6 +234,10 @@ impl<W: DiskWrapper> Disk for W {
     #[inline]
     fn flush(&self) -> Result<(), DiskError> {
         DiskWrapper::flush(self)
+    }
+    #[inline]
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        DiskWrapper::write_fua(self, buf, offset_bytes)
     }
     #[inline]
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
@@ -289,10 +304,11 @@ mod tests {
     use std::sync::Arc;
 
     /// Every method of `Disk`, in declaration order: the counting disk counts calls by index.
-    const METHODS: [&str; 13] = [
+    const METHODS: [&str; 14] = [
         "read_at",
         "write_at",
         "flush",
+        "write_fua",
         "discard",
         "write_zeroes",
         "size_bytes",
@@ -308,7 +324,7 @@ mod tests {
     /// A disk that counts calls of each method and answers with values no default would give.
     #[derive(Debug, Default)]
     struct Counting {
-        calls: [AtomicU64; 13],
+        calls: [AtomicU64; 14],
     }
 
     impl Counting {
@@ -336,6 +352,10 @@ mod tests {
         }
         fn flush(&self) -> Result<(), DiskError> {
             self.hit("flush");
+            Ok(())
+        }
+        fn write_fua(&self, _: &[u8], _: u64) -> Result<(), DiskError> {
+            self.hit("write_fua");
             Ok(())
         }
         fn discard(&self, _: u64, _: u64) -> Result<(), DiskError> {
@@ -397,6 +417,7 @@ mod tests {
         disk.read_at(&mut buf, 0).unwrap();
         disk.write_at(&buf, 0).unwrap();
         disk.flush().unwrap();
+        disk.write_fua(&buf, 0).unwrap();
         disk.discard(0, 8).unwrap();
         disk.write_zeroes(0, 8).unwrap();
         assert_eq!(disk.size_bytes(), 12345);

@@ -54,6 +54,8 @@ fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
 pub enum JobKind {
     Read,
     Write,
+    /// A write durable when it completes ([`raidkit_disk::Disk::write_fua`]).
+    WriteFua,
     Flush,
 }
 
@@ -124,6 +126,11 @@ pub fn execute(disk: &dyn Disk, job: Job) {
             // SAFETY: see Job; the buffer is only read.
             let buf = unsafe { std::slice::from_raw_parts(job.ptr as *const u8, job.len) };
             disk.write_at(buf, job.offset_bytes)
+        }
+        JobKind::WriteFua => {
+            // SAFETY: see Job; the buffer is only read.
+            let buf = unsafe { std::slice::from_raw_parts(job.ptr as *const u8, job.len) };
+            disk.write_fua(buf, job.offset_bytes)
         }
         JobKind::Flush => disk.flush(),
     };
@@ -399,6 +406,7 @@ impl Worker {
         match kind {
             JobKind::Flush => self.fast_flush(),
             JobKind::Read | JobKind::Write => self.cpu_bound(),
+            JobKind::WriteFua => self.cpu_bound() && self.fast_flush(),
         }
     }
 }

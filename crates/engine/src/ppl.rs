@@ -13,7 +13,8 @@
 //! Invariant the driver keeps (see `array/ppl.rs`): before any data or parity of a band is
 //! written, an entry for it is durable in the newest log write of its parity member, and a log
 //! write replaces the previous one only after the members written under the previous one were
-//! flushed. So after a crash every stripe whose parity may disagree with its data is named in
+//! flushed, or names again every entry of the previous one (full-stripe entries only, which
+//! carry no partial parity: md's chain of logs). So after a crash every stripe whose parity may disagree with its data is named in
 //! the newest log of its parity member, and recomputing parity as partial parity XOR the
 //! current modified data makes the stripe consistent again with the data the write did not
 //! touch: that data then survives the loss of any member. Data the write was modifying reads
@@ -28,9 +29,9 @@
 //! RAID 4 and RAID 6 have no partial parity log: md's PPL is RAID 5 only (`ppl_init_log`
 //! refuses other levels). Their guard is md's write journal.
 //!
-//! Cost: every write phase first writes and flushes a log on each parity member it touches,
-//! and the members a log covers are flushed before it is replaced; see docs/design.md for
-//! figures.
+//! Cost: every write phase first writes a log with FUA on each parity member it touches, and
+//! the members a log covers are flushed before it is replaced, except along a chain of
+//! whole-stripe logs; see docs/design.md for figures.
 //!
 //! Entries are parsed the way md parses them, including shapes md itself never writes, and
 //! checked against the geometry: an entry that does not fit is refused (counted as a mismatch,
@@ -105,6 +106,19 @@ impl LogBuilder {
 
     pub fn entries(&self) -> &[PplEntry] {
         &self.entries
+    }
+
+    /// Bytes of partial parity the entries hold.
+    pub fn pp_len(&self) -> usize {
+        self.pp.len()
+    }
+
+    /// Puts `carried` (full-stripe entries of earlier logs, with no partial parity) before
+    /// the entries added so far, as md's replay takes them in order.
+    pub fn carry(&mut self, carried: impl IntoIterator<Item = PplEntry>) {
+        let before: Vec<PplEntry> = carried.into_iter().collect();
+        debug_assert!(before.iter().all(|e| e.pp_size_bytes == 0));
+        self.entries.splice(0..0, before);
     }
 
     /// The bytes to write at the start of the log area: the header, the partial parity, and

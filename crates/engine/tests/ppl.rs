@@ -370,3 +370,97 @@ fn an_array_md_switched_to_multiple_ppls_keeps_its_log() {
     assert!(back.iter().all(|&b| b == 0x5a));
     array.stop().unwrap();
 }
+
+/// Whole-stripe writes follow one another in the parity member's log area (md's chain of
+/// logs, the newest of which md replays) without a flush of the members between them; the
+/// newest log names every stripe written since, so a crash that leaves the first stripe's
+/// parity stale is still made whole by the replay. A partial-stripe write on that member
+/// starts the log over at the area's start, after a flush.
+#[test]
+fn whole_stripes_chain_their_logs_and_the_newest_names_them_all() {
+    use raidkit_engine::ppl::newest_header;
+    use raidkit_metadata::ppl::ppl_signature;
+    let disks: Vec<CrashDisk> = (0..4)
+        .map(|i| CrashDisk::new(&format!("w{i}"), MEMBER_BYTES))
+        .collect();
+    let uuid = [5u8; 16];
+    let array = Array::create(boxed(&disks), default_raid5("chain", uuid)).unwrap();
+    let stripe_bytes = (3 * CHUNK * 512) as usize;
+    // Left-symmetric over 4: stripes 0, 4 and 8 keep their parity on member 3.
+    let whole = |s: u64, id: u32| -> Vec<u8> {
+        (0..stripe_bytes as u64 / 512)
+            .flat_map(|i| sector_bytes(id, s * 3 * CHUNK + i))
+            .collect()
+    };
+    array.write_at(&whole(0, 1), 0, false).unwrap();
+    array
+        .write_at(&whole(4, 2), 4 * stripe_bytes as u64, false)
+        .unwrap();
+    let sb = raidkit_engine::read_superblock(&disks[3]).unwrap().sb;
+    let area = sb.ppl().unwrap();
+    let at = (sb.super_offset_sectors as i64 + i64::from(area.offset_sectors)) as u64 * 512;
+    let read_area = || {
+        let mut a = vec![0u8; area.size_sectors as usize * 512];
+        disks[3].read_at(&mut a, at).unwrap();
+        a
+    };
+    let (offset, h) = newest_header(&read_area(), ppl_signature(&uuid)).unwrap();
+    assert_eq!(offset, 8, "the second log follows the first (4 KiB on)");
+    let stripes: Vec<u64> = h
+        .entries
+        .iter()
+        .map(|e| e.data_sector / (3 * CHUNK))
+        .collect();
+    assert_eq!(stripes, [0, 4], "the newest log names both stripes");
+    assert!(h.entries.iter().all(|e| e.pp_size_bytes == 0));
+    // A crash leaves stripe 0's parity stale (as if its write never reached member 3).
+    drop(array);
+    let parity_at = raidkit_engine::read_superblock(&disks[3])
+        .unwrap()
+        .sb
+        .data_offset_sectors
+        * 512;
+    disks[3]
+        .write_at(&vec![0u8; (CHUNK * 512) as usize], parity_at)
+        .unwrap();
+    let (array, report) = Array::assemble(boxed(&disks), AssembleOptions::default()).unwrap();
+    assert!(
+        report.events.iter().any(|e| matches!(
+            e,
+            ArrayEvent::PplReplayed {
+                recovered: 2,
+                mismatched: 0
+            }
+        )),
+        "{:?}",
+        report.events
+    );
+    let check = array
+        .run_task(
+            raidkit_engine::TaskKind::Check,
+            &mut |_| {},
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+        .unwrap();
+    assert_eq!(
+        check.progress.mismatch_sectors, 0,
+        "the replay made stripe 0 whole"
+    );
+    let mut back = vec![0u8; stripe_bytes];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == whole(0, 1));
+    // Now two whole stripes again, then a write inside one chunk of stripe 8: its log has
+    // partial parity and goes to the start of the area, naming only itself.
+    array.write_at(&whole(0, 3), 0, false).unwrap();
+    array
+        .write_at(&whole(4, 4), 4 * stripe_bytes as u64, false)
+        .unwrap();
+    array
+        .write_at(&[0x77u8; 4096], 8 * stripe_bytes as u64, false)
+        .unwrap();
+    let (offset, h) = newest_header(&read_area(), ppl_signature(&uuid)).unwrap();
+    assert_eq!(offset, 0);
+    assert_eq!(h.entries.len(), 1);
+    assert_eq!(h.entries[0].pp_size_bytes, 4096);
+    array.stop().unwrap();
+}

@@ -48,6 +48,13 @@ impl raidkit_disk::DiskWrapper for DropWrites {
         self.inner().write_at(buf, offset_bytes)
     }
 
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        if self.dropping() {
+            return Ok(());
+        }
+        self.inner().write_fua(buf, offset_bytes)
+    }
+
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         if self.dropping() {
             return Ok(());

@@ -890,18 +890,58 @@ fn crash_before_parity(
         .map(|m| m.data_offset_sectors)
         .ok_or_else(|| err("ppl crash")(format!("no member in slot {slot}")))?;
     let parity_at = (data_offset + info.member_sector_start) * 512;
-    let image = &a.members[slot].image;
-    let open = |write: bool| {
+    let open_slot = |slot: usize, write: bool| {
+        let image = &a.members[slot].image;
         std::fs::OpenOptions::new()
             .read(true)
             .write(write)
             .open(image)
             .map_err(|e| err("ppl crash")(format!("{}: {e}", image.display())))
     };
+    let open = |write: bool| open_slot(slot, write);
     let mut old_parity = vec![0u8; chunk_bytes as usize];
     open(false)?
         .read_exact_at(&mut old_parity, parity_at)
         .map_err(|e| err("ppl crash")(format!("read parity: {e}")))?;
+    // Two whole stripes with one parity member (another than the last write's): raidkit logs
+    // the second after the first in that member's log area, naming both (md's chain of logs),
+    // without a flush between. The second's parity is put back too, so md must find the newest
+    // log of the chain, past the start of the area, to make that stripe whole again.
+    let stripes = array.size_bytes() / stripe_data_bytes;
+    let chain = (stripe + 1..stripes)
+        .filter(|&s| geo.stripe(s).p_member != slot)
+        .find_map(|s| {
+            let p = geo.stripe(s).p_member;
+            (s + 1..stripes)
+                .find(|&t| geo.stripe(t).p_member == p)
+                .map(|t| (s, t, p))
+        });
+    let mut chained_parity = None;
+    if let Some((first, second, p)) = chain {
+        let at = (array
+            .status()
+            .members
+            .iter()
+            .find(|m| m.slot == Some(p))
+            .map(|m| m.data_offset_sectors)
+            .ok_or_else(|| err("ppl crash")(format!("no member in slot {p}")))?
+            + geo.stripe(second).member_sector_start)
+            * 512;
+        let mut before = vec![0u8; chunk_bytes as usize];
+        open_slot(p, false)?
+            .read_exact_at(&mut before, at)
+            .map_err(|e| err("ppl crash")(format!("read parity: {e}")))?;
+        for (seed, s) in [(62, first), (63, second)] {
+            let w = PlannedWrite {
+                seed,
+                offset_bytes: s * stripe_data_bytes,
+                len_bytes: Some(stripe_data_bytes),
+                journal_only: false,
+            };
+            write_pattern(&array, &w, writes)?;
+        }
+        chained_parity = Some((p, at, before));
+    }
     // A quarter into the stripe's first data chunk, half a chunk long: one data member, so
     // one log entry with partial parity.
     let offset = stripe * stripe_data_bytes + chunk_bytes / 4;
@@ -926,6 +966,20 @@ fn crash_before_parity(
     f.write_all_at(&old_parity, parity_at)
         .and_then(|_| f.sync_all())
         .map_err(|e| err("ppl crash")(format!("put back parity: {e}")))?;
+    if let Some((p, at, before)) = chained_parity {
+        let f = open_slot(p, true)?;
+        let mut now = vec![0u8; before.len()];
+        f.read_exact_at(&mut now, at)
+            .map_err(|e| err("ppl crash")(format!("read parity: {e}")))?;
+        if now == before {
+            return Err(err("ppl crash")(
+                "the second whole-stripe write did not change its parity".into(),
+            ));
+        }
+        f.write_all_at(&before, at)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| err("ppl crash")(format!("put back parity: {e}")))?;
+    }
     Ok((offset, len, slot))
 }
 

@@ -417,6 +417,40 @@ impl Disk for SimDisk {
         Ok(())
     }
 
+    /// The write lands on the media before it returns; other cached writes stay cached,
+    /// but those it overlaps are written back first (a cache may write back whenever it
+    /// likes), so an older one cannot land over it at a crash.
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.store("write", offset_bytes, buf.to_vec())?;
+        let mut st = self.lock();
+        let (a, b) = (offset_bytes, offset_bytes + buf.len() as u64);
+        let DiskState {
+            cache,
+            cache_bytes,
+            durable,
+            ..
+        } = &mut *st;
+        // Everything up to and including this write (the newest cached write over its range).
+        let last = cache
+            .iter()
+            .rposition(|w| w.offset_bytes < b && a < w.offset_bytes + w.data.len() as u64);
+        if let Some(last) = last {
+            let mut seen = 0;
+            cache.retain(|w| {
+                let keep = seen > last
+                    || !(w.offset_bytes < b && a < w.offset_bytes + w.data.len() as u64);
+                seen += 1;
+                if !keep {
+                    let o = w.offset_bytes as usize;
+                    durable[o..o + w.data.len()].copy_from_slice(&w.data);
+                    *cache_bytes -= w.data.len();
+                }
+                keep
+            });
+        }
+        Ok(())
+    }
+
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.check_range("discard", offset_bytes, len_bytes)?;
         self.store("discard", offset_bytes, vec![0; len_bytes as usize])

@@ -271,6 +271,16 @@ impl<D: Disk> raidkit_disk::DiskWrapper for FaultyDisk<D> {
         self.decide("flush", 0, 0, self.rules.flush_error_per_mille, &[])?;
         self.inner().flush()
     }
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        self.decide(
+            "write",
+            offset_bytes,
+            buf.len() as u64,
+            self.rules.write_error_per_mille,
+            &self.rules.bad_write_ranges,
+        )?;
+        self.inner().write_fua(buf, offset_bytes)
+    }
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         self.decide(
             "discard",

@@ -31,6 +31,8 @@ pub type Ns = u64;
 pub enum Op {
     Read,
     Write,
+    /// A write with FUA: it goes to the media (past the write cache) before it completes.
+    WriteFua,
     Flush,
 }
 
@@ -419,7 +421,13 @@ impl Ssd {
                 } else {
                     self.spec.sustained_write_mbps
                 };
-                (self.spec.write_latency_us, per_ns(mbps) / n)
+                // A write with FUA is programmed before it completes, as a flush would.
+                let fua = if r.op == Op::WriteFua {
+                    self.spec.flush_us
+                } else {
+                    0.0
+                };
+                (self.spec.write_latency_us + fua, per_ns(mbps) / n)
             }
         };
         // A request is spread over as many channels as it has flash pages, up to all.
@@ -519,7 +527,7 @@ impl Hdd {
                 return 0.0;
             }
         }
-        self.positioning(d, r.offset, r.op == Op::Write)
+        self.positioning(d, r.offset, r.op != Op::Read)
     }
 
     fn read_ahead(&self) -> u64 {
@@ -547,7 +555,7 @@ impl Hdd {
         let finish = match r.op {
             Op::Flush => d + overhead + ns(self.geo.spec.flush_ms),
             Op::Read => self.read(r, d, overhead),
-            Op::Write => {
+            Op::Write | Op::WriteFua => {
                 let t = d + overhead;
                 let t = t + self.positioning(t, r.offset, true);
                 self.stream = None;

@@ -528,6 +528,12 @@ impl crate::DiskWrapper for EmuDisk {
         Ok(())
     }
 
+    fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
+        Disk::write_fua(&*self.inner, buf, offset_bytes)?;
+        self.take_time(Op::WriteFua, offset_bytes, buf.len() as u64);
+        Ok(())
+    }
+
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         // A drive writes the zeroes (no unmapping on a hard disk).
         Disk::write_zeroes(&*self.inner, offset_bytes, len_bytes)?;

@@ -4,11 +4,16 @@
 //! Owns the ordering that closes the write hole (the meaning of entries is [`crate::ppl`]):
 //! 1. before a write phase writes data or parity of a band whose parity member is in sync, an
 //!    entry for the band (with its partial parity) is written to the start of that member's log
-//!    area and flushed, as md writes its log with FUA;
+//!    area with FUA, as md writes it (durable on its own, not waiting for the member's cache);
 //! 2. the log of a member stays locked until the writes it covers have completed, and before
 //!    it is overwritten the members written under it are flushed (md flushes them before the
 //!    next io_unit when a member has a write-back cache), so a log only ever stops covering a
-//!    stripe once that stripe's writes are durable;
+//!    stripe once that stripe's writes are durable. Whole-stripe writes need no flush: while
+//!    every entry of the newest log is a full-stripe entry (no partial parity), the next log
+//!    of only full-stripe entries is written after it in the area and names its entries again
+//!    with its own (md's chain of logs, of which md replays the newest; [`Chain`]). A torn
+//!    log there leaves the one before it the newest, and the stripes it would have named were
+//!    not written yet. An array flush drops the entries it made durable from the chain;
 //! 3. logs are taken in ascending slot order, after the stripe locks, and nothing takes a stripe
 //!    lock while holding a log, so writers never deadlock.
 //!
@@ -35,19 +40,19 @@ use crate::geometry::Geo;
 use crate::plan::{step, MemberState, Piece, PieceKind, SECTOR};
 use crate::pool::{run_phase, Batch, Job, JobKind};
 use crate::ppl::{newest_header, plan_entry, EntryRecovery, LogBuilder};
-use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplHeader, PPL_HDR_MAX_ENTRIES};
+use raidkit_metadata::ppl::{pp_checksum, ppl_signature, PplEntry, PplHeader, PPL_HDR_MAX_ENTRIES};
 use raidkit_metadata::ppl::{PPL_HEADER_SECTORS, PPL_HEADER_SIZE};
 use raidkit_metadata::{DataLayout, Superblock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// The array's partial parity log state.
 pub(super) struct Ppl {
     signature: u32,
     generation: AtomicU64,
-    /// Per raid slot, the log on that slot's member: the slots written under its newest log
-    /// write, which must be flushed before it is overwritten.
-    logs: Vec<Mutex<Vec<usize>>>,
+    /// Per raid slot, the log on that slot's member (held by a phase until its writes are
+    /// done).
+    logs: Vec<Mutex<SlotLog>>,
     /// Per raid slot, log writes made to its member so far (changed under its log's lock).
     log_seq: Vec<AtomicU64>,
     /// Bytes of the smallest member's log area (entries of one log write must fit).
@@ -55,6 +60,38 @@ pub(super) struct Ppl {
     /// The logs still hold what the last run left; they are emptied before the first write
     /// (see `WriteLog::before_dirty`).
     reset_pending: AtomicBool,
+}
+
+/// The log on one slot's member, as the engine last wrote it.
+#[derive(Default)]
+struct SlotLog {
+    /// Slots written under the entries the member's logs still name: flushed before a log
+    /// is written at the start of the area again.
+    written: Vec<usize>,
+    /// Where the next log may follow the newest one without a flush first, when it can.
+    chain: Option<Chain>,
+    /// Entries ever carried in a chain on this slot (numbers the next one).
+    appended: u64,
+}
+
+/// md's chain of logs in one area (`ppl_load_distributed` replays the newest of the headers
+/// that follow one another with rising generations): while every entry the newest log names
+/// is a full-stripe entry (no partial parity to keep), the next log is written after it and
+/// names those entries again with its own, instead of flushing the members and replacing it.
+/// A sequential stream then costs one log write per stripe and no flush.
+struct Chain {
+    /// The member the chain is on: another member in the slot starts over. (A `Weak` keeps
+    /// the allocation, so a new member cannot take the old one's address.)
+    member: Weak<Member>,
+    /// Byte offset in the area where the next log goes.
+    next_at: u64,
+    /// Entries the newest log names whose writes may not be durable yet, each with its
+    /// number ([`SlotLog::appended`]).
+    carried: Vec<(u64, PplEntry)>,
+}
+
+fn on_member(c: &Chain, m: &Arc<Member>) -> bool {
+    std::ptr::eq(c.member.as_ptr(), Arc::as_ptr(m))
 }
 
 /// Byte offset and length of a member's log area, as md validates it (`ppl_validate_rdev`:
@@ -84,7 +121,9 @@ impl Ppl {
         Some(Ppl {
             signature: ppl_signature(&first.set_uuid.0),
             generation: AtomicU64::new(1),
-            logs: (0..raid_disks).map(|_| Mutex::new(Vec::new())).collect(),
+            logs: (0..raid_disks)
+                .map(|_| Mutex::new(SlotLog::default()))
+                .collect(),
             log_seq: (0..raid_disks).map(|_| AtomicU64::new(0)).collect(),
             area_bytes,
             reset_pending: AtomicBool::new(false),
@@ -92,19 +131,36 @@ impl Ppl {
     }
 }
 
+/// One log write of a phase (see `log_phase`).
+struct LogWrite {
+    /// Index of the slot in the phase's slots.
+    k: usize,
+    member: Arc<Member>,
+    /// Byte offset on the member.
+    at: u64,
+    bytes: Vec<u8>,
+    /// The phase's own entries, all full-stripe ones when `full_only`.
+    new_entries: Vec<PplEntry>,
+    full_only: bool,
+    /// Bytes of the area the log spans (header and partial parity).
+    span: u64,
+}
+
 /// Logs held over a write phase; [`PplHold::finish`] records what the phase wrote.
 pub(super) struct PplHold<'a> {
-    logs: Vec<MutexGuard<'a, Vec<usize>>>,
+    logs: Vec<MutexGuard<'a, SlotLog>>,
     written: Vec<usize>,
 }
 
 impl PhaseHold for PplHold<'_> {
-    /// The phase's writes have completed: each held log now covers them until it is next
-    /// overwritten, when they are flushed first.
+    /// The phase's writes have completed: each held log now covers them until they are
+    /// flushed, before a log is next written at the start of the area.
     fn written(mut self: Box<Self>) {
         let written = std::mem::take(&mut self.written);
         for g in &mut self.logs {
-            g.clone_from(&written);
+            g.written.extend_from_slice(&written);
+            g.written.sort_unstable();
+            g.written.dedup();
         }
     }
 }
@@ -211,11 +267,40 @@ impl WriteLog for Ppl {
         }
         written.sort_unstable();
         written.dedup();
-        let logs: Vec<MutexGuard<'_, Vec<usize>>> =
+        let mut logs: Vec<MutexGuard<'_, SlotLog>> =
             slots.iter().map(|&s| lock(&self.logs[s])).collect();
         let (_, members) = array.snapshot();
-        // Writes the previous log writes covered become durable before those logs go.
-        let mut to_flush: Vec<usize> = logs.iter().flat_map(|g| g.iter().copied()).collect();
+        let areas: Vec<Option<(u64, u64)>> = {
+            let st = lock(&array.state);
+            slots.iter().map(|&s| slot_area(&st, Slot(s))).collect()
+        };
+        // Per slot: the offset of its new log in the area when it follows the newest in the
+        // chain (no flush first), else None (at the start of the area, after a flush).
+        let chained: Vec<Option<u64>> = slots
+            .iter()
+            .zip(&logs)
+            .zip(&areas)
+            .map(|((&s, g), area)| {
+                let (c, m, (_, len)) = (g.chain.as_ref()?, members[s].as_ref()?, (*area)?);
+                // Only full-stripe entries follow: a partial parity was computed from the
+                // data the write leaves alone, which earlier writes in the chain may have
+                // changed without its being durable yet; the flush first makes it so.
+                let b = &builders[s];
+                let used = c.next_at + PPL_HEADER_SIZE as u64;
+                (on_member(c, m)
+                    && b.pp_len() == 0
+                    && c.carried.len() + b.entries().len() <= PPL_HDR_MAX_ENTRIES
+                    && used <= len)
+                    .then_some(c.next_at)
+            })
+            .collect();
+        // Writes the logs to be replaced covered become durable before those logs go.
+        let mut to_flush: Vec<usize> = logs
+            .iter()
+            .zip(&chained)
+            .filter(|(_, c)| c.is_none())
+            .flat_map(|(g, _)| g.written.iter().copied())
+            .collect();
         to_flush.sort_unstable();
         to_flush.dedup();
         let flushes: Vec<(usize, Arc<Member>)> = to_flush
@@ -238,64 +323,100 @@ impl WriteLog for Ppl {
         for (tag, err) in batch.wait() {
             array.member_failed(Slot(flushes[tag].0), &err.to_string());
         }
-        // The new log writes, each followed by a flush of its member (md's FUA).
-        let areas: Vec<Option<(u64, u64)>> = {
-            let st = lock(&array.state);
-            slots.iter().map(|&s| slot_area(&st, Slot(s))).collect()
-        };
-        let mut bufs: Vec<(usize, Arc<Member>, u64, Vec<u8>)> = Vec::new();
-        for ((&slot, area), builder) in slots.iter().zip(&areas).zip(
-            slots
-                .iter()
-                .map(|&s| std::mem::take(&mut builders[s]))
-                .collect::<Vec<_>>(),
-        ) {
-            let (Some(m), Some((at, len))) = (members[slot].clone(), *area) else {
+        for (g, c) in logs.iter_mut().zip(&chained) {
+            if c.is_none() {
+                g.written.clear();
+            }
+        }
+        // The new log writes: (index in `slots`, member, byte offset, bytes, its new entries,
+        // whether they are all full-stripe entries, bytes it spans).
+        let mut bufs: Vec<LogWrite> = Vec::new();
+        for (k, &slot) in slots.iter().enumerate() {
+            let (Some(m), Some((at, len))) = (members[slot].clone(), areas[k]) else {
                 continue;
             };
+            let mut builder = std::mem::take(&mut builders[slot]);
+            let new_entries = builder.entries().to_vec();
+            let full_only = builder.pp_len() == 0;
+            let span = (PPL_HEADER_SIZE + builder.pp_len()) as u64;
+            let offset = chained[k].unwrap_or(0);
+            if let (Some(_), Some(c)) = (chained[k], logs[k].chain.as_ref()) {
+                builder.carry(c.carried.iter().map(|(_, e)| *e));
+            }
             let generation = self.generation.fetch_add(1, Ordering::Relaxed);
             let bytes = builder
-                .finish(self.signature, generation, len)
+                .finish(self.signature, generation, len - offset)
                 .map_err(|f| {
                     EngineError::Invalid(format!(
                         "partial parity log write of {} entries and {} bytes does not fit the {}-byte log area",
                         f.entries, f.bytes, f.area_bytes
                     ))
                 })?;
-            bufs.push((slot, m, at, bytes));
+            bufs.push(LogWrite {
+                k,
+                member: m,
+                at: at + offset,
+                bytes,
+                new_entries,
+                full_only,
+                span,
+            });
         }
-        // Each member's log write and its flush run in order: one worker queue, or the
-        // calling thread when neither waits.
+        // Each member's log write with FUA, as md's (durable on its own: the member's other
+        // cached writes are not waited for); on the calling thread when it does not wait.
         let batch = Batch::new();
-        batch.add(bufs.len() * 2);
-        let inline = bufs.iter().all(|(_, m, _, _)| {
-            m.worker.does_not_wait(JobKind::Write) && m.worker.does_not_wait(JobKind::Flush)
-        });
-        for (i, (_, m, at, bytes)) in bufs.iter_mut().enumerate() {
-            let w = job(JobKind::Write, *at, bytes, &batch, i);
-            let f = job(JobKind::Flush, 0, &mut [], &batch, i);
+        batch.add(bufs.len());
+        let inline = bufs
+            .iter()
+            .all(|w| w.member.worker.does_not_wait(JobKind::WriteFua));
+        for (i, w) in bufs.iter_mut().enumerate() {
+            let j = job(JobKind::WriteFua, w.at, &mut w.bytes, &batch, i);
             if inline {
-                m.worker.execute_here(w);
-                m.worker.execute_here(f);
+                w.member.worker.execute_here(j);
             } else {
-                m.worker.submit(w, m.disk.name());
-                m.worker.submit(f, m.disk.name());
+                w.member.worker.submit(j, w.member.disk.name());
             }
         }
         let mut failed: Vec<usize> = batch.wait().into_iter().map(|(t, _)| t).collect();
+        failed.sort_unstable();
         failed.dedup();
-        for i in failed {
+        let mut failed_slots = Vec::new();
+        for (i, w) in bufs.into_iter().enumerate() {
+            let g = &mut logs[w.k];
+            crate::buffers::keep_buffer(w.bytes);
+            self.log_seq[slots[w.k]].fetch_add(1, Ordering::Relaxed);
+            if failed.binary_search(&i).is_ok() {
+                g.chain = None;
+                failed_slots.push(slots[w.k]);
+                continue;
+            }
+            // What the next log of this slot may carry.
+            let mut chain = match (chained[w.k], g.chain.take(), w.full_only) {
+                (_, _, false) => None,
+                (Some(_), Some(mut c), true) => {
+                    c.next_at += w.span;
+                    Some(c)
+                }
+                (_, _, true) => Some(Chain {
+                    member: Arc::downgrade(&w.member),
+                    next_at: w.span,
+                    carried: Vec::new(),
+                }),
+            };
+            if let Some(c) = chain.as_mut() {
+                for e in w.new_entries {
+                    c.carried.push((g.appended, e));
+                    g.appended += 1;
+                }
+            }
+            g.chain = chain;
+        }
+        for slot in failed_slots {
             self.device_failed(
                 array,
-                bufs[i].0,
+                slot,
                 "the partial parity log could not be written to it",
             )?;
-        }
-        for (_, _, _, bytes) in bufs {
-            crate::buffers::keep_buffer(bytes);
-        }
-        for &s in &slots {
-            self.log_seq[s].fetch_add(1, Ordering::Relaxed);
         }
         let hold: LogHold<'a> = Box::new(PplHold { logs, written });
         // A member whose log failed is no longer written.
@@ -303,29 +424,32 @@ impl WriteLog for Ppl {
         Ok(Some(hold))
     }
 
-    /// Per slot, the log writes made so far, each read under its log's lock: a phase that
-    /// holds a log has completed its member writes once the lock is free.
+    /// Per slot, the log writes made so far and the entries carried so far, each read under
+    /// its log's lock: a phase that holds a log has completed its member writes once the
+    /// lock is free.
     fn flush_mark(&self) -> Vec<u64> {
         self.logs
             .iter()
             .zip(&self.log_seq)
-            .map(|(l, seq)| {
-                let _g = lock(l);
-                seq.load(Ordering::Relaxed)
+            .flat_map(|(l, seq)| {
+                let g = lock(l);
+                [seq.load(Ordering::Relaxed), g.appended]
             })
             .collect()
     }
 
-    /// Retires the entries the flush made durable: a log not written since `mark` covers
+    /// Retires the entries the flush made durable. A log not written since `mark` covers
     /// only writes that completed before the members' flushes, so it is replaced by an empty
-    /// one (md keeps them until its next log write). A log that holds entries after a
-    /// flush would be replayed after a crash over data that was durable; with a member of
-    /// its rows missing, rows written over several members would then be given up as lost
-    /// ([`EntryRecovery::lost_rows`]) although they are whole.
+    /// one (md keeps them until its next log write); a chain whose newest log still names
+    /// entries carried from before `mark` gets a log naming only the later ones. A log that
+    /// holds entries after a flush would be replayed after a crash over data that was
+    /// durable; with a member of its rows missing, rows written over several members would
+    /// then be given up as lost ([`EntryRecovery::lost_rows`]) although they are whole.
     fn flush(&self, array: &Array, mark: &[u64]) -> Result<()> {
-        for (slot, &seen) in mark.iter().enumerate() {
+        for (slot, seen) in mark.chunks_exact(2).enumerate() {
+            let (seen_seq, seen_appended) = (seen[0], seen[1]);
             let mut g = lock(&self.logs[slot]);
-            if g.is_empty() || self.log_seq[slot].load(Ordering::Relaxed) != seen {
+            if g.written.is_empty() {
                 continue;
             }
             let (member, area) = {
@@ -336,23 +460,53 @@ impl WriteLog for Ppl {
             let (Some(m), Some((at, len))) = (member, area) else {
                 continue;
             };
+            let mut builder = LogBuilder::new();
+            let offset = if self.log_seq[slot].load(Ordering::Relaxed) == seen_seq {
+                0
+            } else {
+                let Some(c) = g.chain.as_mut().filter(|c| on_member(c, &m)) else {
+                    continue;
+                };
+                let before = c.carried.len();
+                c.carried.retain(|(n, _)| *n >= seen_appended);
+                if c.carried.len() == before {
+                    continue;
+                }
+                if c.next_at + (2 * PPL_HEADER_SIZE) as u64 <= len {
+                    builder.carry(c.carried.iter().map(|(_, e)| *e));
+                    c.next_at
+                } else {
+                    // No room after the newest: what it names since the mark completed
+                    // (the lock is free), so a flush of its members lets it go altogether.
+                    if !flush_slots(array, &g.written) {
+                        continue;
+                    }
+                    0
+                }
+            };
             let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-            let bytes = LogBuilder::new()
-                .finish(self.signature, generation, len)
+            let bytes = builder
+                .finish(self.signature, generation, len - offset)
                 .map_err(|f| {
                     EngineError::Invalid(format!(
-                        "an empty partial parity log of {} bytes does not fit the {}-byte log area",
-                        f.bytes, f.area_bytes
+                        "a partial parity log of {} entries and {} bytes does not fit the {}-byte log area",
+                        f.entries, f.bytes, f.area_bytes
                     ))
                 })?;
-            let r = m.disk.write_at(&bytes, at).and_then(|_| m.disk.flush());
+            let r = m.disk.write_fua(&bytes, at + offset);
             crate::buffers::keep_buffer(bytes);
             if let Err(e) = r {
+                g.chain = None;
                 drop(g);
                 array.member_failed(Slot(slot), &format!("retiring its partial parity log: {e}"));
                 continue;
             }
-            g.clear();
+            if offset == 0 {
+                g.written.clear();
+                g.chain = None;
+            } else if let Some(c) = g.chain.as_mut() {
+                c.next_at += PPL_HEADER_SIZE as u64;
+            }
             self.log_seq[slot].fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -662,6 +816,25 @@ pub(super) fn write_empty_log(
     disk.write_at(&header, at)?;
     disk.flush()?;
     Ok(())
+}
+
+/// Flushes the members of `slots`, failing those that cannot; false if any could not.
+fn flush_slots(array: &Array, slots: &[usize]) -> bool {
+    let (_, members) = array.snapshot();
+    let mut all = true;
+    for &s in slots {
+        let Some(m) = members.get(s).cloned().flatten() else {
+            continue;
+        };
+        if let Err(e) = m.disk.flush() {
+            array.member_failed(
+                Slot(s),
+                &format!("flushing before its partial parity log goes: {e}"),
+            );
+            all = false;
+        }
+    }
+    all
 }
 
 fn slot_area(st: &State, slot: Slot) -> Option<(u64, u64)> {
