@@ -33,6 +33,16 @@ fn exercise(disk: &dyn Disk) {
         disk.read_at(&mut back, off).unwrap();
         assert_eq!(back, data, "round trip at {off}");
     }
+    // writes with FUA (RWF_DSYNC) land the same way, aligned or not
+    for (off, len, seed) in [(131072u64, 8192usize, 4u8), (200_003, 5000, 5)] {
+        let data = pattern(len, seed);
+        disk.write_fua(&data, off).unwrap();
+        let mut back = vec![0u8; len];
+        disk.read_at(&mut back, off).unwrap();
+        assert_eq!(back, data, "FUA round trip at {off}");
+    }
+    let err = disk.write_fua(&[0u8; 4096], size - 1).unwrap_err();
+    assert!(matches!(err.kind, DiskErrorKind::OutOfRange { .. }));
     // neighbours of an unaligned write are preserved
     let mut around = vec![0u8; 8192];
     disk.read_at(&mut around, 0).unwrap();

@@ -796,6 +796,35 @@ mod tests {
     }
 
     #[test]
+    fn a_write_with_fua_goes_to_the_media_past_the_cache() {
+        let (spec, h) = hdd("hds72101");
+        let cap = spec.capacity_bytes();
+        // 4 KiB at mid-stroke from a head parked at 0: cached, it is done in microseconds;
+        // with FUA it waits for a seek and part of a rotation, never a whole buffer's drain.
+        let rotation_ns = 60e9 / h.rpm;
+        let mut d = Drive::new(&spec, cap);
+        let cached = qd1(&mut d, [(Op::Write, cap / 2, 4096)]);
+        let mut d = Drive::new(&spec, cap);
+        let fua = qd1(&mut d, [(Op::WriteFua, cap / 2, 4096)]);
+        assert!(cached < 1_000_000, "a cached write took {cached} ns");
+        assert!(
+            fua as f64 > 2e6 && (fua as f64) < 25e6 + rotation_ns,
+            "a write with FUA took {fua} ns"
+        );
+        // Behind 16 MiB of cached writes it goes next, after at most the 1 MiB being
+        // written out: it does not wait for the buffer to drain.
+        let mut d = Drive::new(&spec, cap);
+        let before = qd1(&mut d, (0..16u64).map(|i| (Op::Write, i << 20, 1 << 20)));
+        let t = qd1(&mut d, [(Op::WriteFua, cap / 2, 4096)]);
+        let drain_ns = (16u64 << 20) as f64 / (h.outer_mbps * 1e-3);
+        let took = (t - before) as f64;
+        assert!(
+            took < drain_ns / 2.0,
+            "the FUA write waited for the buffer: {took:.0} ns, draining takes {drain_ns:.0}"
+        );
+    }
+
+    #[test]
     fn the_write_cache_takes_writes_at_link_speed_until_full_and_a_flush_drains_it() {
         let (spec, h) = hdd("hds72101");
         let cap = spec.capacity_bytes();
