@@ -4,10 +4,11 @@
 //! each drive's whole surface (zones, seeks) is laid over `member_bytes`.
 //!
 //! Arrays are created without a write-hole log (md's `resync` policy), the way the
-//! analytic method counts their I/O; a degraded one has member 0 failed. RAID 50 and 60 are
-//! not emulated.
+//! analytic method counts their I/O; a degraded one has member 0 failed (of the first span,
+//! for RAID 50 and 60, which are built as md stacks them: RAID 5 or 6 spans under a RAID 0).
 
 use crate::analytic::Figure;
+use crate::level::Level;
 use crate::system::{Load, System};
 use raidkit_bench::lab::disks::emulated_drive;
 use raidkit_bench::lab::run::{run, RunOptions};
@@ -15,7 +16,7 @@ use raidkit_bench::lab::target::ArrayTarget;
 use raidkit_bench::lab::workload::{Limit, Workload};
 use raidkit_disk::emu::catalog::Catalog;
 use raidkit_disk::{Disk, EmuProbe};
-use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig};
+use raidkit_engine::{Array, ConsistencyPolicy, CreateOptions, EngineConfig, StackOptions};
 use raidkit_metadata::SuperblockVersion;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,12 +48,18 @@ pub struct Emulated {
 /// An array of `sys` on emulated drives, created clean.
 pub fn build(sys: &System, catalog: &Catalog, opts: &EmulatedOptions) -> Result<Emulated, String> {
     sys.check()?;
-    let (level, layout) = sys.level.md().ok_or_else(|| {
-        format!(
-            "{} is not emulated: raidkit builds no RAID 50 or 60 arrays yet",
-            sys.level.label()
-        )
-    })?;
+    let spans = match sys.level {
+        Level::Raid50 { spans } => Some((50, spans as usize)),
+        Level::Raid60 { spans } => Some((60, spans as usize)),
+        _ => None,
+    };
+    let (level, layout) = match spans {
+        Some((level, _)) => (level, None),
+        None => sys
+            .level
+            .md()
+            .ok_or_else(|| format!("{} has no md level", sys.level.label()))?,
+    };
     let behind = match &sys.controller {
         Some(c) => Some(c.name.clone()),
         None if sys.host_link != "none" => Some(sys.host_link.clone()),
@@ -74,34 +81,48 @@ pub fn build(sys: &System, catalog: &Catalog, opts: &EmulatedOptions) -> Result<
         probes.push(d.probe());
         disks.push(Box::new(d));
     }
-    let a = Array::create(
-        disks,
-        CreateOptions {
-            level,
-            layout,
-            chunk_sectors: (sys.chunk_bytes / 512) as u32,
-            raid_devices: n,
-            metadata: SuperblockVersion::V1_2,
-            size_sectors: None,
-            name: "model".into(),
-            set_uuid: [0x4d; 16],
-            device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
-            ctime_seconds: 1_700_000_000,
-            init: raidkit_engine::Init::Zeroed,
-            consistency: ConsistencyPolicy::Resync,
-            config: EngineConfig::default(),
-        },
-    )
+    let create = CreateOptions {
+        level,
+        layout,
+        chunk_sectors: (sys.chunk_bytes / 512) as u32,
+        raid_devices: n,
+        metadata: SuperblockVersion::V1_2,
+        size_sectors: None,
+        name: "model".into(),
+        set_uuid: [0x4d; 16],
+        device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
+        ctime_seconds: 1_700_000_000,
+        init: raidkit_engine::Init::Zeroed,
+        consistency: ConsistencyPolicy::Resync,
+        config: EngineConfig::default(),
+    };
+    let a = match spans {
+        Some((_, spans)) => Array::create_stack(
+            disks,
+            create,
+            StackOptions {
+                spans,
+                span_set_uuids: (0..spans).map(|i| [0x50 + i as u8; 16]).collect(),
+                span_device_uuids: (0..spans).map(|i| [0x70 + i as u8; 16]).collect(),
+            },
+            &|_, _| {},
+        ),
+        None => Array::create(disks, create),
+    }
     .map_err(|e| format!("create {}: {e}", sys.describe()))?;
-    // A degraded array: member 0 failed, as the analytic method has it.
+    // A degraded array: member 0 failed (of the first span), as the analytic method has it.
+    let array = Arc::new(a);
+    let first = array
+        .spans()
+        .first()
+        .cloned()
+        .unwrap_or_else(|| array.clone());
     for i in 0..sys.missing {
-        a.fail_member(i)
+        first
+            .fail_member(i)
             .map_err(|e| format!("fail member {i}: {e}"))?;
     }
-    Ok(Emulated {
-        array: Arc::new(a),
-        probes,
-    })
+    Ok(Emulated { array, probes })
 }
 
 /// The lab's workload for `load`, time-boxed.

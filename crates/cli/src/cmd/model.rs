@@ -971,9 +971,6 @@ pub fn plan(args: PlanArgs) -> Result<(), CliError> {
                 ));
             }
         }
-        if sys.level.md().is_none() {
-            misses.push("raidkit cannot create RAID 50 or 60 yet".into());
-        }
         cands.push(Candidate {
             meets: misses.is_empty(),
             misses,
