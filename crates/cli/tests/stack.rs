@@ -425,3 +425,66 @@ fn a_served_stack_fails_removes_and_rebuilds_a_member_through_its_span() {
         "read back after the rebuild differs"
     );
 }
+
+/// `serve --spare` offers its global spares to a stack's spans: a member of span 0 fails, the
+/// spare joins span 0 and is rebuilt there, and the stack reads back whole without the
+/// failed member.
+#[test]
+fn a_global_spare_goes_to_the_span_that_lost_a_member() {
+    let dir = TempDir::new("stack-spare");
+    let members = create(&dir, "50", 6, 2);
+    let size = size_of(&members);
+    let data = pattern(size, 51);
+    let input = dir.path("data");
+    std::fs::write(&input, &data).unwrap();
+    ok(&with(&["write", "--input", s(&input)], &members, &[]));
+    ok(&with(&["stop"], &members, &[]));
+    let spare = dir.path("spare.img");
+    let mut server = Server::start(
+        &dir.0,
+        "nbd",
+        &with(
+            &["--spare", s(&spare), "--spare-size", "24M"],
+            &members,
+            &[],
+        ),
+    );
+    ok(&[
+        "fail",
+        "--control",
+        s(&server.control),
+        "--member",
+        s(&members[1]),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let d = ok(&["detail", "--control", s(&server.control)]);
+        let span0 = d.split("Span 1").next().unwrap_or_default().to_string();
+        if span0.contains("(whole)")
+            && span0
+                .lines()
+                .any(|l| l.contains("active") && l.contains("spare.img"))
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never rebuilt: {d}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (code, err) = server.stop();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("array/span0: global spare") && err.contains("taken"),
+        "{err}"
+    );
+    // Without the failed member, the spare in its place.
+    let mut now: Vec<PathBuf> = members.clone();
+    now[1] = spare;
+    let back = dir.path("back");
+    let out = raidkit(&with(&["read", "--output", s(&back)], &now, &[]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read(&back).unwrap() == data, "read back differs");
+}

@@ -105,45 +105,58 @@ impl GlobalSpares {
             .any(|s| std::fs::canonicalize(&s.path).unwrap_or_else(|_| s.path.clone()) == canon)
     }
 
-    /// Gives a spare to every array that needs one, while the pool lasts. Returns the lines
-    /// it logged.
+    /// Gives a spare to every array that needs one, while the pool lasts: for a RAID 50/60
+    /// stack, to each span that needs one (the stack's RAID 0 has the spans as members, so
+    /// the spare goes to a span, as `raidkit add` adds a member). Returns the lines it logged.
     pub fn tend(&self, arrays: &[ServedArray]) -> Vec<String> {
         let mut said = Vec::new();
-        for served in arrays {
+        'arrays: for served in arrays {
             let Ok(array) = served.array() else { continue };
-            if served.read_only || !needs_spare(&array.status()) {
+            if served.read_only {
                 continue;
             }
-            let Some(spare) = ({
-                let mut pool = lock(&self.pool);
-                (!pool.is_empty()).then(|| pool.remove(0))
-            }) else {
-                break;
-            };
-            let path = spare.path.display().to_string();
-            let uuid = match random_uuid() {
-                Ok(u) => u,
-                Err(e) => {
-                    said.push(format!("{}: cannot make a device uuid: {e}", served.name));
-                    lock(&self.pool).insert(0, spare);
-                    break;
+            let targets: Vec<(String, std::sync::Arc<raidkit_engine::Array>)> =
+                if array.spans().is_empty() {
+                    vec![(served.name.clone(), array.clone())]
+                } else {
+                    array
+                        .spans()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, span)| (format!("{}/span{i}", served.name), span.clone()))
+                        .collect()
+                };
+            for (name, target) in targets {
+                if !needs_spare(&target.status()) {
+                    continue;
                 }
-            };
-            let line = {
-                let _writes_held = served.gate.hold_writes();
-                match array.add_spare(spare.disk, uuid) {
-                    Ok(()) => format!(
-                        "{}: global spare {path} taken; it is rebuilt in the background",
-                        served.name
-                    ),
-                    // The disk is not put back: the failure may have been the disk's own.
-                    Err(e) => format!(
-                        "{}: global spare {path} could not be added: {e}",
-                        served.name
-                    ),
-                }
-            };
-            said.push(line);
+                let Some(spare) = ({
+                    let mut pool = lock(&self.pool);
+                    (!pool.is_empty()).then(|| pool.remove(0))
+                }) else {
+                    break 'arrays;
+                };
+                let path = spare.path.display().to_string();
+                let uuid = match random_uuid() {
+                    Ok(u) => u,
+                    Err(e) => {
+                        said.push(format!("{name}: cannot make a device uuid: {e}"));
+                        lock(&self.pool).insert(0, spare);
+                        break 'arrays;
+                    }
+                };
+                let line = {
+                    let _writes_held = served.gate.hold_writes();
+                    match target.add_spare(spare.disk, uuid) {
+                        Ok(()) => format!(
+                            "{name}: global spare {path} taken; it is rebuilt in the background"
+                        ),
+                        // The disk is not put back: the failure may have been the disk's own.
+                        Err(e) => format!("{name}: global spare {path} could not be added: {e}"),
+                    }
+                };
+                said.push(line);
+            }
         }
         said.extend(move_spares(arrays));
         lock(&self.log).extend(said.iter().cloned());
