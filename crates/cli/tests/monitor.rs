@@ -243,3 +243,70 @@ fn a_drive_reporting_trouble_reaches_the_program_detail_and_oneshot() {
         format!("DriveHealthWarning {array} {}\n", members[1])
     );
 }
+
+/// A RAID 50 stack's spans are watched as arrays of their own (`NAME/spanN`, as the server's
+/// log names them): a member failing in span 1 reaches the program as Fail and DegradedArray
+/// of that span, and `--oneshot` reports the span degraded.
+#[test]
+fn a_stacks_spans_are_watched_and_a_failure_in_one_is_reported_for_it() {
+    let dir = TempDir::new("monitor-stack");
+    let members = dir.members("m", 6);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "50",
+            "--spans",
+            "2",
+            "--image-size",
+            "16M",
+        ],
+        &members,
+        &[],
+    ));
+    let mut args = vec!["--name", "md0"];
+    args.extend(members.iter().map(|p| s(p)));
+    let server = Server::start(&dir.0, "nbd", &args);
+    let log = dir.path("events.log");
+    let prog = hook(&dir, "hook.sh", &log);
+    let ctl = s(&server.control).to_string();
+    let _monitor = Monitor::start(&["--control", &ctl, "--program", s(&prog), "--test"]);
+    let lines = wait_for(&log, &["TestMessage"], Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let lines = if lines.len() < 3 {
+        wait_for(&log, &["TestMessage"], Duration::from_secs(1))
+    } else {
+        lines
+    };
+    for name in ["md0", "md0/span0", "md0/span1"] {
+        assert!(
+            lines.contains(&format!("TestMessage {ctl}:{name}")),
+            "{name}: {lines:?}"
+        );
+    }
+    ok(&["fail", "--control", &ctl, "--member", s(&members[4])]);
+    let lines = wait_for(&log, &["Fail", "DegradedArray"], Duration::from_secs(5));
+    let span1 = format!("{ctl}:md0/span1");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("Fail {span1} ")) && l.contains("m4")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&format!("DegradedArray {span1}")),
+        "{lines:?}"
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains(":md0/span0") && !l.starts_with("TestMessage")),
+        "span 0 lost nothing: {lines:?}"
+    );
+    let out = ok(&["monitor", "--oneshot", "--control", &ctl]);
+    assert!(
+        out.contains("DegradedArray event on") && out.contains("md0/span1"),
+        "{out}"
+    );
+    assert!(!out.contains("md0/span0"), "{out}");
+}

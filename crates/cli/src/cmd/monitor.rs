@@ -581,14 +581,22 @@ fn arrays_of(control: &Path, test: bool, sink: &Sink) -> Result<Vec<(String, Str
     Ok(out)
 }
 
-/// The export names a control socket serves.
+/// The export names a control socket serves, each followed by its spans when it is a RAID
+/// 50/60 stack (`NAME/spanN`: a member that fails, a spare taken, a rebuild happen in a span).
 fn list(control: &Path) -> Result<Vec<String>, CliError> {
     let listed = ControlClient::connect(control)?.call(&Request::List)?;
     Ok(listed["arrays"]
         .as_array()
         .map(|a| {
             a.iter()
-                .filter_map(|x| x["name"].as_str().map(str::to_string))
+                .flat_map(|x| {
+                    let spans = x["spans"].as_array().cloned().unwrap_or_default();
+                    x["name"].as_str().map(str::to_string).into_iter().chain(
+                        spans
+                            .into_iter()
+                            .filter_map(|s| s.as_str().map(str::to_string)),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default())

@@ -544,6 +544,29 @@ impl ControlServer {
         }
     }
 
+    /// A span of a served RAID 50/60 stack, named `NAME/spanN` (as the server's log names
+    /// it): the served array and the span. `None` when `name` names no span.
+    fn find_span(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Option<(&ServedArray, Arc<raidkit_engine::Array>)>, CliError> {
+        let Some((array, i)) = name.and_then(|n| n.rsplit_once("/span")) else {
+            return Ok(None);
+        };
+        let Ok(i) = i.parse::<usize>() else {
+            return Ok(None);
+        };
+        let served = self.find(Some(array))?;
+        let stack = served.array()?;
+        let span = stack.spans().get(i).cloned().ok_or_else(|| {
+            CliError::usage(format!(
+                "{array} has no span {i} (it has {})",
+                stack.spans().len()
+            ))
+        })?;
+        Ok(Some((served, span)))
+    }
+
     /// The path a new member (added or a replacement) is given as: absolute, not a member
     /// of any served array (this one or another), not one of the server's global spares.
     fn new_member_path(&self, path: &str) -> Result<PathBuf, CliError> {
@@ -599,6 +622,9 @@ impl ControlServer {
                     .map(|a| match status_of(a) {
                         Ok(s) => serde_json::json!({
                             "name": a.name,
+                            // A RAID 50/60 stack's spans, each addressable as an array of
+                            // its own for `detail` and events (`NAME/spanN`).
+                            "spans": a.array().map(|x| (0..x.spans().len()).map(|i| format!("{}/span{i}", a.name)).collect::<Vec<_>>()).unwrap_or_default(),
                             "level": s.level,
                             "raid_disks": s.raid_disks,
                             "array_bytes": s.array_bytes,
@@ -617,6 +643,14 @@ impl ControlServer {
                 }))
             }
             Request::Detail { array } => {
+                if let Some((served, span)) = self.find_span(array.as_deref())? {
+                    return Ok(serde_json::json!({
+                        "array": array,
+                        "stack": served.name,
+                        "read_only": served.read_only,
+                        "status": span.status(),
+                    }));
+                }
                 let served = self.find(array.as_deref())?;
                 let mut result = result_of(served, None);
                 // The server's global spares serve this array too.
@@ -629,15 +663,20 @@ impl ControlServer {
                 since,
                 wait_ms,
             } => {
-                let served = self.find(array.as_deref())?;
                 let wait = Duration::from_millis(wait_ms.unwrap_or(0).min(MAX_EVENTS_WAIT_MS));
-                let Ok(current) = served.array() else {
+                // A span of a stack (`NAME/spanN`): its own events.
+                let (served, span) = match self.find_span(array.as_deref())? {
+                    Some((served, span)) => (served, Some(span)),
+                    None => (self.find(array.as_deref())?, None),
+                };
+                let name = array.clone().unwrap_or_else(|| served.name.clone());
+                let Some(current) = span.or_else(|| served.array().ok()) else {
                     // An online reshape runs: the array's events start again once it is
                     // assembled in its new shape (a `next` below `since` says so).
                     std::thread::sleep(wait);
                     let n = since.unwrap_or(0);
                     return Ok(serde_json::json!({
-                        "array": served.name,
+                        "array": name,
                         "first": n,
                         "next": n,
                         "events": [],
@@ -648,7 +687,7 @@ impl ControlServer {
                     None => current.events_since(u64::MAX, Duration::ZERO),
                 };
                 Ok(serde_json::json!({
-                    "array": served.name,
+                    "array": name,
                     "first": first,
                     "next": first + events.len() as u64,
                     "events": events,
