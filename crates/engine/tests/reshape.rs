@@ -1204,3 +1204,85 @@ fn an_online_reshape_keeps_a_concurrent_writer_whole() {
     drop(online);
     verify_shape(&disks, &model, (5, 2, 16, 5));
 }
+
+/// A member dies while a served RAID 5 grows from 4 to 5 members: the reshape goes on
+/// degraded, as md's does, and finishes; every write acknowledged before and after the
+/// failure reads back from the reshaped array without that member, and the member, left
+/// behind by the superblocks, is stale.
+#[test]
+fn a_member_failing_in_an_online_reshape_degrades_it_and_it_finishes() {
+    let (mut disks, data) = written_array(5, 4, 1, ConsistencyPolicy::Resync);
+    // Member 2 dies when its budget of writes and flushes is spent (set below).
+    let budget = Arc::new(AtomicI64::new(i64::MAX));
+    disks[2] = disks[2].clone().on_power(&budget);
+    let mut model = data.clone();
+    let mut rng = Rng(0x0de9_7ade);
+    let online = raidkit_engine::OnlineReshape::start(
+        shared(&disks),
+        &ReshapeTarget::members(5),
+        AssembleOptions::default(),
+        1 << 20,
+    )
+    .unwrap();
+    for _ in 0..2 {
+        assert!(!online.step().unwrap());
+    }
+    budget.store(0, Ordering::SeqCst);
+    let mut steps = 0;
+    loop {
+        let size = model.len();
+        let (pos, _) = online.progress();
+        let boundary = ((pos * 512) as usize).min(size);
+        for around in [boundary / 2, boundary, boundary + (size - boundary) / 2] {
+            let len = 512 * (1 + rng.below(256) as usize);
+            let at = (around.saturating_sub(len / 2) / 512 * 512).min(size - len);
+            online_write(&online, &mut model, &mut rng, at, len);
+        }
+        let mut whole = vec![0u8; size];
+        online.read_at(&mut whole, 0).unwrap();
+        assert!(whole == model, "whole array at position {pos}");
+        steps += 1;
+        if online.step().unwrap() {
+            break;
+        }
+    }
+    assert!(steps > 2, "{steps} steps after the failure");
+    let report = online.report();
+    assert_eq!(report.failed_members, vec!["m2".to_string()]);
+    let (array, _) = online.assemble().unwrap();
+    assert_eq!(array.geometry().raid_disks, 5);
+    assert!(array.status().degraded);
+    let mut got = vec![0u8; model.len()];
+    array.read_at(&mut got, 0).unwrap();
+    assert!(
+        got == model,
+        "the reshaped array holds every acknowledged write"
+    );
+    array.stop().unwrap();
+    drop(array);
+    drop(online);
+    // With every member given again, the dead one is not taken back as current.
+    budget.store(i64::MAX, Ordering::SeqCst);
+    let (array, report) = Array::assemble(
+        boxed(&disks),
+        AssembleOptions {
+            run: true,
+            ..AssembleOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(
+        report.excluded.iter().any(|(m, _)| m == "m2")
+            || array
+                .status()
+                .members
+                .iter()
+                .all(|m| m.name != "m2" || m.role != "active"),
+        "{:?} {:?}",
+        report.excluded,
+        array.status().members
+    );
+    let mut got = vec![0u8; model.len()];
+    array.read_at(&mut got, 0).unwrap();
+    assert!(got == model);
+}

@@ -109,6 +109,7 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
     let mut step = STEP_BYTES;
     let started = Instant::now();
     let (first, _) = online.progress();
+    let mut left_out = online.report().failed_members.len();
     loop {
         if slot.stopping.load(Ordering::SeqCst) {
             let (pos, _) = online.progress();
@@ -163,6 +164,15 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
                 }
             }
         }
+        let failed = online.report().failed_members;
+        for m in failed.iter().skip(left_out) {
+            log.warning(
+                "reshape-degraded",
+                Some(name),
+                &format!("{m} failed during the online reshape; it goes on without it"),
+            );
+        }
+        left_out = left_out.max(failed.len());
         let (pos, end) = online.progress();
         let d = pos * 10 / end.max(1);
         if d > decile {

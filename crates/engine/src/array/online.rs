@@ -17,9 +17,11 @@
 //! lives in any more.
 //!
 //! A member failing in a view is failed there (in memory); the request still completes on the
-//! others as a degraded write would. The next step stops the reshape instead of moving on
-//! with a member whose last writes are missing (recorded, to go on with `grow --continue`
-//! offline, which takes it as lost). Fewer data members (md's backwards reshape, which also
+//! others as a degraded write would. From the next step on the member is left out, as md
+//! goes on with a reshape degraded: the steps and the views assemble the others alone (the
+//! member's last writes are missing, so nothing is read from it again), and the superblocks
+//! the steps write leave it behind, so it is stale if it comes back. The reshape fails only
+//! when the array could not lose it. Fewer data members (md's backwards reshape, which also
 //! shrinks the array under its clients) is not done online.
 
 use super::grow::decide_stopped;
@@ -76,6 +78,8 @@ pub struct OnlineReshape {
     last_status: Mutex<Option<Status>>,
     /// Why the reshape stopped going on, if it did (the caller's word, see [`Self::set_error`]).
     error: Mutex<Option<String>>,
+    /// Per disk: failed while the array was served, left out from then on.
+    left_out: Mutex<Vec<bool>>,
 }
 
 impl OnlineReshape {
@@ -171,6 +175,7 @@ impl OnlineReshape {
         step_bytes: u64,
         report: ReshapeReport,
     ) -> OnlineReshape {
+        let n = disks.len();
         OnlineReshape {
             size_bytes: report.old_array_bytes,
             end_sectors: report.new_array_bytes / SECTOR as u64,
@@ -181,7 +186,28 @@ impl OnlineReshape {
             report: Mutex::new(report),
             last_status: Mutex::new(None),
             error: Mutex::new(None),
+            left_out: Mutex::new(vec![false; n]),
         }
+    }
+
+    /// The disks the steps and views use: all but those left out.
+    fn members(&self) -> Vec<Box<dyn Disk>> {
+        let out = lock(&self.left_out);
+        let kept: Vec<Arc<dyn Disk>> = self
+            .disks
+            .iter()
+            .zip(out.iter())
+            .filter(|(_, &o)| !o)
+            .map(|(d, _)| d.clone())
+            .collect();
+        boxed(&kept)
+    }
+
+    /// The assembly options of the steps: with a member left out, the array runs degraded.
+    fn opts(&self) -> AssembleOptions {
+        let mut o = self.opts.clone();
+        o.run |= lock(&self.left_out).iter().any(|&x| x);
+        o
     }
 
     /// The status of the new layout's view (members, their states), for `detail`; its last
@@ -212,8 +238,8 @@ impl OnlineReshape {
 
     /// The two views of the reshape the superblocks record now.
     fn views(&self) -> Result<Views> {
-        let members = boxed(&self.disks);
-        let (found, _, a) = decide_stopped(&members, &self.opts)?;
+        let members = self.members();
+        let (found, _, a) = decide_stopped(&members, &self.opts())?;
         let (shape, position) = resume_plan(&a, &found)?;
         if matches!(shape.way, Way::Backward(_)) {
             return Err(EngineError::Invalid(
@@ -242,7 +268,7 @@ impl OnlineReshape {
                 version,
                 false,
                 self.opts.config,
-                boxed(&self.disks),
+                self.members(),
                 ByMember::from_vec(sbs),
                 BySlot::from_vec(slot_member),
                 BySlot::from_vec(slot_state),
@@ -300,22 +326,38 @@ impl OnlineReshape {
         let Some(views) = guard.as_ref() else {
             return Ok(true);
         };
-        views.old.flush()?;
-        views.new.flush()?;
+        // A flush that fails fails its member in the view, as a request's write does.
+        let _ = views.old.flush();
+        let _ = views.new.flush();
+        // Members a view failed (a request's write or the flush above) are left out.
+        let mut failed: Vec<String> = Vec::new();
         for v in [&views.old, &views.new] {
-            let st = lock(&v.state);
-            if let Some(slot) = st
-                .roster
-                .slot_state
-                .ids()
-                .find(|&s| st.roster.slot_state[s] == MemberState::Faulty)
-            {
-                return Err(EngineError::Invalid(format!(
-                    "slot {} failed while the array was reshaped online; the reshape is recorded at array sector {}: stop the array and `raidkit grow --continue` finishes it without that member",
-                    slot.0, views.position
-                )));
+            for m in v.status().members {
+                if m.role == "faulty" && !failed.contains(&m.name) {
+                    failed.push(m.name);
+                }
             }
         }
+        if !failed.is_empty() {
+            {
+                let mut out = lock(&self.left_out);
+                for (d, o) in self.disks.iter().zip(out.iter_mut()) {
+                    *o |= failed.iter().any(|f| f == d.name());
+                }
+            }
+            let position = views.position;
+            *guard = Some(self.views().map_err(|e| {
+                EngineError::Invalid(format!(
+                    "{} failed while the array was reshaped online (recorded at array sector {position}), and the array cannot go on without: {e}",
+                    failed.join(", ")
+                ))
+            })?);
+            let mut r = lock(&self.report);
+            r.failed_members.extend(failed);
+        }
+        let Some(views) = guard.as_ref() else {
+            return Ok(true);
+        };
         let done = views.position * SECTOR as u64;
         let never = AtomicBool::new(false);
         let ctl = ReshapeControl {
@@ -323,11 +365,22 @@ impl OnlineReshape {
             stop: &never,
             pause_at_bytes: Some(done + bytes),
         };
-        let report = Array::continue_reshape(boxed(&self.disks), &self.opts, &ctl)?;
+        let mut report = Array::continue_reshape(self.members(), &self.opts(), &ctl)?;
         let finished = report.finished;
         let lost = !report.failed_members.is_empty();
         let position = report.position_sectors;
-        *lock(&self.report) = report;
+        {
+            let mut r = lock(&self.report);
+            // Members left out before this step stay reported.
+            let before: Vec<String> = r
+                .failed_members
+                .iter()
+                .filter(|m| !report.failed_members.contains(m))
+                .cloned()
+                .collect();
+            report.failed_members.splice(0..0, before);
+            *r = report;
+        }
         if finished {
             if let Some(v) = guard.as_ref() {
                 *lock(&self.last_status) = Some(v.new.status());
@@ -407,6 +460,6 @@ impl OnlineReshape {
         if !self.finished() {
             return Err(EngineError::Busy("the online reshape is not done".into()));
         }
-        Array::assemble(boxed(&self.disks), self.opts.clone())
+        Array::assemble(self.members(), self.opts())
     }
 }
