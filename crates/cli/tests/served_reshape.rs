@@ -2,7 +2,8 @@
 //! grows from 4 to 5 members while a real NBD client (nbdcopy) writes to it, and every byte
 //! reads back; the array is consistent afterwards (md's check, offline); a server stopped
 //! mid-reshape leaves it recorded and goes on with it when it serves the array again; a
-//! reshape the engine refuses leaves the array served as it was.
+//! reshape the engine refuses leaves the array served as it was; a served RAID 5 shrinks to
+//! fewer members once given the smaller size.
 
 mod common;
 
@@ -196,5 +197,77 @@ fn a_refused_online_reshape_leaves_the_array_served() {
         .status()
         .unwrap()
         .success());
+    assert!(readback(&dir, &server.socket, data.len()) == data);
+}
+
+/// A served RAID 5 of 4 shrinks to 3 members online (md's backward reshape): refused
+/// without `--array-size`, then given it, the reshape runs to its end while the array is
+/// served; what lies below the new size reads back through NBD, the array is RAID 5 over 3
+/// with the fourth member a spare.
+#[test]
+fn a_served_raid5_shrinks_online_once_given_the_smaller_size() {
+    let dir = TempDir::new("served-reshape-shrink");
+    // Room behind the data on each member: a shrink moves the data offset up.
+    let members = dir.members("m", 4);
+    ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--chunk",
+            "64K",
+            "--consistency-policy",
+            "resync",
+            "--image-size",
+            "64M",
+            "--size",
+            "60M",
+        ],
+        &members,
+        &[],
+    ));
+    let mut args = vec!["--name", "md0"];
+    args.extend(members.iter().map(|p| s(p)));
+    let server = Server::start(&dir.0, "nbd", &args);
+    let ctl = s(&server.control).to_string();
+    let (code, err) = fails(&["grow", "--control", &ctl, "--raid-devices", "3"]);
+    assert_eq!(code, 3, "{err}");
+    let d = detail_json(&ctl);
+    assert!(
+        d["reshape"].is_null() && d["status"]["raid_disks"] == 4,
+        "{d}"
+    );
+    // Two data members of 60 MiB: 100 MiB is below the new size.
+    let keep = 100usize << 20;
+    let data = pattern(keep, 9);
+    let input = dir.path("data.bin");
+    std::fs::write(&input, &data).unwrap();
+    assert!(Command::new("nbdcopy")
+        .args([s(&input), &nbd(&server.socket)])
+        .status()
+        .unwrap()
+        .success());
+    let out = ok(&[
+        "grow",
+        "--control",
+        &ctl,
+        "--raid-devices",
+        "3",
+        "--array-size",
+        &format!("{}K", keep >> 10),
+        "--wait",
+    ]);
+    assert!(out.contains("reshaped online"), "{out}");
+    let d = detail_json(&ctl);
+    assert!(d["reshape"].is_null(), "{d}");
+    assert_eq!(d["status"]["raid_disks"], 3, "{d}");
+    assert!(
+        d["status"]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "spare"),
+        "{d}"
+    );
     assert!(readback(&dir, &server.socket, data.len()) == data);
 }

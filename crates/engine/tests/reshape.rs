@@ -1286,3 +1286,83 @@ fn a_member_failing_in_an_online_reshape_degrades_it_and_it_finishes() {
     array.read_at(&mut got, 0).unwrap();
     assert!(got == model);
 }
+
+/// A served RAID 5 shrinks from 5 members to 4 (md's backward reshape) once given the
+/// smaller size: clients see that size from the start, the reshape runs down from the new
+/// end, and between steps writes below the position (old layout), above it (new layout) and
+/// across it read back as written; at the end the array holds them in the new shape, and
+/// the member left over is a spare.
+#[test]
+fn a_served_raid5_shrinks_online_backwards_while_it_is_written() {
+    const SIZE: u64 = 3072;
+    let keep = (3 * SIZE * 512) as usize;
+    let (disks, data) = written_small(5, 5, SIZE, keep);
+    let fewer = ReshapeTarget {
+        raid_devices: Some(4),
+        ..Default::default()
+    };
+    // Refused without the caller's word on the size, online as offline.
+    assert!(raidkit_engine::OnlineReshape::start(
+        shared(&disks),
+        &fewer,
+        AssembleOptions::default(),
+        1 << 20
+    )
+    .is_err());
+    let mut model = data.clone();
+    let mut rng = Rng(0x5_41_12_4e);
+    let online = raidkit_engine::OnlineReshape::start(
+        shared(&disks),
+        &ReshapeTarget {
+            array_sectors: Some(keep as u64 / 512),
+            ..fewer
+        },
+        AssembleOptions::default(),
+        1 << 20,
+    )
+    .unwrap();
+    assert_eq!(
+        online.size_bytes() as usize,
+        keep,
+        "the smaller size at once"
+    );
+    let mut past = vec![0u8; 4096];
+    assert!(online.read_at(&mut past, keep as u64).is_err());
+    let mut positions = Vec::new();
+    loop {
+        let size = model.len();
+        let pos = online.position();
+        positions.push(pos);
+        let boundary = ((pos * 512) as usize).min(size);
+        for around in [boundary / 2, boundary, boundary + (size - boundary) / 2] {
+            let len = 512 * (1 + rng.below(256) as usize);
+            let at = (around.saturating_sub(len / 2) / 512 * 512).min(size - len);
+            online_write(&online, &mut model, &mut rng, at, len);
+            let mut got = vec![0u8; len];
+            online.read_at(&mut got, at as u64).unwrap();
+            assert!(got == model[at..at + len], "at {at}+{len}, position {pos}");
+        }
+        let mut whole = vec![0u8; size];
+        online.read_at(&mut whole, 0).unwrap();
+        assert!(whole == model, "whole array at position {pos}");
+        if online.step().unwrap() {
+            break;
+        }
+    }
+    assert!(positions.len() > 2, "{positions:?}");
+    assert!(
+        positions.windows(2).all(|w| w[1] < w[0]),
+        "the position runs down: {positions:?}"
+    );
+    let (array, _) = online.assemble().unwrap();
+    assert_eq!(array.geometry().raid_disks, 4);
+    let mut got = vec![0u8; model.len()];
+    array.read_at(&mut got, 0).unwrap();
+    assert!(got == model);
+    array.stop().unwrap();
+    drop(array);
+    drop(online);
+    verify_shape(&disks[..4], &model, (5, 2, CHUNK as u64, 4));
+    let sb = raidkit_engine::read_superblock(&disks[4]).unwrap().sb;
+    assert_eq!(sb.role(), raidkit_metadata::DevRole::Spare);
+}

@@ -157,6 +157,9 @@ pub enum Request {
         layout: Option<u32>,
         #[serde(default)]
         chunk_sectors: Option<u64>,
+        /// The array's size from now on (mdadm's `--array-size`), which a shrink needs.
+        #[serde(default)]
+        array_sectors: Option<u64>,
     },
     /// Add an image file (created with `size_bytes` when missing) or block device as a spare;
     /// a missing slot is rebuilt onto it.
@@ -714,6 +717,7 @@ impl ControlServer {
                 level,
                 layout,
                 chunk_sectors,
+                array_sectors,
             } => {
                 let served = self.find(array.as_deref())?;
                 Self::writable(served)?;
@@ -722,7 +726,7 @@ impl ControlServer {
                     level,
                     layout,
                     chunk_sectors,
-                    array_sectors: None,
+                    array_sectors,
                 };
                 let started =
                     super::reshape::start(&served.name, &served.slot, &target, &self.log)?;
@@ -901,12 +905,13 @@ fn result_of(served: &ServedArray, member: Option<&str>) -> serde_json::Value {
         "status": status,
     });
     if let Backend::Reshaping(r) = served.slot.get() {
-        let (pos, end) = r.progress();
+        let (done, end) = r.progress();
         let report = r.report();
         v["reshape"] = serde_json::json!({
-            "position_sectors": pos,
+            "position_sectors": r.position(),
             "end_sectors": end,
-            "percent": pos as f64 * 100.0 / end.max(1) as f64,
+            "backwards": report.backwards,
+            "percent": done as f64 * 100.0 / end.max(1) as f64,
             "old_raid_devices": report.old_raid_devices,
             "new_raid_devices": report.new_raid_devices,
             "old_level": report.old_level,

@@ -112,7 +112,7 @@ fn steps(name: &str, slot: &ArraySlot, online: &OnlineReshape, log: &ServerLog) 
     let mut left_out = online.report().failed_members.len();
     loop {
         if slot.stopping.load(Ordering::SeqCst) {
-            let (pos, _) = online.progress();
+            let pos = online.position();
             log.info(
                 "reshape-paused",
                 Some(name),

@@ -22,7 +22,10 @@
 //! member's last writes are missing, so nothing is read from it again), and the superblocks
 //! the steps write leave it behind, so it is stale if it comes back. The reshape fails only
 //! when the array could not lose it. Fewer data members (md's backwards reshape, which also
-//! shrinks the array under its clients) is not done online.
+//! shrinks the array under its clients) runs online too, once the caller gave the smaller
+//! size (mdadm's `--array-size`): clients see that size from the start, the reshape moves
+//! from the new end down to 0, and the moved part, in the new layout, is the one above the
+//! position.
 
 use super::grow::decide_stopped;
 use super::reshape::{resume_plan, Shape};
@@ -54,11 +57,24 @@ fn boxed(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
         .collect()
 }
 
-/// The two layouts' views, and the array sector the moved part ends at.
+/// The two layouts' views, and the array sector the moved part ends at (starts at, for a
+/// backward reshape, which moves from the end down).
 struct Views {
     old: Array,
     new: Array,
     position: u64,
+    backward: bool,
+}
+
+impl Views {
+    /// Array sectors moved, of a new layout of `end` sectors.
+    fn moved(&self, end: u64) -> u64 {
+        if self.backward {
+            end.saturating_sub(self.position)
+        } else {
+            self.position
+        }
+    }
 }
 
 /// A reshape of an array that stays in use (see the module's notes).
@@ -94,21 +110,6 @@ impl OnlineReshape {
         step_bytes: u64,
     ) -> Result<OnlineReshape> {
         let step_bytes = step_bytes.max(1 << 20);
-        {
-            let (_, _, a) = decide_stopped(&boxed(&disks), &opts)?;
-            let parity = usize::from(a.geo.level() == RaidLevel::Raid5)
-                + 2 * usize::from(a.geo.level() == RaidLevel::Raid6);
-            if target
-                .raid_devices
-                .is_some_and(|n| target.level.is_none() && n < a.geo.raid_disks && parity > 0)
-            {
-                return Err(EngineError::CannotGrow(
-                    crate::error::GrowRefusal::ReshapeNotYet {
-                        what: "removing members from a served array (stop it: `raidkit grow` shrinks it offline)".into(),
-                    },
-                ));
-            }
-        }
         let never = AtomicBool::new(false);
         let ctl = ReshapeControl {
             progress: &|_, _| {},
@@ -177,7 +178,13 @@ impl OnlineReshape {
     ) -> OnlineReshape {
         let n = disks.len();
         OnlineReshape {
-            size_bytes: report.old_array_bytes,
+            // A shrink's clients see the smaller size from the start (what lay past it is
+            // gone: the caller said so); a growth's, the old size until it is done.
+            size_bytes: if report.backwards {
+                report.new_array_bytes
+            } else {
+                report.old_array_bytes
+            },
             end_sectors: report.new_array_bytes / SECTOR as u64,
             views: RwLock::new(None),
             disks,
@@ -241,11 +248,6 @@ impl OnlineReshape {
         let members = self.members();
         let (found, _, a) = decide_stopped(&members, &self.opts())?;
         let (shape, position) = resume_plan(&a, &found)?;
-        if matches!(shape.way, Way::Backward(_)) {
-            return Err(EngineError::Invalid(
-                "a backwards reshape is not served online".into(),
-            ));
-        }
         let version = found[0].version;
         let view = |geo: &Geo, offsets: &[u64], missing: &dyn Fn(usize) -> bool| {
             let mut sbs: Vec<Superblock> = found.iter().map(|f| f.sb.clone()).collect();
@@ -277,6 +279,7 @@ impl OnlineReshape {
             )?;
             Ok::<Array, EngineError>(array)
         };
+        let backward = matches!(shape.way, Way::Backward(_));
         let shape: &Shape = &shape;
         let mut old = view(&shape.old, &shape.old_offset, &|s| {
             shape.lost[s] || shape.fresh[s]
@@ -284,7 +287,12 @@ impl OnlineReshape {
         let mut new = view(&shape.new, &shape.new_offset, &|s| shape.lost[s])?;
         old.frozen = true;
         new.frozen = true;
-        Ok(Views { old, new, position })
+        Ok(Views {
+            old,
+            new,
+            position,
+            backward,
+        })
     }
 
     /// Bytes clients see while it runs (the old layout's; the new size once it is done and
@@ -295,11 +303,21 @@ impl OnlineReshape {
 
     /// Array sectors moved so far, and the new layout's.
     pub fn progress(&self) -> (u64, u64) {
-        let pos = self
+        let done = self
             .read_views()
             .as_ref()
-            .map_or(self.end_sectors, |v| v.position);
-        (pos, self.end_sectors)
+            .map_or(self.end_sectors, |v| v.moved(self.end_sectors));
+        (done, self.end_sectors)
+    }
+
+    /// The array sector the reshape is at (it runs down from the end when it shrinks).
+    pub fn position(&self) -> u64 {
+        let last = if lock(&self.report).backwards {
+            0
+        } else {
+            self.end_sectors
+        };
+        self.read_views().as_ref().map_or(last, |v| v.position)
     }
 
     /// Whether the last step is done (the array is then assembled again, [`Self::assemble`]).
@@ -358,7 +376,7 @@ impl OnlineReshape {
         let Some(views) = guard.as_ref() else {
             return Ok(true);
         };
-        let done = views.position * SECTOR as u64;
+        let done = views.moved(self.end_sectors) * SECTOR as u64;
         let never = AtomicBool::new(false);
         let ctl = ReshapeControl {
             progress: &|_, _| {},
@@ -413,13 +431,26 @@ impl OnlineReshape {
         };
         let boundary = v.position * SECTOR as u64;
         let end = offset + len as u64;
+        if end > self.size_bytes {
+            return Err(EngineError::Invalid(format!(
+                "{len} bytes at {offset} reach past the array's {} bytes",
+                self.size_bytes
+            )));
+        }
+        // Below the position, and above it: the moved part is below when the reshape runs
+        // forward, above when it runs down from the end.
+        let (below, above) = if v.backward {
+            (&v.old, &v.new)
+        } else {
+            (&v.new, &v.old)
+        };
         if offset < boundary {
             let cut = end.min(boundary);
-            io(&v.new, offset, 0..(cut - offset) as usize)?;
+            io(below, offset, 0..(cut - offset) as usize)?;
         }
         if end > boundary {
             let from = offset.max(boundary);
-            io(&v.old, from, (from - offset) as usize..len)?;
+            io(above, from, (from - offset) as usize..len)?;
         }
         Ok(())
     }

@@ -50,7 +50,7 @@ pub struct GrowArgs {
     /// Reshape an array `raidkit serve` is serving, through its control socket: it keeps
     /// serving reads and writes throughout (--raid-devices, --level, --layout, --chunk; add
     /// the spares first with `raidkit add --control`).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "force", "size", "continue_reshape", "pause_at", "array_size"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "force", "size", "continue_reshape", "pause_at"])]
     pub control: Option<PathBuf>,
     /// Export name of the served array (when the server serves several).
     #[arg(long = "array", value_name = "NAME", requires = "control")]
@@ -201,6 +201,7 @@ fn grow_served(args: &GrowArgs, control: &std::path::Path) -> Result<(), CliErro
         level: t.level,
         layout: t.layout,
         chunk_sectors: t.chunk_sectors,
+        array_sectors: t.array_sectors,
     })?;
     let name = reply["array"].as_str().unwrap_or("array").to_string();
     if reply["reshape"].is_null() {
@@ -248,7 +249,13 @@ fn grow_served(args: &GrowArgs, control: &std::path::Path) -> Result<(), CliErro
             r["position_sectors"].as_u64().unwrap_or(0),
             r["end_sectors"].as_u64().unwrap_or(1),
         );
-        draw(&bar, "reshape", pos * 512, end * 512);
+        // A shrink runs down from the end.
+        let done = if r["backwards"].as_bool() == Some(true) {
+            end.saturating_sub(pos)
+        } else {
+            pos
+        };
+        draw(&bar, "reshape", done * 512, end * 512);
     }
 }
 
