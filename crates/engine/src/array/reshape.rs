@@ -32,9 +32,12 @@
 //! member leaves as a spare at the end; continued after a crash, it ends in that form (the
 //! superblocks record no more, as md's), and `grow --level 5` then drops the Q at once.
 //!
-//! Not yet: reshapes while the array serves I/O, fewer members for RAID 0 and 10, RAID 0 to
-//! 10, RAID 10 offset layouts or counts that are not a
-//! whole number of copies.
+//! RAID 10 reshapes its near and offset layouts and one into the other, keeping the number
+//! of copies as md does; an offset layout's rows go in groups of its far copies
+//! ([`rule_units`]), and its data offset moves by its chunk times those copies (mdadm's
+//! `min_offset_change`, which md's `raid10_run` checks). Arrays in use are reshaped by
+//! `online.rs`, step by step. Not yet: fewer members for RAID 0 and 10, RAID 0 to 10, RAID 10
+//! counts that are not a whole number of copies.
 
 use super::grow::{decide_stopped, read_and_decide};
 use super::*;
@@ -379,4 +382,18 @@ impl Array {
         }
         Ok(Some(status))
     }
+}
+
+/// The chunk (sectors on a member) and data-member count the reshape's rules reason in: a
+/// stripe's chunk, except for a RAID 10 offset layout, whose rows come in groups of its far
+/// copies (a row of chunks, then the same row shifted by one member): `far` chunks on each
+/// member hold `raid_disks` chunks of the array, so a step always moves whole groups.
+fn rule_units(geo: &Geo) -> (u64, u64) {
+    let layout = geo.md_layout();
+    let far = if geo.level() == RaidLevel::Raid10 && layout & 0x10000 != 0 {
+        u64::from((layout >> 8) & 0xff).max(1)
+    } else {
+        1
+    };
+    (geo.chunk_sectors * far, geo.data_disks() as u64)
 }

@@ -178,11 +178,12 @@ pub(in crate::array) fn resume_plan(
             "a reshape that does not move the data offset (md's backup-file reshapes)".into(),
         );
     }
+    let ((ocu, odu), (ncu, ndu)) = (rule_units(&old), rule_units(&new));
     let way = way(
-        old_chunk,
-        od,
-        new_chunk,
-        nd,
+        ocu,
+        odu,
+        ncu,
+        ndu,
         diff as u64,
         new.array_sectors(),
         backward,

@@ -351,7 +351,8 @@ pub(super) enum StepError {
 /// The old layout's member sectors (from the data offset) holding array sectors
 /// `[from, to)`: whole old stripes (rows), none past the old end.
 pub(super) fn old_range(shape: &Shape, from: u64, to: u64, old_end: u64) -> (u64, u64) {
-    let (oc, od) = (shape.old.chunk_sectors, shape.old.data_disks() as u64);
+    // Whole old stripes (a RAID 10 offset layout's whole groups of rows).
+    let (oc, od) = super::rule_units(&shape.old);
     if from >= old_end {
         return (0, 0);
     }

@@ -98,22 +98,29 @@ pub(super) fn raid10_reshapable(
     raid_disks: usize,
     target: &ReshapeTarget,
 ) -> Result<()> {
-    let (near, far, offset) = (layout & 0xff, (layout >> 8) & 0xff, layout & 0x10000 != 0);
+    // md reshapes near and offset layouts, and one into the other, keeping the number of
+    // copies (mdadm's `reshape_super`: "Cannot reshape RAID10 in far-mode", "Cannot change
+    // number of copies when reshaping RAID10").
+    let split = |l: u32| (l & 0xff, (l >> 8) & 0xff, l & 0x10000 != 0);
     let not_yet = |what: String| Err(EngineError::CannotGrow(GrowRefusal::ReshapeNotYet { what }));
-    if far > 1 && !offset {
+    let (near, far, offset) = split(layout);
+    let new_layout = target.layout.unwrap_or(layout);
+    let (new_near, new_far, new_offset) = split(new_layout);
+    if (far > 1 && !offset) || (new_far > 1 && !new_offset) {
         return Err(EngineError::CannotGrow(GrowRefusal::FarLayout));
     }
-    if offset || far > 1 {
-        return not_yet("a RAID 10 with an offset layout".into());
-    }
-    if target.layout.is_some_and(|l| l != layout) {
-        return not_yet("a RAID 10's layout change".into());
+    let copies = near * far.max(1);
+    if new_near * new_far.max(1) != copies {
+        return Err(EngineError::Invalid(format!(
+            "md cannot change a RAID 10's number of copies ({copies} to {}) in a reshape",
+            new_near * new_far.max(1)
+        )));
     }
     let n = target.raid_devices.unwrap_or(raid_disks);
-    let whole = |n: usize| near > 0 && n.is_multiple_of(near as usize);
+    let whole = |n: usize| copies > 0 && n.is_multiple_of(copies as usize);
     if !whole(raid_disks) || !whole(n) {
         return not_yet(format!(
-            "a RAID 10 of {near} near copies over {raid_disks} to {n} members (a count that is not a whole number of copies)"
+            "a RAID 10 of {copies} copies over {raid_disks} to {n} members (a count that is not a whole number of copies)"
         ));
     }
     Ok(())
@@ -411,9 +418,11 @@ pub(super) fn start_plan(
             leave: Vec::new(),
         });
     }
-    // mdadm: a RAID 10 moves by one chunk (the larger), for it reads and writes whole rows.
+    // mdadm: a RAID 10 moves by one chunk (the larger), for it reads and writes whole rows;
+    // an offset layout's rows come in groups of its far copies (md's raid10_run refuses a
+    // smaller change: "Reshape needs a larger data_offset change").
     let min = if level == 10 {
-        old_chunk.max(new_chunk)
+        rule_units(&old).0.max(rule_units(&new).0)
     } else {
         rules::min_offset_change(old_chunk, od, new_chunk, nd)
     };
@@ -477,15 +486,8 @@ pub(super) fn start_plan(
         .map(|((&o, &n), _)| o.abs_diff(n))
         .min()
         .unwrap_or(0);
-    let way = way(
-        old_chunk,
-        od,
-        new_chunk,
-        nd,
-        diff,
-        new.array_sectors(),
-        shrinks,
-    );
+    let ((ocu, odu), (ncu, ndu)) = (rule_units(&old), rule_units(&new));
+    let way = way(ocu, odu, ncu, ndu, diff, new.array_sectors(), shrinks);
     let slots = new_count.max(old_count);
     let mut fresh = vec![false; slots];
     for s in fresh_slots {
