@@ -536,3 +536,76 @@ fn assemble_scan_brings_each_array_to_a_clean_state_and_reports_it() {
         "{out}"
     );
 }
+
+/// `create --read-ahead --config` keeps the read policy where md's superblock cannot: on the
+/// new array's ARRAY line (absolute member paths, as `raidkit scan` prints them), which
+/// `serve --scan` applies. Without `--config` the option is refused and nothing is created;
+/// `--write-policy back` without a journal is refused before anything is written.
+#[test]
+fn create_records_the_read_policy_on_the_array_line_and_serve_applies_it() {
+    let dir = TempDir::new("create-policy");
+    let members = dir.members("p", 3);
+    let (code, err) = fails(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--image-size",
+            "16M",
+            "--read-ahead",
+            "adaptive",
+        ],
+        &members,
+        &[],
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(members.iter().all(|m| !m.exists()), "nothing created");
+    let conf = dir.path("made.conf");
+    let (code, err) = fails(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--image-size",
+            "16M",
+            "--write-policy",
+            "back",
+            "--config",
+            s(&conf),
+        ],
+        &members,
+        &[],
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--write-journal"), "{err}");
+    assert!(!conf.exists() && members.iter().all(|m| !m.exists()));
+    let out = ok(&with(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--image-size",
+            "16M",
+            "--name",
+            "pol",
+            "--read-ahead",
+            "adaptive",
+            "--config",
+            s(&conf),
+        ],
+        &members,
+        &[],
+    ));
+    let text = std::fs::read_to_string(&conf).unwrap();
+    assert!(out.contains("added to"), "{out}");
+    assert!(
+        text.starts_with("ARRAY pol ") && text.contains("read-ahead=adaptive"),
+        "{text}"
+    );
+    let first = std::fs::canonicalize(&members[0]).unwrap();
+    assert!(text.contains(&first.display().to_string()), "{text}");
+    let server = Server::start(&dir.0, "pol", &["--scan", "--config", s(&conf)]);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--control", s(&server.control), "--json"])).unwrap();
+    assert_eq!(d["status"]["read_ahead"]["policy"], "adaptive", "{d}");
+}
