@@ -338,13 +338,14 @@ impl ExamineReport {
                         .unwrap_or("-unknown-")
                         .to_string()
                 }),
-                new_layout: (r.new_layout != sb.layout).then(|| {
-                    match r.new_level {
-                        5 => raid5_layout_name(r.new_layout),
-                        6 => raid6_layout_name(r.new_layout),
-                        _ => None,
-                    }
-                    .map_or_else(|| r.new_layout.to_string(), str::to_string)
+                new_layout: (r.new_layout != sb.layout).then(|| match r.new_level {
+                    // mdadm's print_r10_layout, as for "Layout".
+                    10 => raid10_layout_name(r.new_layout),
+                    5 => raid5_layout_name(r.new_layout)
+                        .map_or_else(|| r.new_layout.to_string(), str::to_string),
+                    6 => raid6_layout_name(r.new_layout)
+                        .map_or_else(|| r.new_layout.to_string(), str::to_string),
+                    _ => r.new_layout.to_string(),
                 }),
                 new_chunk_kib: (r.new_chunk_sectors != sb.chunk_sectors)
                     .then_some(r.new_chunk_sectors / 2),

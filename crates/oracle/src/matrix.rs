@@ -314,8 +314,17 @@ impl ReshapeSpec {
             None if level == 0 && layout.is_some() => {
                 return Err("RAID 0: more members, chunk:SIZE, or level:4, 5 or 6".into())
             }
-            None if level == 10 && layout.is_some() => {
-                return Err("RAID 10: more members or chunk:SIZE (the layout stays)".into())
+            // md reshapes a RAID 10's near and offset layouts into each other (the same
+            // number of copies), never a far one.
+            None if level == 10
+                && layout
+                    .as_deref()
+                    .is_some_and(|l| !(l.starts_with('n') || l.starts_with('o'))) =>
+            {
+                return Err(
+                    "RAID 10: more members, chunk:SIZE or layout:nN/oN (md reshapes no far layout)"
+                        .into(),
+                )
             }
             None => 0,
             Some(4) if level == 0 && layout.is_some() => return Err("level:4 has no layout".into()),
