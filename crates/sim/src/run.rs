@@ -1082,7 +1082,9 @@ impl Run<'_> {
     }
 
     /// A reshape as an operator would run it (`raidkit grow` on the stopped array): a RAID
-    /// 4/5/6's chunk size or layout, a RAID 10's chunk, a RAID 5 becoming a RAID 6 on a spare;
+    /// 4/5/6's chunk size or layout, a RAID 10's chunk (near or offset copies; not a layout
+    /// change, which changes which pairs of members it survives losing, and so the seed's
+    /// fault budget), a RAID 5 becoming a RAID 6 on a spare;
     /// a RAID 4/5/6 growing by a member (the model's new room reads zeros), a RAID 6 becoming
     /// a RAID 5 (its Q member left as a spare), a RAID 5 a RAID 4, a RAID 4 a RAID 5. Sometimes the power is cut at one of its writes (then a
     /// crash, and the reshape continued, or started again when the cut came before it was
@@ -1093,18 +1095,20 @@ impl Run<'_> {
             return Ok(());
         };
         let st = array.status();
-        let near10 = self.sc.level == 10
-            && self.sc.layout & 0x1ff00 == 0x100
-            && self
-                .sc
-                .raid_disks
-                .is_multiple_of((self.sc.layout & 0xff) as usize);
+        // A RAID 10 of near or offset copies over a whole number of copies (md reshapes no
+        // far layout).
+        let l10 = self.sc.layout;
+        let (near, far, offset) = (l10 & 0xff, (l10 >> 8) & 0xff, l10 & 0x10000 != 0);
+        let reshapable10 = self.sc.level == 10
+            && (far == 1 || offset)
+            && near * far > 0
+            && self.sc.raid_disks.is_multiple_of((near * far) as usize);
         if st.degraded
             || st.failed
             || self.journal
             || self.ppl
             || self.world.power_cut_armed()
-            || !(self.parity() || near10)
+            || !(self.parity() || reshapable10)
         {
             return Ok(());
         }

@@ -116,6 +116,11 @@ pub(super) fn raid10_reshapable(
             new_near * new_far.max(1)
         )));
     }
+    if (offset || new_offset) && target.chunk_sectors.is_some() {
+        // An offset layout holds whole groups of rows, so a new chunk can change what the
+        // members hold (the array's size) in ways not yet handled.
+        return not_yet("a RAID 10 offset layout's chunk change".into());
+    }
     let n = target.raid_devices.unwrap_or(raid_disks);
     let whole = |n: usize| copies > 0 && n.is_multiple_of(copies as usize);
     if !whole(raid_disks) || !whole(n) {
@@ -308,6 +313,27 @@ pub(super) fn start_plan(
     let old = Geo::new(run_level, old_layout, run_count, old_chunk, used).map_err(invalid)?;
     let new = Geo::new(new_level, new_layout, new_count, new_chunk, used).map_err(invalid)?;
     let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
+    // A RAID 10 offset layout holds whole groups of rows only: on members with an odd number
+    // of chunks it holds less than a near layout of the same copies, and a larger chunk can
+    // leave it less too. A forward reshape would drop what lies past the smaller end: refused
+    // (md's raid10 refuses to reduce the array's size as well).
+    if level == 10 && new.array_sectors() < old.array_sectors() {
+        return refuse(GrowRefusal::WouldShrink {
+            array_sectors: old.array_sectors(),
+            new_sectors: new.array_sectors(),
+        });
+    }
+    // With the members it has, a RAID 10's chunk or layout change keeps its size (larger
+    // only with more members, whose new room md resyncs).
+    if level == 10 && new_count == old_count && new.array_sectors() != old.array_sectors() {
+        return refuse(GrowRefusal::ReshapeNotYet {
+            what: format!(
+                "a RAID 10 chunk or layout change that makes the array {} sectors instead of {}",
+                new.array_sectors(),
+                old.array_sectors()
+            ),
+        });
+    }
     if nd < od {
         // The array shrinks: what lies past its new end goes, so only when the caller said
         // the array holds nothing it needs there (mdadm's `--array-size` first).
