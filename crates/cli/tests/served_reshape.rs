@@ -30,22 +30,25 @@ fn readback(dir: &TempDir, socket: &std::path::Path, len: usize) -> Vec<u8> {
 }
 
 fn raid5(dir: &TempDir, policy: &str) -> Vec<std::path::PathBuf> {
+    raid5_with(dir, policy, &[])
+}
+
+/// A RAID 5 of four 64 MiB members with 64 KiB chunks and `policy`, `more` create options.
+fn raid5_with(dir: &TempDir, policy: &str, more: &[&str]) -> Vec<std::path::PathBuf> {
     let members = dir.members("m", 4);
-    ok(&with(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--chunk",
-            "64K",
-            "--consistency-policy",
-            policy,
-            "--image-size",
-            "64M",
-        ],
-        &members,
-        &[],
-    ));
+    let mut args = vec![
+        "create",
+        "--level",
+        "5",
+        "--chunk",
+        "64K",
+        "--consistency-policy",
+        policy,
+        "--image-size",
+        "64M",
+    ];
+    args.extend_from_slice(more);
+    ok(&with(&args, &members, &[]));
     members
 }
 
@@ -208,24 +211,7 @@ fn a_refused_online_reshape_leaves_the_array_served() {
 fn a_served_raid5_shrinks_online_once_given_the_smaller_size() {
     let dir = TempDir::new("served-reshape-shrink");
     // Room behind the data on each member: a shrink moves the data offset up.
-    let members = dir.members("m", 4);
-    ok(&with(
-        &[
-            "create",
-            "--level",
-            "5",
-            "--chunk",
-            "64K",
-            "--consistency-policy",
-            "resync",
-            "--image-size",
-            "64M",
-            "--size",
-            "60M",
-        ],
-        &members,
-        &[],
-    ));
+    let members = raid5_with(&dir, "resync", &["--size", "60M"]);
     let mut args = vec!["--name", "md0"];
     args.extend(members.iter().map(|p| s(p)));
     let server = Server::start(&dir.0, "nbd", &args);

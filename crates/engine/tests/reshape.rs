@@ -71,10 +71,23 @@ fn written_array_chunk(
     policy: ConsistencyPolicy,
     chunk: u32,
 ) -> (Vec<CrashDisk>, Vec<u8>) {
+    written_array_layout(level, None, n, spares, policy, chunk)
+}
+
+/// [`written_array_chunk`] with md's `layout` (the level's default when `None`).
+fn written_array_layout(
+    level: i32,
+    layout: Option<u32>,
+    n: usize,
+    spares: usize,
+    policy: ConsistencyPolicy,
+    chunk: u32,
+) -> (Vec<CrashDisk>, Vec<u8>) {
     let disks: Vec<CrashDisk> = (0..n + spares)
         .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
         .collect();
-    let opts = create_opts(level, n, policy, chunk);
+    let mut opts = create_opts(level, n, policy, chunk);
+    opts.layout = layout;
     let array = Array::create(boxed(&disks[..n]), opts).unwrap();
     let data = pattern(level as u64 * 31 + n as u64, array.size_bytes() as usize);
     for (k, piece) in data.chunks(1 << 20).enumerate() {
@@ -594,26 +607,14 @@ fn raid10_offset_layouts_reshape_and_change_to_and_from_near() {
 
 /// A RAID 10 of `layout` over `n` members full of a pattern, `spares` spares added.
 fn written_raid10(layout: u32, n: usize, spares: usize) -> (Vec<CrashDisk>, Vec<u8>) {
-    let disks: Vec<CrashDisk> = (0..n + spares)
-        .map(|i| CrashDisk::new(&format!("m{i}"), MEMBER_BYTES))
-        .collect();
-    let mut opts = create_opts(10, n, ConsistencyPolicy::Resync, CHUNK);
-    opts.layout = Some(layout);
-    let array = Array::create(boxed(&disks[..n]), opts).unwrap();
-    let data = pattern(u64::from(layout) + n as u64, array.size_bytes() as usize);
-    for (k, piece) in data.chunks(1 << 20).enumerate() {
-        array.write_at(piece, (k << 20) as u64, false).unwrap();
-    }
-    for (s, d) in disks[n..].iter().enumerate() {
-        array
-            .add_spare(Box::new(d.clone()), [0x40 + s as u8; 16])
-            .unwrap();
-    }
-    array.stop().unwrap();
-    for d in &disks {
-        d.flush().unwrap();
-    }
-    (disks, data)
+    written_array_layout(
+        10,
+        Some(layout),
+        n,
+        spares,
+        ConsistencyPolicy::Resync,
+        CHUNK,
+    )
 }
 
 #[test]
