@@ -151,7 +151,7 @@ fn random_writes_from_several_threads_are_not_held_back() {
     // Random 4 KiB writes from 8 threads: none continues a stream, so few wait for others to
     // fill its stripe (a wait costs a random write up to a stripe's write time). Some land
     // by chance within four request lengths of one of the 32 writes remembered: on this
-    // 24 MiB range about one in twenty; on an array of gigabytes almost none.
+    // 24 MiB range about one in twenty; leading needs that twice in a row.
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     // Memory members: what is measured is which writes wait, not what the disks do.
     let a = create(5, 4, false);
@@ -176,7 +176,7 @@ fn random_writes_from_several_threads_are_not_held_back() {
     let writes = 8 * writes_per_thread;
     println!("{writes} random writes: {} gatherings opened", c.opened);
     assert!(
-        c.opened * 10 <= writes,
+        c.opened * 100 <= writes,
         "{} of {writes} random writes waited to gather a stripe",
         c.opened
     );
