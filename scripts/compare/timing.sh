@@ -4,6 +4,7 @@
 # (the order flips every round), each figure the median over rounds, then NEW / OLD. Each
 # bench discards a warm-up run of its own.
 #   scripts/compare/timing.sh OLD_TARGET_DIR NEW_TARGET_DIR [ROUNDS] [OUT_DIR]
+# TOLERANCE (default 0.05) is how far new/old may stray from 1 before a figure is marked.
 # A target dir is a cargo `target/release` holding `raidkit` and `examples/seqbench`
 # (cargo build --release -p raidkit-cli -p raidkit-engine --examples).
 # Run it on an otherwise idle machine; under `chrt -r 1` where root, so other processes take
@@ -29,9 +30,9 @@ for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then run_build old "$OLD" "$r"; run_build new "$NEW" "$r"
   else run_build new "$NEW" "$r"; run_build old "$OLD" "$r"; fi
 done
-python3 - "$OUT" "$ROUNDS" <<'EOF'
+python3 - "$OUT" "$ROUNDS" "${TOLERANCE:-0.05}" <<'EOF'
 import json, sys, statistics, re
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, tol = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 def rows(name, r):
     got = {}
     nbd = json.load(open(f"{out}/nbd.{name}.{r}.json"))
@@ -59,8 +60,8 @@ for k, a in med["old"].items():
     if b is None or a == 0:
         continue
     total += 1
-    ok = abs(b / a - 1) <= 0.05
+    ok = abs(b / a - 1) <= tol
     within += ok
     print(f"{k:<58} {a:>10.2f} {b:>10.2f} {b / a:>8.3f}{'' if ok else '  *'}")
-print(f"{within} of {total} within 5% (* outside); medians of {rounds} rounds; raw files in {out}")
+print(f"{within} of {total} within {tol * 100:g}% (* outside); medians of {rounds} rounds; raw files in {out}")
 EOF

@@ -115,6 +115,14 @@ pub(crate) struct Member {
     pub(crate) health: Mutex<drive_health::Seen>,
 }
 
+/// Whether members' I/O is counted ([`raidkit_disk::Counted`]): always, unless the
+/// environment says `RAIDKIT_MEMBER_COUNTERS=off`. That switch exists to measure what counting
+/// costs, side by side (`scripts/compare/counters.sh`); the members' figures then stay 0.
+fn count_member_io() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RAIDKIT_MEMBER_COUNTERS").map_or(true, |v| v != "off"))
+}
+
 impl Member {
     /// Puts `disk` in service as member number `index`: its I/O is counted and a worker
     /// thread takes its requests.
@@ -123,9 +131,13 @@ impl Member {
         disk: Arc<dyn Disk>,
         data_offset_bytes: u64,
     ) -> Result<Member> {
-        let counted = raidkit_disk::Counted::new(disk);
-        let io = counted.counters().clone();
-        let disk: Arc<dyn Disk> = Arc::new(counted);
+        let (disk, io): (Arc<dyn Disk>, Arc<IoCounters>) = if count_member_io() {
+            let counted = raidkit_disk::Counted::new(disk);
+            let io = counted.counters().clone();
+            (Arc::new(counted), io)
+        } else {
+            (disk, Arc::default())
+        };
         let worker = Worker::spawn(format!("raidkit-m{index}"), disk.clone()).map_err(|e| {
             EngineError::Invalid(format!("cannot start a member worker thread: {e}"))
         })?;
