@@ -4,7 +4,8 @@
 # (the order flips every round), each figure the median over rounds, then NEW / OLD. Each
 # bench discards a warm-up run of its own.
 #   scripts/compare/timing.sh OLD_TARGET_DIR NEW_TARGET_DIR [ROUNDS] [OUT_DIR]
-# TOLERANCE (default 0.05) is how far new/old may stray from 1 before a figure is marked.
+# TOLERANCE (default 0.05) is how far new/old may stray from 1 before a figure is marked;
+# SEQBENCH_ARGS (default 128) are seqbench's arguments (`128 - 3`: three rounds, not five).
 # A target dir is a cargo `target/release` holding `raidkit` and `examples/seqbench`
 # (cargo build --release -p raidkit-cli -p raidkit-engine --examples).
 # Run it on an otherwise idle machine; under `chrt -r 1` where root, so other processes take
@@ -24,7 +25,8 @@ run_build() { # name dir round
   for L in 5 6; do
     "$dir/raidkit" bench rebuild --level $L --size 256M --runs 3 --json > "$OUT/rebuild$L.$name.$r.json"
   done
-  "$dir/examples/seqbench" 128 > "$OUT/seq.$name.$r.txt"
+  # shellcheck disable=SC2086 # several arguments
+  "$dir/examples/seqbench" ${SEQBENCH_ARGS:-128} > "$OUT/seq.$name.$r.txt"
 }
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then run_build old "$OLD" "$r"; run_build new "$NEW" "$r"

@@ -117,7 +117,7 @@ impl FileTarget {
         } else {
             (meta.len(), None)
         };
-        let ring = io_uring::IoUring::new(64).map_err(|e| LabError::io(path, e))?;
+        let ring = ring(64).map_err(|e| LabError::io(path, e))?;
         Ok(FileTarget {
             path: path.to_path_buf(),
             file,
@@ -136,6 +136,17 @@ impl FileTarget {
     pub fn direct(&self) -> bool {
         self.direct
     }
+}
+
+/// A ring with one submitter whose completions run when it reaps them (as fio's io_uring
+/// engine sets it up where the kernel can), else a plain one.
+fn ring(entries: u32) -> std::io::Result<io_uring::IoUring> {
+    io_uring::IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| io_uring::IoUring::new(entries))
 }
 
 impl Target for FileTarget {
@@ -160,8 +171,8 @@ impl Target for FileTarget {
     }
     fn prepare(&mut self, slots: usize, max_len: usize) -> Result<(), LabError> {
         if slots > 64 {
-            self.ring = io_uring::IoUring::new(slots.next_power_of_two() as u32)
-                .map_err(|e| LabError::io(&self.path, e))?;
+            self.ring =
+                ring(slots.next_power_of_two() as u32).map_err(|e| LabError::io(&self.path, e))?;
         }
         self.bufs = (0..slots)
             .map(|_| AlignedBuf::new(max_len, 4096).expect("buffer allocation"))
