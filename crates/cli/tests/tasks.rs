@@ -230,10 +230,9 @@ fn killed_write_then_killed_resync_end_consistent() {
     // A writer killed once the array is marked dirty (in the middle of its writes).
     let input = dir.file("input");
     std::fs::write(&input, data(3, 60 << 20)).unwrap();
-    // Killed only once some member's log names a stripe: before the first log write lands
-    // there is nothing to replay, and md's rule then asks for a resync instead.
+    let first = members[0].clone();
     let killed = kill_when(&args(&["write"], &members, &["--input", &input]), || {
-        members.iter().any(|m| ppl_logged(m))
+        superblock(&first).is_some_and(|sb| !sb.is_clean())
     });
     assert!(killed, "the write finished before it could be killed");
     let detail = ok(&args(&["detail"], &members, &[]));
@@ -278,9 +277,10 @@ fn killed_write_on_a_ppl_array_is_replayed_at_assembly() {
     );
     let input = dir.file("input");
     std::fs::write(&input, data(5, 40 << 20)).unwrap();
-    let first = members[0].clone();
+    // Killed only once some member's log names a stripe: before the first log write lands
+    // there is nothing to replay, and md's rule then asks for a resync instead.
     let killed = kill_when(&args(&["write"], &members, &["--input", &input]), || {
-        superblock(&first).is_some_and(|sb| !sb.is_clean())
+        members.iter().any(|m| ppl_logged(m))
     });
     assert!(killed, "the write finished before it could be killed");
     // A read-write assembly replays the log and leaves nothing pending.
