@@ -50,7 +50,12 @@ fn args<'a>(head: &[&'a str], members: &'a [String], tail: &[&'a str]) -> Vec<&'
 /// The superblock of a member, read without writing anything (None while unreadable), and
 /// without a claim: it watches members while the command under test owns them.
 fn superblock(path: &str) -> Option<raidkit_metadata::Superblock> {
-    let d = FileDisk::open(
+    Some(raidkit_engine::read_superblock(&watch(path)?).ok()?.sb)
+}
+
+/// A member opened to look at, read-only and without a claim.
+fn watch(path: &str) -> Option<FileDisk> {
+    FileDisk::open(
         Path::new(path),
         OpenOptions {
             read_only: true,
@@ -58,25 +63,16 @@ fn superblock(path: &str) -> Option<raidkit_metadata::Superblock> {
             ..OpenOptions::default()
         },
     )
-    .ok()?;
-    Some(raidkit_engine::read_superblock(&d).ok()?.sb)
+    .ok()
 }
 
 /// Whether the member's partial parity log area starts with a header naming entries: a log
 /// write of the running array is on disk, so a kill now leaves something to replay.
 fn ppl_logged(path: &str) -> bool {
     let read = || -> Option<bool> {
-        let sb = superblock(path)?;
+        let d = watch(path)?;
+        let sb = raidkit_engine::read_superblock(&d).ok()?.sb;
         let area = sb.ppl()?;
-        let d = FileDisk::open(
-            Path::new(path),
-            OpenOptions {
-                read_only: true,
-                claim: raidkit_disk::Claim::Unclaimed,
-                ..OpenOptions::default()
-            },
-        )
-        .ok()?;
         let at = sb
             .super_offset_sectors
             .checked_add_signed(i64::from(area.offset_sectors))?;
