@@ -36,9 +36,9 @@
 //! of copies as md does; an offset layout's rows go in groups of its far copies
 //! ([`rule_units`]), and its data offset moves by its chunk times those copies (mdadm's
 //! `min_offset_change`, which md's `raid10_run` checks). Arrays in use are reshaped by
-//! `online.rs`, step by step. (RAID 0 and RAID 10 of two near copies become each other by md's takeovers,
-//! `takeover.rs`, nothing moving.) Not yet: fewer members for RAID 0 and 10, RAID 10
-//! counts that are not a whole number of copies, a new chunk for an offset layout (its
+//! `online.rs`, step by step. (RAID 0 and RAID 10 of two near copies become each other by
+//! md's takeovers, `takeover.rs`, nothing moving.) Not yet: fewer members for RAID 0 and
+//! 10, RAID 10 counts that are not a whole number of copies, a new chunk for an offset layout (its
 //! whole groups of rows can make the array another size), a RAID 10 change that would make
 //! the array another size with the same members (refused; smaller is `WouldShrink`).
 
