@@ -441,6 +441,18 @@ fn restripes() -> Vec<(i32, usize, usize, u32, ReshapeTarget, Want)> {
             target(None, None, Some(64)),
             (10, 0x102, 64, 4),
         ),
+        // RAID 10 near copies over counts that are not a whole number of copies (md's
+        // raid10 steps chunk by chunk; 5 members of 2 copies hold 5 chunks in two rows).
+        (10, 4, 1, 16, ReshapeTarget::members(5), (10, 0x102, 16, 5)),
+        (10, 3, 2, 16, ReshapeTarget::members(5), (10, 0x102, 16, 5)),
+        (
+            10,
+            5,
+            0,
+            16,
+            target(None, None, Some(32)),
+            (10, 0x102, 32, 5),
+        ),
         // RAID 0 from 3 to 5 members (md's way: a RAID 4 without its parity in between), a
         // RAID 0's chunk, and both.
         (0, 3, 2, 16, ReshapeTarget::members(5), (0, 0, 16, 5)),
@@ -601,6 +613,44 @@ fn raid10_offset_layouts_reshape_and_change_to_and_from_near() {
     assert!(matches!(
         refused_on(&disks, target(None, Some(O2), None)),
         GrowRefusal::WouldShrink { .. }
+    ));
+    assert!(snapshot(&disks) == before, "a refusal wrote");
+}
+
+/// Three near copies over 4 members, grown to 5 and then 7: no count a whole number of
+/// copies; each whole and cut by power losses and continued. An offset layout over such a
+/// count is refused (md would move the data offset less than its groups of rows need).
+#[test]
+fn raid10_three_near_copies_grow_over_any_count() {
+    const N3: u32 = 0x103;
+    let cases: Vec<(usize, usize, ReshapeTarget, Want)> = vec![
+        (4, 1, ReshapeTarget::members(5), (10, N3, 16, 5)),
+        (5, 2, ReshapeTarget::members(7), (10, N3, 16, 7)),
+    ];
+    let mut rng = Rng(0x000f_f5e7_0003);
+    for (k, (n, spares, t, want)) in cases.into_iter().enumerate() {
+        let make = || written_raid10(N3, n, spares);
+        let (disks, data) = make();
+        let report = reshape(&disks, &t).unwrap_or_else(|e| panic!("{t:?}: {e}"));
+        assert!(
+            report.finished && report.new_raid_devices == want.3,
+            "{t:?}"
+        );
+        verify_shape(&disks, &data, want);
+        crash_rounds(k, 10, &make, &t, want, &mut rng);
+    }
+    let (disks, _) = written_raid10(0x102, 3, 1);
+    let before = snapshot(&disks);
+    assert!(matches!(
+        refused_on(
+            &disks,
+            ReshapeTarget {
+                raid_devices: Some(4),
+                layout: Some(0x10201),
+                ..Default::default()
+            }
+        ),
+        GrowRefusal::ReshapeNotYet { .. }
     ));
     assert!(snapshot(&disks) == before, "a refusal wrote");
 }
@@ -1165,20 +1215,22 @@ fn online_write(
     model[at..at + len].copy_from_slice(&bytes);
 }
 
-/// A RAID 5 grows from 4 to 5 members and changes its chunk while it is in use: between
+/// A RAID 5 grows from 4 to 5 members and changes its chunk, and a RAID 10 of 2 near copies
+/// grows from 4 to 5 members (chunk by chunk), while in use: between
 /// steps, writes below the moved part, above it and across it, and reads of every kind,
 /// must match the model; at the end the array holds the model, consistent, in the new shape;
 /// a stop between steps (a crash: nothing more recorded) is continued offline with the
 /// acknowledged, flushed writes kept.
 #[test]
 fn an_online_reshape_serves_reads_and_writes_between_its_steps() {
-    for (spares, t, want) in [
-        (1, ReshapeTarget::members(5), (5, 2, 16, 5)),
-        (0, target(None, None, Some(64)), (5, 2, 64, 4)),
+    for (level, spares, t, want) in [
+        (5, 1, ReshapeTarget::members(5), (5, 2, 16, 5)),
+        (5, 0, target(None, None, Some(64)), (5, 2, 64, 4)),
+        (10, 1, ReshapeTarget::members(5), (10, 0x102, 16, 5)),
     ] {
-        let (disks, data) = written_array(5, 4, spares, ConsistencyPolicy::Resync);
+        let (disks, data) = written_array(level, 4, spares, ConsistencyPolicy::Resync);
         let mut model = data.clone();
-        let mut rng = Rng(0x0411_11e0 + spares as u64);
+        let mut rng = Rng(0x0411_11e0 + spares as u64 + level as u64);
         let online = raidkit_engine::OnlineReshape::start(
             shared(&disks),
             &t,

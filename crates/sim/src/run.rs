@@ -1095,14 +1095,14 @@ impl Run<'_> {
             return Ok(());
         };
         let st = array.status();
-        // A RAID 10 of near or offset copies over a whole number of copies (md reshapes no
-        // far layout).
+        // A RAID 10 of near copies over any number of members, or of offset copies over a
+        // whole number of its near copies (md reshapes no far layout).
         let l10 = self.sc.layout;
         let (near, far, offset) = (l10 & 0xff, (l10 >> 8) & 0xff, l10 & 0x10000 != 0);
         let reshapable10 = self.sc.level == 10
             && (far == 1 || offset)
             && near * far > 0
-            && self.sc.raid_disks.is_multiple_of((near * far) as usize);
+            && (!offset || self.sc.raid_disks.is_multiple_of(near as usize));
         if st.degraded
             || st.failed
             || self.journal
@@ -1118,12 +1118,14 @@ impl Run<'_> {
         // others draw as they did).
         let sized = &mut self.sized_reshape_rng;
         let parity = matches!(level, 4..=6);
-        let grows = if parity && sized.chance(333) {
+        let grows = if (parity || reshapable10) && sized.chance(333) {
             match sized.below(2) {
                 0 if self.sc.spares > 0 => {
                     target.raid_devices = Some(self.sc.raid_disks + 1);
                     true
                 }
+                // md changes no RAID 10's level in a reshape.
+                _ if level == 10 => return Ok(()),
                 // A RAID 5 loses one member where a RAID 6 lost two: only when the seed's
                 // faults stay within what a RAID 5 survives (its budget is drawn per level).
                 _ if level == 6 && self.sc.fault_prone.len() > 1 => return Ok(()),

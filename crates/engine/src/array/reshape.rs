@@ -33,14 +33,18 @@
 //! superblocks record no more, as md's), and `grow --level 5` then drops the Q at once.
 //!
 //! RAID 10 reshapes its near and offset layouts and one into the other, keeping the number
-//! of copies as md does; an offset layout's rows go in groups of its far copies
-//! ([`rule_units`]), and its data offset moves by its chunk times those copies (mdadm's
-//! `min_offset_change`, which md's `raid10_run` checks). Arrays in use are reshaped by
-//! `online.rs`, step by step. (RAID 0 and RAID 10 of two near copies become each other by
-//! md's takeovers, `takeover.rs`, nothing moving.) Not yet: fewer members for RAID 0 and
-//! 10, RAID 10 counts that are not a whole number of copies, a new chunk for an offset layout (its
-//! whole groups of rows can make the array another size), a RAID 10 change that would make
-//! the array another size with the same members (refused; smaller is `WouldShrink`).
+//! of copies as md does. Near copies go over any number of members (5 members of 2 copies
+//! hold 5 chunks in two rows): the steps go chunk by chunk, each copy written only where the
+//! old layout's cell holds nothing still needed ([`plan::reshape::Rule::step_end`]), so the
+//! data offset moves by one chunk, as mdadm moves it. An offset layout's rows go in groups
+//! of its far copies ([`lay`]), and its data offset moves by its chunk times those copies
+//! (mdadm's `min_offset_change`, which md's `raid10_run` checks). Arrays in use are
+//! reshaped by `online.rs`, step by step. (RAID 0 and RAID 10 of two near copies become each
+//! other by md's takeovers, `takeover.rs`, nothing moving.) Not yet: fewer members for RAID
+//! 0 and 10, an offset layout over a count that is not a whole number of its near copies, a
+//! new chunk for an offset layout (its whole groups of rows can make the array another
+//! size), a RAID 10 change that would make the array another size with the same members
+//! (refused; smaller is `WouldShrink`).
 
 use super::grow::{decide_stopped, read_and_decide};
 use super::*;
@@ -387,16 +391,20 @@ impl Array {
     }
 }
 
-/// The chunk (sectors on a member) and data-member count the reshape's rules reason in: a
-/// stripe's chunk, except for a RAID 10 offset layout, whose rows come in groups of its far
-/// copies (a row of chunks, then the same row shifted by one member): `far` chunks on each
-/// member hold `raid_disks` chunks of the array, so a step always moves whole groups.
-fn rule_units(geo: &Geo) -> (u64, u64) {
+/// Where a geometry puts array sectors on its members, as the reshape's rules reason
+/// ([`rules::Lay`]): a striped level's stripes over its data members, a RAID 10's near copies
+/// over any number of members (not only a whole number of copies), an offset layout's rows in
+/// groups of its far copies (a row of chunks, then the same row shifted by one member).
+fn lay(geo: &Geo) -> rules::Lay {
+    if geo.level() != RaidLevel::Raid10 {
+        return rules::Lay::striped(geo.chunk_sectors, geo.data_disks() as u64);
+    }
     let layout = geo.md_layout();
-    let far = if geo.level() == RaidLevel::Raid10 && layout & 0x10000 != 0 {
+    let near = u64::from(layout & 0xff).max(1);
+    let far = if layout & 0x10000 != 0 {
         u64::from((layout >> 8) & 0xff).max(1)
     } else {
         1
     };
-    (geo.chunk_sectors * far, geo.data_disks() as u64)
+    rules::Lay::mirrored(geo.chunk_sectors, near, geo.raid_disks as u64, far)
 }

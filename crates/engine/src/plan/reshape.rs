@@ -70,6 +70,85 @@ pub fn choose_offset(lo: u64, hi: u64, min: u64, max: u64) -> u64 {
     choice
 }
 
+/// Where a layout puts array sectors on its members, in the terms md's raid10 reasons in
+/// (`first_dev_address`, `last_dev_address`): chunk `k` lies in the member rows from
+/// `floor(k * near / disks) * far` chunks on. A striped level is the case of one copy over
+/// its data members (`near` = `far` = 1, `disks` its data members); a RAID 10 of near copies
+/// need not be a whole number of copies (5 members, 2 copies: two rows hold 5 chunks); an
+/// offset layout's `far` rows hold one row's chunks and their shifted copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lay {
+    pub chunk: u64,
+    pub near: u64,
+    pub disks: u64,
+    pub far: u64,
+    /// The chunks a step's writes must cover whole (their start and end positions fall on
+    /// them): a striped level's stripe (its parity covers it), an offset layout's row of
+    /// `disks / gcd(disks, near)` chunks (its shifted copies), one chunk of near copies (each
+    /// copy is a cell of its own).
+    pub step_chunks: u64,
+}
+
+impl Lay {
+    /// A striped level (RAID 0, 4, 5, 6): `data` members' chunks per stripe.
+    pub fn striped(chunk: u64, data: u64) -> Lay {
+        Lay {
+            chunk,
+            near: 1,
+            disks: data,
+            far: 1,
+            step_chunks: data,
+        }
+    }
+
+    /// A RAID 10 of `near` copies over `disks` members, in groups of `far` rows when its
+    /// layout is offset (1 otherwise).
+    pub fn mirrored(chunk: u64, near: u64, disks: u64, far: u64) -> Lay {
+        Lay {
+            chunk,
+            near,
+            disks,
+            far,
+            step_chunks: if far > 1 { disks / gcd(disks, near) } else { 1 },
+        }
+    }
+
+    /// md's `first_dev_address`: the first member sector (from the data offset) that can hold
+    /// array sector `s` or any after it.
+    pub fn first_dev(&self, s: u64) -> u64 {
+        s / self.chunk * self.near / self.disks * self.far * self.chunk
+    }
+
+    /// md's `last_dev_address`: the member sector past every one that can hold an array
+    /// sector below `e`.
+    pub fn last_dev(&self, e: u64) -> u64 {
+        (e.div_ceil(self.chunk) * self.near).div_ceil(self.disks) * self.far * self.chunk
+    }
+
+    /// The furthest array sector `e` (on a chunk) whose sectors below it all lie below member
+    /// sector `m`: the largest `e` with `last_dev(e) <= m`.
+    fn end_below(&self, m: u64) -> u64 {
+        m / (self.far * self.chunk) * self.disks / self.near * self.chunk
+    }
+
+    /// The lowest array sector `s` (on a chunk) whose sectors from it on all lie at or above
+    /// member sector `m`: the least `s` with `first_dev(s) >= m`.
+    fn start_above(&self, m: u64) -> u64 {
+        (m.div_ceil(self.far * self.chunk) * self.disks).div_ceil(self.near) * self.chunk
+    }
+
+    /// Whether each copy of a chunk is a cell of its own, which a step writes alone: near
+    /// copies, not an offset layout's rows.
+    fn cells(&self) -> bool {
+        self.far == 1 && self.step_chunks == 1
+    }
+
+    /// Whether this layout holds more array sectors per member sector than `other`.
+    pub fn wider_than(&self, other: &Lay) -> bool {
+        self.disks * other.near * other.far > other.disks * self.near * self.far
+    }
+}
+
 /// A reshape's geometry in the numbers the safety rule needs (sectors). Forward (more data
 /// members, or as many) it runs up from 0 with the data offset moved down by `diff`
 /// ([`Rule::step_end`]); backward (fewer, md's `reshape_backwards`) down from the end with the
@@ -77,10 +156,8 @@ pub fn choose_offset(lo: u64, hi: u64, min: u64, max: u64) -> u64 {
 /// below still in the old, which a step may not overwrite ([`Rule::step_start`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rule {
-    pub old_chunk: u64,
-    pub old_data: u64,
-    pub new_chunk: u64,
-    pub new_data: u64,
+    pub old: Lay,
+    pub new: Lay,
     /// How far the data offset moved (the least over the members).
     pub diff: u64,
     /// Array sectors the reshape covers: the new geometry's whole size.
@@ -88,25 +165,58 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// The unit a step covers and a position recorded falls on: whole new stripes of the
-    /// larger chunk (md's raid5_run insists: "reshape_position not on a stripe boundary").
+    /// The unit a step covers and a position recorded falls on: whole steps of the new
+    /// layout (a striped level's stripes) of the larger chunk (md's raid5_run insists:
+    /// "reshape_position not on a stripe boundary").
     fn unit(&self) -> u64 {
-        self.old_chunk.max(self.new_chunk) * self.new_data
+        self.old.chunk.max(self.new.chunk) * self.new.step_chunks
     }
 
-    /// The furthest array sector a step from `pos` may reach, in whole units (whole
-    /// new stripes of the larger chunk) and at most `max_step` sectors, while the superblocks record
-    /// `recorded`: its new layout must end at or before the old layout's first stripe holding
-    /// a sector at or above `recorded` (offsets included). `pos` itself when no unit fits:
-    /// the position recorded must advance first.
+    /// The furthest array sector a step from `pos` may reach, in whole units and at most
+    /// `max_step` sectors, while the superblocks record `recorded`: its new layout must end
+    /// at or before the first member sector the old layout may hold a sector at or above
+    /// `recorded` in (offsets included; md's raid10 `reshape_request`, whose rule this is for
+    /// every level). `pos` itself when no unit fits: the position recorded must advance
+    /// first.
     pub fn step_end(&self, pos: u64, recorded: u64, max_step: u64) -> u64 {
-        let old_stripe = self.old_chunk * self.old_data;
-        let read_safe = recorded / old_stripe * self.old_chunk + self.diff;
+        let read_safe = self.old.first_dev(recorded) + self.diff;
         let unit = self.unit();
-        // New member sectors per unit: the larger chunk.
-        let fits = read_safe / (unit / self.new_data) * unit;
+        let mut fits = (self.new.end_below(read_safe) / unit * unit).max(pos);
         let cap = pos.saturating_add((max_step / unit).max(1).saturating_mul(unit));
-        fits.min(cap).min(self.end).max(pos)
+        let last = cap.min(self.end);
+        // Near copies on both sides: md's rows alone would stall at some counts (3 copies
+        // over 4 members to 5: the next row is never clear) where md, once the position is
+        // recorded, writes on; each cell it writes is then clear of the old data still
+        // needed. So the step goes on chunk by chunk while every cell is.
+        if self.old.cells() && self.new.cells() {
+            while fits < last
+                && (fits..fits + unit)
+                    .step_by(self.new.chunk as usize)
+                    .all(|at| self.cells_clear(at / self.new.chunk, recorded))
+            {
+                fits += unit;
+            }
+        }
+        fits.min(last).max(pos)
+    }
+
+    /// Near copies: whether every copy of the new layout's chunk `k`, written (offsets
+    /// included) over the old layout's member rows, lands below the member's first old copy
+    /// of a chunk at or above `recorded`. Copy `j` of chunk `k` is the `k * near + j`-th
+    /// cell of a walk along the rows (md's raid10 `__raid10_find_phys`); members the old
+    /// layout did not have hold nothing old.
+    fn cells_clear(&self, k: u64, recorded: u64) -> bool {
+        let (o, n) = (&self.old, &self.new);
+        let p0 = recorded / o.chunk * o.near;
+        (0..n.near).all(|j| {
+            let q = k * n.near + j;
+            let member = q % n.disks;
+            if member >= o.disks {
+                return true;
+            }
+            let p = p0 + (member + o.disks - p0 % o.disks) % o.disks;
+            (q / n.disks) * n.chunk + n.chunk <= (p / o.disks) * o.chunk + self.diff
+        })
     }
 
     /// Whether a reshape recorded at `pos` can go on (md's "reshape_position too early for
@@ -117,16 +227,17 @@ impl Rule {
 
     /// The lowest array sector a step down from `pos` may start at, in whole units and at
     /// most `max_step` sectors, while the superblocks record `recorded`: its new layout must
-    /// start at or above the end of the old layout's stripes holding sectors below
-    /// `recorded` (offsets included). `pos` itself when no unit fits: the position recorded
-    /// must come down first.
+    /// start at or above the end of the old layout's sectors below `recorded` (offsets
+    /// included). `pos` itself when no unit fits: the position recorded must come down
+    /// first.
     pub fn step_start(&self, pos: u64, recorded: u64, max_step: u64) -> u64 {
-        let old_stripe = self.old_chunk * self.old_data;
-        // Old member sectors still needed: every old stripe holding a sector below it.
-        let needed = recorded.div_ceil(old_stripe) * self.old_chunk;
+        let needed = self.old.last_dev(recorded);
         let unit = self.unit();
-        let per_unit = unit / self.new_data;
-        let fits = needed.saturating_sub(self.diff).div_ceil(per_unit) * unit;
+        let fits = self
+            .new
+            .start_above(needed.saturating_sub(self.diff))
+            .div_ceil(unit)
+            * unit;
         let cap = pos.saturating_sub((max_step / unit).max(1).saturating_mul(unit));
         fits.max(cap).min(pos)
     }
@@ -254,10 +365,8 @@ mod tests {
     #[test]
     fn a_step_never_writes_over_old_data_the_superblocks_still_point_at() {
         let f = Rule {
-            old_chunk: 1024,
-            old_data: 3,
-            new_chunk: 1024,
-            new_data: 4,
+            old: Lay::striped(1024, 3),
+            new: Lay::striped(1024, 4),
             diff: 4096,
             end: 4 * 1024 * 1024,
         };
@@ -291,14 +400,85 @@ mod tests {
         }
     }
 
+    /// md's near layout cell by cell: copy `j` of chunk `k` is the `k * near + j`-th cell of
+    /// a walk along the rows, `disks` cells a row: (member, row).
+    fn cell(k: u64, j: u64, near: u64, disks: u64) -> (u64, u64) {
+        ((k * near + j) % disks, (k * near + j) / disks)
+    }
+
+    #[test]
+    fn first_and_last_dev_bound_every_copy_of_near_layouts_over_any_count() {
+        for (near, disks) in [(2, 3), (2, 4), (2, 5), (3, 4), (3, 5), (3, 3), (2, 7)] {
+            let lay = Lay::mirrored(8, near, disks, 1);
+            for k in 0..60 {
+                let rows = (0..near).map(|j| cell(k, j, near, disks).1);
+                let (lo, hi) = (rows.clone().min().unwrap(), rows.max().unwrap());
+                // Every copy of chunk k and of any chunk after it lies at or above
+                // first_dev(k); every copy of chunks up to k below last_dev(k + 1).
+                assert!(lay.first_dev(k * 8) <= lo * 8, "{near} {disks} {k}");
+                assert_eq!(lay.first_dev(k * 8), cell(k, 0, near, disks).1 * 8);
+                assert!(lay.last_dev((k + 1) * 8) >= (hi + 1) * 8);
+                assert_eq!(lay.last_dev((k + 1) * 8), (hi + 1) * 8);
+            }
+        }
+    }
+
+    #[test]
+    fn near_copies_over_any_count_reshape_chunk_by_chunk_without_overwriting() {
+        // More members, as many copies, the data offset moved down by one chunk (md's
+        // raid10 `before_length`, mdadm's move): each step, recorded before it (the worst
+        // case), writes only cells of the old layout whose chunks it has already moved.
+        let c = 8;
+        for (near, od, nd) in [
+            (2, 4, 5),
+            (2, 3, 4),
+            (2, 5, 6),
+            (2, 4, 7),
+            (3, 4, 5),
+            (3, 3, 5),
+        ] {
+            let rule = Rule {
+                old: Lay::mirrored(c, near, od, 1),
+                new: Lay::mirrored(c, near, nd, 1),
+                diff: c,
+                end: 200 * c,
+            };
+            for cap in [1, 5 * c, u64::MAX] {
+                let (mut pos, mut steps) = (0, 0);
+                while pos < rule.end {
+                    let to = rule.step_end(pos, pos, cap);
+                    assert!(to > pos, "{near} {od}->{nd}: stuck at {pos}");
+                    assert!(
+                        to.is_multiple_of(c) && rule.can_resume(to),
+                        "{near} {od}->{nd} cap {cap}: {pos}..{to}"
+                    );
+                    for k in pos / c..to / c {
+                        for j in 0..near {
+                            // Written one row down (the offset moved by a chunk): that
+                            // cell of the old layout holds a chunk already moved, or none.
+                            let (member, row) = cell(k, j, near, nd);
+                            let old_chunk =
+                                (row > 0 && member < od).then(|| ((row - 1) * od + member) / near);
+                            assert!(
+                                old_chunk.is_none_or(|o| o < pos / c),
+                                "{near} {od}->{nd}: chunk {k} copy {j} at {pos}..{to}"
+                            );
+                        }
+                    }
+                    pos = to;
+                    steps += 1;
+                }
+                assert!(steps >= 2);
+            }
+        }
+    }
+
     #[test]
     fn a_chunk_change_steps_in_the_larger_chunk() {
         // 512 KiB -> 64 KiB chunks over 3 data members: positions on 3 x 1024 sectors.
         let f = Rule {
-            old_chunk: 1024,
-            old_data: 3,
-            new_chunk: 128,
-            new_data: 3,
+            old: Lay::striped(1024, 3),
+            new: Lay::striped(128, 3),
             diff: 1024,
             end: 3 * 1024 * 64,
         };
@@ -323,10 +503,8 @@ mod tests {
     fn a_backward_step_never_writes_over_old_data_the_superblocks_still_point_at() {
         // RAID 5 from 5 to 4 members (4 -> 3 data), 64 KiB chunks, offset up by 512.
         let b = Rule {
-            old_chunk: 128,
-            old_data: 4,
-            new_chunk: 128,
-            new_data: 3,
+            old: Lay::striped(128, 4),
+            new: Lay::striped(128, 3),
             diff: 512,
             end: 3 * 128 * 200,
         };
@@ -361,10 +539,8 @@ mod tests {
     #[test]
     fn resuming_needs_a_stripe_boundary_and_room_for_the_next_stripe() {
         let f = Rule {
-            old_chunk: 128,
-            old_data: 3,
-            new_chunk: 128,
-            new_data: 4,
+            old: Lay::striped(128, 3),
+            new: Lay::striped(128, 4),
             diff: 512,
             end: 4 * 8192,
         };

@@ -2,16 +2,14 @@
 
 use super::*;
 
-/// The rule of a reshape from `od` to `nd` data members: forward, or backward when
-/// `backward` (fewer).
-pub(super) fn way(oc: u64, od: u64, nc: u64, nd: u64, diff: u64, end: u64, backward: bool) -> Way {
+/// The rule of a reshape from `old` to `new`: forward, or backward when `backward` (fewer
+/// data members).
+pub(super) fn way(old: &Geo, new: &Geo, diff: u64, backward: bool) -> Way {
     let rule = Rule {
-        old_chunk: oc,
-        old_data: od,
-        new_chunk: nc,
-        new_data: nd,
+        old: lay(old),
+        new: lay(new),
         diff,
-        end,
+        end: new.array_sectors(),
     };
     if backward {
         Way::Backward(rule)
@@ -178,16 +176,7 @@ pub(in crate::array) fn resume_plan(
             "a reshape that does not move the data offset (md's backup-file reshapes)".into(),
         );
     }
-    let ((ocu, odu), (ncu, ndu)) = (rule_units(&old), rule_units(&new));
-    let way = way(
-        ocu,
-        odu,
-        ncu,
-        ndu,
-        diff as u64,
-        new.array_sectors(),
-        backward,
-    );
+    let way = way(&old, &new, diff as u64, backward);
     if !way.can_resume(pos) {
         return refuse(GrowRefusal::TooEarly { position: pos });
     }

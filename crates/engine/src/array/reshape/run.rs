@@ -349,15 +349,14 @@ pub(super) enum StepError {
 }
 
 /// The old layout's member sectors (from the data offset) holding array sectors
-/// `[from, to)`: whole old stripes (rows), none past the old end.
+/// `[from, to)`: whole old rows (a striped level's stripes, a RAID 10 offset layout's groups
+/// of rows), none past the old end.
 pub(super) fn old_range(shape: &Shape, from: u64, to: u64, old_end: u64) -> (u64, u64) {
-    // Whole old stripes (a RAID 10 offset layout's whole groups of rows).
-    let (oc, od) = super::rule_units(&shape.old);
     if from >= old_end {
         return (0, 0);
     }
-    let unit = oc * od;
-    (from / unit * oc, to.min(old_end).div_ceil(unit) * oc)
+    let old = super::lay(&shape.old);
+    (old.first_dev(from), old.last_dev(to.min(old_end)))
 }
 
 /// Reads the old layout's part of array sectors `[from, to)` from every slot that can be
@@ -422,9 +421,15 @@ pub(super) fn write_new(
     let (oc, nc) = (shape.old.chunk_sectors, shape.new.chunk_sectors);
     let (od, nd) = (shape.old.data_disks() as u64, shape.new.data_disks() as u64);
     // New rows [n0, n1) in member sectors from the data offset; old rows from `o0`.
-    let (n0, n1) = (from / nd, to / nd);
+    let new_lay = super::lay(&shape.new);
+    let (n0, n1) = (new_lay.first_dev(from), new_lay.last_dev(to));
     let (o0, _) = old_range(shape, from, to, old_end);
     let new_len = (n1 - n0) as usize * SECTOR;
+    // What each member writes of those rows, [start, end) in member sectors: every row of a
+    // striped level; of RAID 10 copies only the cells the step's chunks fill (with near
+    // copies over members that are not a whole number of copies, a step's first and last
+    // rows hold chunks of the steps beside it too).
+    let mut spans = vec![(n0, n1); shape.new.raid_disks];
     bufs.new.resize_with(shape.new.raid_disks, Vec::new);
     // Every byte of a new buffer is written below (data, zeros past the old end, parity),
     // so what the last step left there is not cleared.
@@ -436,8 +441,13 @@ pub(super) fn write_new(
     let piece = oc.min(nc);
     let piece_bytes = piece as usize * SECTOR;
     if shape.new.level() == RaidLevel::Raid10 {
+        spans.fill((u64::MAX, 0));
         for at in (from..to).step_by(piece as usize) {
             let (targets, _) = shape.new.copies(at);
+            for &(slot, ms) in &targets {
+                let span = &mut spans[slot];
+                *span = (span.0.min(ms), span.1.max(ms + piece));
+            }
             if at >= old_end {
                 for (slot, ms) in targets {
                     let dst = (ms - n0) as usize * SECTOR;
@@ -495,15 +505,18 @@ pub(super) fn write_new(
         })?;
     }
     let write = |slot: usize, buf: &mut Vec<u8>| -> std::result::Result<(), StepError> {
-        let Some(disk) = shape.member(members, slot) else {
+        let (start, end) = spans[slot];
+        let Some(disk) = shape.member(members, slot).filter(|_| start < end) else {
             return Ok(());
         };
-        let at = (shape.new_offset[slot] + n0) * SECTOR as u64;
-        disk.write_at(buf, at)
+        let at = (shape.new_offset[slot] + start) * SECTOR as u64;
+        let part = (start - n0) as usize * SECTOR..(end - n0) as usize * SECTOR;
+        disk.write_at(&buf[part], at)
             .map_err(|e| StepError::Member(slot, EngineError::from(e)))
     };
     all_slots(&mut bufs.new, write)?;
-    Ok(new_len as u64 * shape.new.raid_disks as u64)
+    let rows: u64 = spans.iter().map(|&(s, e)| e.saturating_sub(s)).sum();
+    Ok(rows * SECTOR as u64)
 }
 
 /// Runs `io` on every slot's buffer at once, one thread each; the first error wins.

@@ -121,11 +121,15 @@ pub(super) fn raid10_reshapable(
         // members hold (the array's size) in ways not yet handled.
         return not_yet("a RAID 10 offset layout's chunk change".into());
     }
+    // Near copies go over any number of members (md's `first_dev_address` rule, which the
+    // reshape's steps follow chunk by chunk). An offset layout's row groups over a count
+    // that is not a whole number of its near copies would need a larger move of the data
+    // offset than md makes.
     let n = target.raid_devices.unwrap_or(raid_disks);
-    let whole = |n: usize| copies > 0 && n.is_multiple_of(copies as usize);
-    if !whole(raid_disks) || !whole(n) {
+    let whole = |n: usize, near: u32| near > 0 && n.is_multiple_of(near as usize);
+    if (offset || new_offset) && (!whole(raid_disks, near) || !whole(n, new_near)) {
         return not_yet(format!(
-            "a RAID 10 of {copies} copies over {raid_disks} to {n} members (a count that is not a whole number of copies)"
+            "a RAID 10 offset layout over {raid_disks} to {n} members, a count that is not a whole number of its near copies"
         ));
     }
     Ok(())
@@ -447,8 +451,9 @@ pub(super) fn start_plan(
     // mdadm: a RAID 10 moves by one chunk (the larger), for it reads and writes whole rows;
     // an offset layout's rows come in groups of its far copies (md's raid10_run refuses a
     // smaller change: "Reshape needs a larger data_offset change").
+    let (old_lay, new_lay) = (lay(&old), lay(&new));
     let min = if level == 10 {
-        rule_units(&old).0.max(rule_units(&new).0)
+        (old_lay.chunk * old_lay.far).max(new_lay.chunk * new_lay.far)
     } else {
         rules::min_offset_change(old_chunk, od, new_chunk, nd)
     };
@@ -498,7 +503,7 @@ pub(super) fn start_plan(
         // room there is (each step may then move that much before progress is recorded).
         new_offset.push(if shrinks {
             off + min
-        } else if nd > od {
+        } else if new_lay.wider_than(&old_lay) {
             off - min
         } else {
             rules::choose_offset(off - before, off, off - before, off - min)
@@ -512,8 +517,7 @@ pub(super) fn start_plan(
         .map(|((&o, &n), _)| o.abs_diff(n))
         .min()
         .unwrap_or(0);
-    let ((ocu, odu), (ncu, ndu)) = (rule_units(&old), rule_units(&new));
-    let way = way(ocu, odu, ncu, ndu, diff, new.array_sectors(), shrinks);
+    let way = way(&old, &new, diff, shrinks);
     let slots = new_count.max(old_count);
     let mut fresh = vec![false; slots];
     for s in fresh_slots {
