@@ -568,6 +568,10 @@ fn raid10_offset_layouts_reshape_and_change_to_and_from_near() {
         (O2, 4, 2, ReshapeTarget::members(6), (10, O2, 16, 6)),
         (N2, 4, 0, target(None, Some(O2), None), (10, O2, 16, 4)),
         (O2, 4, 0, target(None, Some(N2), None), (10, N2, 16, 4)),
+        // A new chunk for an offset layout, larger and smaller (its groups of rows are the
+        // chunk times the far copies).
+        (O2, 4, 0, target(None, None, Some(32)), (10, O2, 32, 4)),
+        (O2, 5, 0, target(None, None, Some(8)), (10, O2, 8, 5)),
         (
             N2,
             4,
@@ -594,11 +598,6 @@ fn raid10_offset_layouts_reshape_and_change_to_and_from_near() {
     let before = snapshot(&disks);
     assert!(reshape(&disks, &target(None, Some(0x202), None)).is_err());
     assert!(reshape(&disks, &target(None, Some(0x103), None)).is_err());
-    // Not yet: a new chunk for an offset layout.
-    assert!(matches!(
-        refused_on(&disks, target(None, None, Some(64))),
-        GrowRefusal::ReshapeNotYet { .. }
-    ));
     assert!(snapshot(&disks) == before);
     // An offset layout holds whole groups of rows only: on members of an odd number of
     // chunks it would hold less than the near layout does, so the change is refused rather
@@ -612,6 +611,21 @@ fn raid10_offset_layouts_reshape_and_change_to_and_from_near() {
     let before = snapshot(&disks);
     assert!(matches!(
         refused_on(&disks, target(None, Some(O2), None)),
+        GrowRefusal::WouldShrink { .. }
+    ));
+    assert!(snapshot(&disks) == before, "a refusal wrote");
+    // So too a larger chunk for an offset layout: 66 chunks of 8 KiB hold 33 groups of two
+    // rows, 33 chunks of 16 KiB only 16.
+    let disks: Vec<CrashDisk> = (0..4)
+        .map(|i| CrashDisk::new(&format!("r{i}"), MEMBER_BYTES))
+        .collect();
+    let mut opts = create_opts(10, 4, ConsistencyPolicy::Resync, CHUNK);
+    opts.layout = Some(O2);
+    opts.size_sectors = Some(CHUNK as u64 * 66);
+    Array::create(boxed(&disks), opts).unwrap().stop().unwrap();
+    let before = snapshot(&disks);
+    assert!(matches!(
+        refused_on(&disks, target(None, None, Some(32))),
         GrowRefusal::WouldShrink { .. }
     ));
     assert!(snapshot(&disks) == before, "a refusal wrote");

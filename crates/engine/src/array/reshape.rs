@@ -40,11 +40,12 @@
 //! of its far copies ([`lay`]), and its data offset moves by its chunk times those copies
 //! (mdadm's `min_offset_change`, which md's `raid10_run` checks). Arrays in use are
 //! reshaped by `online.rs`, step by step. (RAID 0 and RAID 10 of two near copies become each
-//! other by md's takeovers, `takeover.rs`, nothing moving.) Not yet: fewer members for RAID
-//! 0 and 10, an offset layout over a count that is not a whole number of its near copies, a
-//! new chunk for an offset layout (its whole groups of rows can make the array another
-//! size), a RAID 10 change that would make the array another size with the same members
-//! (refused; smaller is `WouldShrink`).
+//! other by md's takeovers, `takeover.rs`, nothing moving.) A new chunk for an offset layout
+//! keeps the array's size or is refused: its groups of rows are the chunk times the far
+//! copies, so a larger chunk can hold less of each member (`WouldShrink`, as md's "cannot
+//! reduce size of array"). Not yet: fewer members for RAID 0 and 10, an offset layout over a
+//! count that is not a whole number of its near copies, a RAID 10 change that would make the
+//! array larger with the same members (md resyncs that room; refused here).
 
 use super::grow::{decide_stopped, read_and_decide};
 use super::*;

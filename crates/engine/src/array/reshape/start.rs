@@ -116,11 +116,6 @@ pub(super) fn raid10_reshapable(
             new_near * new_far.max(1)
         )));
     }
-    if (offset || new_offset) && target.chunk_sectors.is_some() {
-        // An offset layout holds whole groups of rows, so a new chunk can change what the
-        // members hold (the array's size) in ways not yet handled.
-        return not_yet("a RAID 10 offset layout's chunk change".into());
-    }
     // Near copies go over any number of members (md's `first_dev_address` rule, which the
     // reshape's steps follow chunk by chunk). An offset layout's row groups over a count
     // that is not a whole number of its near copies would need a larger move of the data
