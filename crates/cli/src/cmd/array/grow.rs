@@ -73,8 +73,10 @@ pub struct GrowArgs {
     /// members take and which are rebuilt now (slots left over stay missing until `raidkit
     /// add`), or fewer, only once no more members than that are in slots (`raidkit fail` and
     /// `raidkit remove` the others first; members above the new count move down). RAID
-    /// 4/5/6: more members, the spares given (`raidkit add` them first); the data is
-    /// reshaped over all of them and the array grows by their share.
+    /// 0/4/5/6 and 10: more members, the spares given (`raidkit add` them first); the data
+    /// is reshaped over all of them and the array grows by their share (RAID 10 near copies
+    /// to any count, 4 to 5 members of 2 copies too; offset copies to a whole number of their
+    /// near copies). RAID 4/5/6: fewer, once the array was shrunk to fit (--array-size).
     #[arg(
         long = "raid-devices",
         short = 'n',
