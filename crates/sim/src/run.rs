@@ -1302,6 +1302,10 @@ impl Run<'_> {
                 g.raid_disks,
                 g.chunk_sectors as u32,
             );
+            // The reshape records the space each member uses as its old geometry used it
+            // (an offset layout's whole groups of rows), which md reads back: with a smaller
+            // chunk, the space the seed asked for would hold more groups than the array has.
+            self.sc.size_sectors = g.member_data_sectors;
             self.geo = layout_geometry(&self.sc)?;
             if result.is_ok() {
                 // Every stripe was rewritten with fresh parity.
