@@ -1120,7 +1120,13 @@ impl Run<'_> {
         let parity = matches!(level, 4..=6);
         let grows = if (parity || reshapable10) && sized.chance(333) {
             match sized.below(2) {
-                0 if self.sc.spares > 0 => {
+                // A RAID 10 of near copies over one member more puts copies of a chunk on
+                // members that held none together before (4 to 5 members of 2 copies: slots 1
+                // and 2 hold both copies of chunk 3): only while the fault-prone slots are
+                // fewer than the copies does the seed's fault budget still hold.
+                0 if self.sc.spares > 0
+                    && (level != 10 || self.sc.fault_prone.len() < (near * far) as usize) =>
+                {
                     target.raid_devices = Some(self.sc.raid_disks + 1);
                     true
                 }
