@@ -629,6 +629,21 @@ fn raid10_offset_layouts_reshape_and_change_to_and_from_near() {
         GrowRefusal::WouldShrink { .. }
     ));
     assert!(snapshot(&disks) == before, "a refusal wrote");
+    // And a chunk whose groups of rows are larger than what each member holds (64 sectors,
+    // chunk 64 times 2 far copies): the array would hold nothing.
+    let disks: Vec<CrashDisk> = (0..4)
+        .map(|i| CrashDisk::new(&format!("s{i}"), MEMBER_BYTES))
+        .collect();
+    let mut opts = create_opts(10, 4, ConsistencyPolicy::Resync, CHUNK);
+    opts.layout = Some(O2);
+    opts.size_sectors = Some(64);
+    Array::create(boxed(&disks), opts).unwrap().stop().unwrap();
+    let before = snapshot(&disks);
+    assert!(matches!(
+        refused_on(&disks, target(None, None, Some(64))),
+        GrowRefusal::WouldShrink { new_sectors: 0, .. }
+    ));
+    assert!(snapshot(&disks) == before, "a refusal wrote");
 }
 
 /// Three near copies over 4 members, grown to 5 and then 7: no count a whole number of

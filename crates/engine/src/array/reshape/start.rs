@@ -310,7 +310,18 @@ pub(super) fn start_plan(
     }
     let invalid = |e: crate::geometry::GeoError| EngineError::Invalid(e.to_string());
     let old = Geo::new(run_level, old_layout, run_count, old_chunk, used).map_err(invalid)?;
-    let new = Geo::new(new_level, new_layout, new_count, new_chunk, used).map_err(invalid)?;
+    let new = match Geo::new(new_level, new_layout, new_count, new_chunk, used) {
+        Ok(g) => g,
+        // A RAID 10 offset layout's groups of rows (the chunk times its far copies) larger
+        // than what each member holds: the array would hold nothing.
+        Err(_) if level == 10 && new_chunk > old_chunk => {
+            return refuse(GrowRefusal::WouldShrink {
+                array_sectors: old.array_sectors(),
+                new_sectors: 0,
+            })
+        }
+        Err(e) => return Err(invalid(e)),
+    };
     let (od, nd) = (old.data_disks() as u64, new.data_disks() as u64);
     // A RAID 10 offset layout holds whole groups of rows only: on members with an odd number
     // of chunks it holds less than a near layout of the same copies, and a larger chunk can
