@@ -400,12 +400,16 @@ fn lay(geo: &Geo) -> rules::Lay {
     if geo.level() != RaidLevel::Raid10 {
         return rules::Lay::striped(geo.chunk_sectors, geo.data_disks() as u64);
     }
-    let layout = geo.md_layout();
-    let near = u64::from(layout & 0xff).max(1);
-    let far = if layout & 0x10000 != 0 {
-        u64::from((layout >> 8) & 0xff).max(1)
-    } else {
-        1
-    };
-    rules::Lay::mirrored(geo.chunk_sectors, near, geo.raid_disks as u64, far)
+    // The geometry was built from this layout word, so it decodes.
+    let l = raidkit_layout::Raid10Layout::from_md(geo.md_layout())
+        .expect("a RAID 10 geometry's layout decodes");
+    // A far (not offset) layout is never reshaped (refused first); its far rows are not a
+    // group here.
+    let far = if l.offset { u64::from(l.far) } else { 1 };
+    rules::Lay::mirrored(
+        geo.chunk_sectors,
+        u64::from(l.near),
+        geo.raid_disks as u64,
+        far,
+    )
 }
