@@ -411,10 +411,59 @@ impl Worker {
     }
 }
 
+/// A job [`merge_adjacent`] joined to an earlier one: (tag kept, tag absorbed).
+pub type Absorbed = (usize, usize);
+
+/// The most bytes [`merge_adjacent`] puts in one command.
+pub const MERGE_MAX_BYTES: usize = 4 << 20;
+
+/// Joins each job to the previous job of the same device (`key`) when it continues it both
+/// on the device and in memory, with the same kind: one command for a run the planner cut
+/// into pieces (a mirror's lock units, a RAID 10 copy's chunks), as the block layer merges
+/// them beneath md. A disk then reads or writes the run in one pass; as pieces, the queue
+/// could take them out of order, each out-of-order piece costing a rotation. Returns the
+/// jobs and, for each job absorbed, `(tag kept, tag absorbed)`: an error of the kept job is
+/// an error of every job it absorbed. Only jobs inside `within` (the request's buffer) are
+/// joined: one slice over two allocations that happen to lie side by side would not be
+/// sound. Call before the jobs' batch counts them.
+pub fn merge_adjacent<K: ?Sized>(
+    jobs: Vec<(&K, Job)>,
+    within: std::ops::Range<usize>,
+) -> (Vec<(&K, Job)>, Vec<Absorbed>) {
+    let inside = |j: &Job| {
+        let at = j.ptr as usize;
+        within.start <= at && at.saturating_add(j.len) <= within.end
+    };
+    let mut out: Vec<(&K, Job)> = Vec::with_capacity(jobs.len());
+    let mut absorbed = Vec::new();
+    for (key, job) in jobs {
+        let last = out
+            .iter_mut()
+            .rev()
+            .find(|(k, _)| std::ptr::addr_eq(*k as *const K, key as *const K));
+        if let Some((_, prev)) = last {
+            let continues = prev.kind == job.kind
+                && inside(prev)
+                && inside(&job)
+                && matches!(job.kind, JobKind::Read | JobKind::Write)
+                && prev.offset_bytes + prev.len as u64 == job.offset_bytes
+                && prev.ptr.wrapping_add(prev.len) == job.ptr
+                && prev.len + job.len <= MERGE_MAX_BYTES;
+            if continues {
+                prev.len += job.len;
+                absorbed.push((prev.tag, job.tag));
+                continue;
+            }
+        }
+        out.push((key, job));
+    }
+    (out, absorbed)
+}
+
 /// Runs one phase of member jobs that complete `batch` (already counted with
 /// [`Batch::add`]); the caller then waits on the batch. When the jobs do not wait and
 /// [`inline_all`] says so, the calling thread does them all; otherwise the workers get all but
-/// the last, the caller does that one and then takes back whatever the workers have not
+/// the first, the caller does that one and then takes back whatever the workers have not
 /// started instead of sleeping while they get a CPU.
 /// `jobs` are (worker, member name, job).
 pub fn run_phase(mut jobs: Vec<(&Worker, &str, Job)>, batch: &Arc<Batch>) {
@@ -426,7 +475,9 @@ pub fn run_phase(mut jobs: Vec<(&Worker, &str, Job)>, batch: &Arc<Batch>) {
         }
         return;
     }
-    let inline = jobs.pop();
+    // The caller takes the first job: where a member has several, the lowest, which its
+    // disk wants first (the rest follow from the worker's queue in the elevator's order).
+    let inline = (!jobs.is_empty()).then(|| jobs.remove(0));
     let mut helped = Vec::with_capacity(jobs.len());
     for (w, name, job) in jobs {
         w.submit(job, name);
@@ -568,6 +619,74 @@ mod tests {
         assert_eq!(elevator_pick(&w, 1040), Some(0));
         assert_eq!(elevator_pick(&w, 200), Some(2));
         assert_eq!(elevator_pick(&VecDeque::new(), 0), None);
+    }
+
+    #[test]
+    fn a_members_pieces_that_continue_each_other_go_as_one_command() {
+        let batch = Batch::new();
+        let mut mem = vec![0u8; 64];
+        let base = mem.as_mut_ptr();
+        let job = |kind: JobKind, offset_bytes: u64, at: usize, len: usize, tag: usize| Job {
+            kind,
+            offset_bytes,
+            ptr: base.wrapping_add(at),
+            len,
+            batch: batch.clone(),
+            tag,
+        };
+        let (a, b) = ("member a", "member b");
+        let jobs: Vec<(&str, Job)> = vec![
+            (a, job(JobKind::Read, 1000, 0, 8, 0)),
+            (b, job(JobKind::Read, 1000, 0, 8, 1)),
+            // Continues a's first on the member and in memory: joined.
+            (a, job(JobKind::Read, 1008, 8, 8, 2)),
+            // And again, past b's job in between.
+            (a, job(JobKind::Read, 1016, 16, 8, 3)),
+            // Continues a on the member, not in memory (another chunk's buffer): apart.
+            (a, job(JobKind::Read, 1024, 40, 8, 4)),
+            // Continues b in memory, but a gap on the member: apart.
+            (b, job(JobKind::Read, 1010, 8, 8, 5)),
+            // A write after a read: apart.
+            (a, job(JobKind::Write, 1032, 48, 8, 6)),
+        ];
+        let all = base as usize..base as usize + mem.len();
+        let (out, absorbed) = merge_adjacent(jobs, all.clone());
+        let shape: Vec<(&str, u64, usize, usize)> = out
+            .iter()
+            .map(|(k, j)| (*k, j.offset_bytes, j.len, j.tag))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (a, 1000, 24, 0),
+                (b, 1000, 8, 1),
+                (a, 1024, 8, 4),
+                (b, 1010, 8, 5),
+                (a, 1032, 8, 6),
+            ]
+        );
+        assert_eq!(absorbed, vec![(0, 2), (0, 3)]);
+        // Nothing grows past the bound.
+        let big = vec![
+            (a, job(JobKind::Write, 0, 0, MERGE_MAX_BYTES - 8, 0)),
+            (
+                a,
+                job(
+                    JobKind::Write,
+                    (MERGE_MAX_BYTES - 8) as u64,
+                    MERGE_MAX_BYTES - 8,
+                    16,
+                    1,
+                ),
+            ),
+        ];
+        assert_eq!(merge_adjacent(big, 0..usize::MAX).0.len(), 2);
+        // Outside the request's buffer (another allocation that happens to follow): apart.
+        let beyond = vec![
+            (a, job(JobKind::Read, 0, 0, 8, 0)),
+            (a, job(JobKind::Read, 8, 8, 8, 1)),
+        ];
+        assert_eq!(merge_adjacent(beyond, all.start..all.start + 8).0.len(), 2);
     }
 
     /// A member whose reads sleep, as a disk's do (the thread gives up its CPU).

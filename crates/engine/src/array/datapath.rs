@@ -470,6 +470,8 @@ impl Array {
                     },
                 ));
             }
+            let (jobs, absorbed) =
+                pool::merge_adjacent(jobs, user_ptr as usize..user_ptr as usize + user_len);
             batch.add(jobs.len());
             pool::run_phase(
                 jobs.into_iter()
@@ -485,41 +487,61 @@ impl Array {
             let mut no_space = None;
             // A member or replacement failed by this phase: later phases must see it so.
             let mut membership_changed = false;
-            for (tag, err) in errors {
-                let (k, slot, replacement, ms, n, device) = submitted[tag];
-                let action = plan::on_member_error(
-                    &self.geo,
-                    dir,
-                    phase_dir[k],
-                    err.is_no_space(),
-                    replacement,
-                    unreadable[k].contains(&slot),
+            for (first, err) in errors {
+                // A merged command's error is the error of each piece it carried.
+                let tags = std::iter::once(first).chain(
+                    absorbed
+                        .iter()
+                        .filter(move |&&(kept, _)| kept == first)
+                        .map(|&(_, tag)| tag),
                 );
-                match action {
-                    plan::ErrorAction::ResyncAndRefuse => {
-                        self.needs_resync_from(ms);
-                        self.report_no_space(&err);
-                        no_space.get_or_insert(err);
-                    }
-                    // The device that erred fails, in the role it has now: when a member
-                    // fails, a spare may take its slot before the phase's other errors are
-                    // seen, and a replacement may carry on as the slot's member.
-                    plan::ErrorAction::FailReplacement => {
-                        self.io_failed(device, &err.to_string());
-                        membership_changed = true;
-                    }
-                    plan::ErrorAction::ReplanWithout => {
-                        unreadable[k].push(slot);
-                        suspects.push((slot, ms, n));
-                        replan.push(k);
-                    }
-                    plan::ErrorAction::FailMember { replan: again } => {
-                        self.io_failed(device, &err.to_string());
-                        membership_changed = true;
-                        if again {
+                let mut refused = false;
+                // One suspect range per failed command: its pieces are contiguous on the
+                // member, and a read error counts once against the member.
+                let mut suspect: Option<(usize, u64, u64)> = None;
+                for tag in tags {
+                    let (k, slot, replacement, ms, n, device) = submitted[tag];
+                    let action = plan::on_member_error(
+                        &self.geo,
+                        dir,
+                        phase_dir[k],
+                        err.is_no_space(),
+                        replacement,
+                        unreadable[k].contains(&slot),
+                    );
+                    match action {
+                        plan::ErrorAction::ResyncAndRefuse => {
+                            self.needs_resync_from(ms);
+                            refused = true;
+                        }
+                        // The device that erred fails, in the role it has now: when a member
+                        // fails, a spare may take its slot before the phase's other errors are
+                        // seen, and a replacement may carry on as the slot's member.
+                        plan::ErrorAction::FailReplacement => {
+                            self.io_failed(device, &err.to_string());
+                            membership_changed = true;
+                        }
+                        plan::ErrorAction::ReplanWithout => {
+                            unreadable[k].push(slot);
+                            match &mut suspect {
+                                Some((_, _, total)) => *total += n,
+                                None => suspect = Some((slot, ms, n)),
+                            }
                             replan.push(k);
                         }
+                        plan::ErrorAction::FailMember { replan: again } => {
+                            self.io_failed(device, &err.to_string());
+                            membership_changed = true;
+                            if again {
+                                replan.push(k);
+                            }
+                        }
                     }
+                }
+                suspects.extend(suspect);
+                if refused {
+                    self.report_no_space(&err);
+                    no_space.get_or_insert(err);
                 }
             }
             // The batch's later phases go by the members as they are now, not as planned: a
