@@ -1246,10 +1246,22 @@ impl Run<'_> {
                 .map(|d| Box::new(d) as Box<dyn Disk>)
                 .collect()
         };
+        // A disk left blank by a power cut while it was being added as a spare: mdadm finds
+        // no superblock there and the operator leaves it out, as assembly does.
+        let blank: BTreeSet<String> = self
+            .world
+            .surviving_disks()
+            .iter()
+            .filter(|d| self.blank_superblock(d))
+            .map(|d| d.name().to_string())
+            .collect();
         // Not when the power went (`cut`): every disk fails then, and the crash comes first.
         let again = |r: &Result<raidkit_engine::ReshapeReport, EngineError>, cut: bool| match r {
             Err(EngineError::Disk(e)) if !cut && e.member.starts_with("sim") => {
                 unreadable.borrow_mut().insert(e.member.clone())
+            }
+            Err(EngineError::NoSuperblock { member, .. }) if blank.contains(member) => {
+                unreadable.borrow_mut().insert(member.clone())
             }
             _ => false,
         };
