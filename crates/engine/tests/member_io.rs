@@ -14,6 +14,11 @@ fn create(level: i32, layout: Option<u32>, n: usize) -> Array {
     let disks: Vec<Box<dyn Disk>> = (0..n)
         .map(|i| Box::new(MemDisk::new(&format!("m{i}"), MEMBER_BYTES)) as Box<dyn Disk>)
         .collect();
+    create_on(disks, level, layout)
+}
+
+fn create_on(disks: Vec<Box<dyn Disk>>, level: i32, layout: Option<u32>) -> Array {
+    let n = disks.len();
     Array::create(
         disks,
         CreateOptions {
@@ -190,25 +195,7 @@ fn a_requests_pieces_on_one_member_go_as_one_command() {
                 Box::new(Spinning(MemDisk::new(&format!("m{i}"), MEMBER_BYTES))) as Box<dyn Disk>
             })
             .collect();
-        let a = Array::create(
-            disks,
-            CreateOptions {
-                level,
-                layout,
-                chunk_sectors: CHUNK_SECTORS,
-                raid_devices: n,
-                metadata: SuperblockVersion::V1_2,
-                size_sectors: None,
-                name: "io".into(),
-                set_uuid: [7; 16],
-                device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
-                ctime_seconds: 1_700_000_000,
-                init: raidkit_engine::Init::Zeroed,
-                consistency: ConsistencyPolicy::Resync,
-                config: EngineConfig::default(),
-            },
-        )
-        .unwrap();
+        let a = create_on(disks, level, layout);
         let counts = |a: &Array| totals(&a.member_io());
         let buf: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
         // Past the superblock updates that the first write makes.
