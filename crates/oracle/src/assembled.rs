@@ -329,9 +329,11 @@ fn check_assembly(
     let a = |k: &str| report.assembled.get(k).map(String::as_str);
     if plan.init_background {
         // raidkit recorded its initial resync not run: md must run it (from sector 0; it
-        // may have got past the start by the time it is looked at), as after mdadm's own
-        // create, and must not take the array for in sync.
-        if a("resync_start") == Some("none") && a("sync_action") == Some("idle") {
+        // may have got past the start by the time it is looked at, or finished a small
+        // array's resync already: then dmesg says so), as after mdadm's own create, and
+        // must not take the array for in sync.
+        let resynced = report.dmesg.iter().any(|l| l.contains("resync done"));
+        if a("resync_start") == Some("none") && a("sync_action") == Some("idle") && !resynced {
             f.push(
                 "md took the array for in sync right after assembly (resync_start none, sync_action idle); want md's initial resync"
                     .into(),
