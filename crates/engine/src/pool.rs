@@ -427,37 +427,42 @@ pub const MERGE_MAX_BYTES: usize = 4 << 20;
 /// joined: one slice over two allocations that happen to lie side by side would not be
 /// sound. Call before the jobs' batch counts them.
 pub fn merge_adjacent<K: ?Sized>(
-    jobs: Vec<(&K, Job)>,
+    mut jobs: Vec<(&K, Job)>,
     within: std::ops::Range<usize>,
 ) -> (Vec<(&K, Job)>, Vec<Absorbed>) {
-    let inside = |j: &Job| {
-        let at = j.ptr as usize;
-        within.start <= at && at.saturating_add(j.len) <= within.end
+    let inside = |ptr: *mut u8, len: usize| {
+        let at = ptr as usize;
+        within.start <= at && at.saturating_add(len) <= within.end
     };
-    let mut out: Vec<(&K, Job)> = Vec::with_capacity(jobs.len());
+    // Compacted in place (no second vector per phase): `jobs[..kept]` are the commands so
+    // far; a job joined to one of them is left behind and dropped with the tail.
+    let mut kept = 0;
     let mut absorbed = Vec::new();
-    for (key, job) in jobs {
-        let last = out
-            .iter_mut()
+    for i in 0..jobs.len() {
+        let (key, ref job) = jobs[i];
+        let (kind, offset, ptr, len, tag) = (job.kind, job.offset_bytes, job.ptr, job.len, job.tag);
+        let joinable = matches!(kind, JobKind::Read | JobKind::Write) && inside(ptr, len);
+        let prev = (0..kept)
             .rev()
-            .find(|(k, _)| std::ptr::addr_eq(*k as *const K, key as *const K));
-        if let Some((_, prev)) = last {
-            let continues = prev.kind == job.kind
-                && inside(prev)
-                && inside(&job)
-                && matches!(job.kind, JobKind::Read | JobKind::Write)
-                && prev.offset_bytes + prev.len as u64 == job.offset_bytes
-                && prev.ptr.wrapping_add(prev.len) == job.ptr
-                && prev.len + job.len <= MERGE_MAX_BYTES;
-            if continues {
-                prev.len += job.len;
-                absorbed.push((prev.tag, job.tag));
+            .find(|&j| std::ptr::addr_eq(jobs[j].0 as *const K, key as *const K));
+        if let Some(j) = prev.filter(|_| joinable) {
+            let p = &mut jobs[j].1;
+            if p.kind == kind
+                && inside(p.ptr, p.len)
+                && p.offset_bytes + p.len as u64 == offset
+                && p.ptr.wrapping_add(p.len) == ptr
+                && p.len + len <= MERGE_MAX_BYTES
+            {
+                p.len += len;
+                absorbed.push((p.tag, tag));
                 continue;
             }
         }
-        out.push((key, job));
+        jobs.swap(kept, i);
+        kept += 1;
     }
-    (out, absorbed)
+    jobs.truncate(kept);
+    (jobs, absorbed)
 }
 
 /// Runs one phase of member jobs that complete `batch` (already counted with

@@ -314,7 +314,9 @@ pub(super) fn start_plan(
         Ok(g) => g,
         // A RAID 10 offset layout's groups of rows (the chunk times its far copies) larger
         // than what each member holds: the array would hold nothing.
-        Err(_) if level == 10 && new_chunk > old_chunk => {
+        Err(crate::geometry::GeoError::Md(raidkit_layout::GeometryError::MemberTooSmall {
+            ..
+        })) if level == 10 && new_chunk > old_chunk => {
             return refuse(GrowRefusal::WouldShrink {
                 array_sectors: old.array_sectors(),
                 new_sectors: 0,
