@@ -285,6 +285,30 @@ impl<D: Disk + ?Sized> DiskWrapper for Counted<D> {
             .end(t, IoDir::Write, buf.len() as u64, r.is_ok());
         r
     }
+    /// One request of all the pieces' bytes, as `iostat` counts a request of several
+    /// segments.
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        let t = self.counters.start();
+        let r = Disk::read_vectored_at(&*self.inner, bufs, offset_bytes);
+        self.counters
+            .end(t, IoDir::Read, crate::pieces_len(bufs), r.is_ok());
+        r
+    }
+    fn write_vectored_at(
+        &self,
+        bufs: &[std::io::IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        let t = self.counters.start();
+        let r = Disk::write_vectored_at(&*self.inner, bufs, offset_bytes);
+        self.counters
+            .end(t, IoDir::Write, crate::pieces_len(bufs), r.is_ok());
+        r
+    }
 }
 
 #[cfg(test)]

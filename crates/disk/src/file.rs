@@ -17,6 +17,7 @@ use crate::claim::{self, Claim};
 use crate::mapped::Mapping;
 use crate::{check_range, AlignedBuf, Disk, DiskError, DiskErrorKind};
 use std::fs::{File, OpenOptions as StdOpenOptions};
+use std::io::{IoSlice, IoSliceMut};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -296,6 +297,42 @@ impl FileDisk {
     /// True while reads and writes are memory copies ([`OpenOptions::map_memory`]).
     pub fn is_mapped(&self) -> bool {
         self.map.as_ref().is_some_and(|m| !m.faulted())
+    }
+
+    /// Runs `call` (`preadv` or `pwritev`: iovecs, their count, offset) until every piece is
+    /// done, going on after a short transfer and an interrupted call.
+    fn vectored<T>(
+        &self,
+        mut bufs: &mut [T],
+        offset: u64,
+        call: impl Fn(*const libc::iovec, libc::c_int, libc::off_t) -> isize,
+        advance: impl Fn(&mut &mut [T], usize),
+    ) -> std::io::Result<()> {
+        // Linux takes at most IOV_MAX (1024) iovecs a call.
+        const IOV_MAX: usize = 1024;
+        // Empty pieces first (advance skips them).
+        advance(&mut bufs, 0);
+        let mut at = offset;
+        while !bufs.is_empty() {
+            let n = bufs.len().min(IOV_MAX) as libc::c_int;
+            let done = call(bufs.as_ptr() as *const libc::iovec, n, at as libc::off_t);
+            if done < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if done == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the device ended before the pieces did",
+                ));
+            }
+            at += done as u64;
+            advance(&mut bufs, done as usize);
+        }
+        Ok(())
     }
 
     fn direct_align(&self) -> usize {
@@ -657,6 +694,54 @@ impl Disk for FileDisk {
 
     fn write_at(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.write_with(buf, offset_bytes, false)
+    }
+
+    /// One `preadv` where the pieces need no bounce (else piece by piece).
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        let total = crate::pieces_len(bufs);
+        check_range(&self.name, "read", offset_bytes, total, self.size_bytes)?;
+        if self.map.is_some() || bufs.iter().any(|b| self.needs_bounce(b, offset_bytes)) {
+            return crate::read_pieces(bufs, offset_bytes, |b, at| self.read_at(b, at));
+        }
+        self.vectored(
+            bufs,
+            offset_bytes,
+            |iov, n, at| {
+                // SAFETY: `iov` points at `n` live IoSliceMut, which are iovecs on Unix; the
+                // kernel writes only into the buffers they describe, which we hold mutably.
+                unsafe { libc::preadv(self.file.as_raw_fd(), iov, n, at) }
+            },
+            IoSliceMut::advance_slices,
+        )
+        .map_err(|e| DiskError::io(&self.name, "read", offset_bytes, e))
+    }
+
+    /// One `pwritev` where the pieces need no bounce (else piece by piece).
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+        self.refuse_if_read_only("write", offset_bytes)?;
+        let total = crate::pieces_len(bufs);
+        check_range(&self.name, "write", offset_bytes, total, self.size_bytes)?;
+        if self.map.is_some() || bufs.iter().any(|b| self.needs_bounce(b, offset_bytes)) {
+            return crate::write_pieces(bufs, offset_bytes, |b, at| self.write_at(b, at));
+        }
+        // A copy of the slice list (IoSlice is Copy), so the loop can advance past what was
+        // written without touching the caller's.
+        let mut own: Vec<IoSlice<'_>> = bufs.to_vec();
+        self.vectored(
+            &mut own,
+            offset_bytes,
+            |iov, n, at| {
+                // SAFETY: `iov` points at `n` live IoSlice, which are iovecs on Unix; the
+                // kernel only reads the buffers they describe.
+                unsafe { libc::pwritev(self.file.as_raw_fd(), iov, n, at) }
+            },
+            IoSlice::advance_slices,
+        )
+        .map_err(|e| self.write_error("write", offset_bytes, e))
     }
 
     /// With `RWF_DSYNC` (`pwritev2`): the write alone is durable when it returns; on a block

@@ -48,6 +48,7 @@ pub use mem::MemDisk;
 pub use size::parse_size;
 
 use std::fmt;
+use std::io::{IoSlice, IoSliceMut};
 
 /// One member device as the engine sees it.
 ///
@@ -66,6 +67,23 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.write_at(buf, offset_bytes)?;
         self.flush()
+    }
+    /// Reads `bufs.len()` pieces that lie one after the other on the device from
+    /// `offset_bytes` on, into buffers that need not lie one after the other in memory: one
+    /// command (`preadv`) where the device takes one, as the block layer sends a request's
+    /// segments. The default reads the pieces one by one.
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        read_pieces(bufs, offset_bytes, |b, at| self.read_at(b, at))
+    }
+    /// Writes pieces that follow each other on the device from `offset_bytes` on (see
+    /// [`Disk::read_vectored_at`]); `pwritev` where the device takes one command. The default
+    /// writes the pieces one by one.
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+        write_pieces(bufs, offset_bytes, |b, at| self.write_at(b, at))
     }
     /// Tells the device the range is unused. Afterwards the range reads as zeroes on every
     /// backend here (hole punching, or explicit zeroes where punching is not supported), so the
@@ -133,6 +151,41 @@ pub fn check_range(
     }
 }
 
+/// Reads vectored pieces one by one with `read` (buffer, device offset): the default of
+/// [`Disk::read_vectored_at`].
+pub fn read_pieces(
+    bufs: &mut [IoSliceMut<'_>],
+    offset_bytes: u64,
+    mut read: impl FnMut(&mut [u8], u64) -> Result<(), DiskError>,
+) -> Result<(), DiskError> {
+    let mut at = offset_bytes;
+    for b in bufs.iter_mut() {
+        read(b, at)?;
+        at += b.len() as u64;
+    }
+    Ok(())
+}
+
+/// Writes vectored pieces one by one with `write`: the default of
+/// [`Disk::write_vectored_at`].
+pub fn write_pieces(
+    bufs: &[IoSlice<'_>],
+    offset_bytes: u64,
+    mut write: impl FnMut(&[u8], u64) -> Result<(), DiskError>,
+) -> Result<(), DiskError> {
+    let mut at = offset_bytes;
+    for b in bufs {
+        write(b, at)?;
+        at += b.len() as u64;
+    }
+    Ok(())
+}
+
+/// Total bytes of vectored pieces.
+pub fn pieces_len(bufs: &[impl std::ops::Deref<Target = [u8]>]) -> u64 {
+    bufs.iter().map(|b| b.len() as u64).sum()
+}
+
 /// A disk that wraps another and changes only some of what it does: fault injection, a
 /// crash that drops writes, counting, a read that fails in a bad patch.
 ///
@@ -155,7 +208,11 @@ pub fn check_range(
 /// trait is in scope inside its own impl), name the trait: `Disk::read_at(self.inner(), ..)`.
 ///
 /// A method added to `Disk` gets a forwarding default here, a line in the blanket impl, and
-/// a line in the test `a_wrapper_forwards_every_method`.
+/// a line in the test `a_wrapper_forwards_every_method`. Vectored reads and writes are the
+/// exception: their default goes piece by piece through the wrapper's own `read_at` and
+/// `write_at`, so that a wrapper that changes those (faults, a crash) is never passed by
+/// one; a wrapper that leaves them alone forwards the vectored call (`Box`, `Arc`, the
+/// counters, the emulated drive).
 pub trait DiskWrapper: Send + Sync + fmt::Debug {
     /// The disk beneath (`dyn Disk` for a boxed one).
     type Inner: Disk + ?Sized;
@@ -178,6 +235,44 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
     #[inline]
     fn write_fua(&self, buf: &[u8], offset_bytes: u64) -> Result<(), DiskError> {
         self.inner().write_fua(buf, offset_bytes)
+    }
+    /// Piece by piece through this wrapper's own `read_at` (not forwarded: a wrapper that
+    /// changes reads must not be passed by a vectored one). A wrapper that leaves reads alone
+    /// forwards it with [`DiskWrapper::forward_read_vectored`].
+    #[inline]
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        read_pieces(bufs, offset_bytes, |b, at| {
+            DiskWrapper::read_at(self, b, at)
+        })
+    }
+    /// Piece by piece through this wrapper's own `write_at` (see `read_vectored_at`).
+    #[inline]
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+        write_pieces(bufs, offset_bytes, |b, at| {
+            DiskWrapper::write_at(self, b, at)
+        })
+    }
+    /// The disk beneath's vectored read, for wrappers that leave reads alone.
+    #[inline]
+    fn forward_read_vectored(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        self.inner().read_vectored_at(bufs, offset_bytes)
+    }
+    /// The disk beneath's vectored write, for wrappers that leave writes alone.
+    #[inline]
+    fn forward_write_vectored(
+        &self,
+        bufs: &[IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        self.inner().write_vectored_at(bufs, offset_bytes)
     }
     #[inline]
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
@@ -240,6 +335,18 @@ impl<W: DiskWrapper> Disk for W {
         DiskWrapper::write_fua(self, buf, offset_bytes)
     }
     #[inline]
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        DiskWrapper::read_vectored_at(self, bufs, offset_bytes)
+    }
+    #[inline]
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+        DiskWrapper::write_vectored_at(self, bufs, offset_bytes)
+    }
+    #[inline]
     fn discard(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         DiskWrapper::discard(self, offset_bytes, len_bytes)
     }
@@ -287,6 +394,18 @@ impl<D: Disk + ?Sized> DiskWrapper for Box<D> {
     fn inner(&self) -> &D {
         self
     }
+    #[inline]
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        self.forward_read_vectored(bufs, offset_bytes)
+    }
+    #[inline]
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+        self.forward_write_vectored(bufs, offset_bytes)
+    }
 }
 
 impl<D: Disk + ?Sized> DiskWrapper for std::sync::Arc<D> {
@@ -294,6 +413,18 @@ impl<D: Disk + ?Sized> DiskWrapper for std::sync::Arc<D> {
     #[inline]
     fn inner(&self) -> &D {
         self
+    }
+    #[inline]
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        self.forward_read_vectored(bufs, offset_bytes)
+    }
+    #[inline]
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+        self.forward_write_vectored(bufs, offset_bytes)
     }
 }
 
@@ -304,11 +435,13 @@ mod tests {
     use std::sync::Arc;
 
     /// Every method of `Disk`, in declaration order: the counting disk counts calls by index.
-    const METHODS: [&str; 14] = [
+    const METHODS: [&str; 16] = [
         "read_at",
         "write_at",
         "flush",
         "write_fua",
+        "read_vectored_at",
+        "write_vectored_at",
         "discard",
         "write_zeroes",
         "size_bytes",
@@ -324,7 +457,7 @@ mod tests {
     /// A disk that counts calls of each method and answers with values no default would give.
     #[derive(Debug, Default)]
     struct Counting {
-        calls: [AtomicU64; 14],
+        calls: [AtomicU64; 16],
     }
 
     impl Counting {
@@ -356,6 +489,18 @@ mod tests {
         }
         fn write_fua(&self, _: &[u8], _: u64) -> Result<(), DiskError> {
             self.hit("write_fua");
+            Ok(())
+        }
+        fn read_vectored_at(
+            &self,
+            _: &mut [std::io::IoSliceMut<'_>],
+            _: u64,
+        ) -> Result<(), DiskError> {
+            self.hit("read_vectored_at");
+            Ok(())
+        }
+        fn write_vectored_at(&self, _: &[std::io::IoSlice<'_>], _: u64) -> Result<(), DiskError> {
+            self.hit("write_vectored_at");
             Ok(())
         }
         fn discard(&self, _: u64, _: u64) -> Result<(), DiskError> {
@@ -418,6 +563,20 @@ mod tests {
         disk.write_at(&buf, 0).unwrap();
         disk.flush().unwrap();
         disk.write_fua(&buf, 0).unwrap();
+        let (mut a, mut b) = ([0u8; 4], [0u8; 4]);
+        let mut pieces = [
+            std::io::IoSliceMut::new(&mut a),
+            std::io::IoSliceMut::new(&mut b),
+        ];
+        disk.read_vectored_at(&mut pieces, 0).unwrap();
+        disk.write_vectored_at(
+            &[
+                std::io::IoSlice::new(&buf[..4]),
+                std::io::IoSlice::new(&buf[4..]),
+            ],
+            0,
+        )
+        .unwrap();
         disk.discard(0, 8).unwrap();
         disk.write_zeroes(0, 8).unwrap();
         assert_eq!(disk.size_bytes(), 12345);
@@ -430,13 +589,26 @@ mod tests {
         assert_eq!(disk.health(), super::Health::unavailable("counted"));
     }
 
+    /// Every method once, except that a plain wrapper takes a vectored read or write of two
+    /// pieces as two calls of its own `read_at` or `write_at`.
+    fn by_pieces(times: u64) -> Vec<(&'static str, u64)> {
+        METHODS
+            .iter()
+            .map(|m| match *m {
+                "read_at" | "write_at" => (*m, 3 * times),
+                "read_vectored_at" | "write_vectored_at" => (*m, 0),
+                _ => (*m, times),
+            })
+            .collect()
+    }
+
     #[test]
     fn a_wrapper_forwards_every_method() {
-        let every_once: Vec<_> = METHODS.iter().map(|m| (*m, 1)).collect();
         let bare = Bare(Counting::default());
         call_every_method(&bare);
-        assert_eq!(bare.0.counts(), every_once);
+        assert_eq!(bare.0.counts(), by_pieces(1));
 
+        // Box and Arc forward vectored calls whole.
         let arc = Arc::new(Counting::default());
         call_every_method(&arc);
         let boxed: Box<dyn Disk> = Box::new(arc.clone());
@@ -446,7 +618,30 @@ mod tests {
 
         let nested = Box::new(Bare(Counting::default()));
         call_every_method(&nested);
-        assert_eq!(nested.0.counts(), every_once);
+        assert_eq!(nested.0.counts(), by_pieces(1));
+    }
+
+    /// A wrapper that changes writes sees a vectored write's pieces (it is not passed).
+    #[test]
+    fn a_vectored_write_goes_through_the_wrappers_own_write() {
+        #[derive(Debug)]
+        struct Dropping(Bare, AtomicU64);
+        impl super::DiskWrapper for Dropping {
+            type Inner = Bare;
+            fn inner(&self) -> &Bare {
+                &self.0
+            }
+            fn write_at(&self, b: &[u8], _: u64) -> Result<(), DiskError> {
+                self.1.fetch_add(b.len() as u64, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+        let d = Dropping(Bare(Counting::default()), AtomicU64::new(0));
+        let (a, b) = ([1u8; 3], [2u8; 5]);
+        d.write_vectored_at(&[std::io::IoSlice::new(&a), std::io::IoSlice::new(&b)], 0)
+            .unwrap();
+        assert_eq!(d.1.load(Ordering::SeqCst), 8);
+        assert!((d.0).0.counts().iter().all(|c| c.1 == 0));
     }
 
     /// A wrapper changes what it writes (the disk beneath never sees that call) and forwards

@@ -1,6 +1,9 @@
 //! FileDisk against real files (temp dir, tmpfs) and, as root, a loop device.
 
-use raidkit_disk::{Claim, DirectIo, Disk, DiskErrorKind, FileDisk, Holder, OpenOptions};
+use raidkit_disk::{
+    AlignedBuf, Claim, DirectIo, Disk, DiskErrorKind, FileDisk, Holder, OpenOptions,
+};
+use std::io::{IoSlice, IoSliceMut};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -63,6 +66,57 @@ fn exercise(disk: &dyn Disk) {
     let err = disk.read_at(&mut b, size - 1).unwrap_err();
     assert!(matches!(err.kind, DiskErrorKind::OutOfRange { .. }));
     assert!(err.to_string().contains(disk.name()));
+    vectored(disk);
+}
+
+/// Pieces that follow each other on the disk from buffers apart in memory, aligned (one
+/// `preadv`/`pwritev` on O_DIRECT) and not (each piece bounced), read back both ways.
+fn vectored(disk: &dyn Disk) {
+    let mut aligned: Vec<AlignedBuf> = (0..3)
+        .map(|i| {
+            let mut b = AlignedBuf::new(8192 * (i + 1), 4096).unwrap();
+            b.copy_from_slice(&pattern(8192 * (i + 1), 40 + i as u8));
+            b
+        })
+        .collect();
+    let unaligned: Vec<Vec<u8>> = (0..3).map(|i| pattern(1000 + i, 50 + i as u8)).collect();
+    for (pieces, off) in [
+        (
+            aligned.iter().map(|b| &b[..]).collect::<Vec<_>>(),
+            1u64 << 19,
+        ),
+        (unaligned.iter().map(|b| &b[..]).collect(), (1 << 19) + 3),
+    ] {
+        let whole: Vec<u8> = pieces.concat();
+        let slices: Vec<IoSlice> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        disk.write_vectored_at(&slices, off).unwrap();
+        let mut back = vec![0u8; whole.len()];
+        disk.read_at(&mut back, off).unwrap();
+        assert!(back == whole, "vectored write at {off} reads back");
+        disk.write_at(&pattern(whole.len(), 9), off).unwrap();
+        let mut into: Vec<AlignedBuf> = pieces
+            .iter()
+            .map(|p| AlignedBuf::new(p.len(), 4096).unwrap())
+            .collect();
+        // An AlignedBuf rounds its length up: each piece is its first p.len() bytes.
+        let mut slices: Vec<IoSliceMut> = into
+            .iter_mut()
+            .zip(&pieces)
+            .map(|(b, p)| IoSliceMut::new(&mut b[..p.len()]))
+            .collect();
+        disk.read_vectored_at(&mut slices, off).unwrap();
+        let got: Vec<u8> = into
+            .iter()
+            .zip(&pieces)
+            .flat_map(|(b, p)| b[..p.len()].iter().copied())
+            .collect();
+        assert!(got == pattern(whole.len(), 9), "vectored read at {off}");
+    }
+    aligned.clear();
+    let err = disk
+        .write_vectored_at(&[IoSlice::new(&[0u8; 4096]); 2], disk.size_bytes() - 4096)
+        .unwrap_err();
+    assert!(matches!(err.kind, DiskErrorKind::OutOfRange { .. }));
 }
 
 #[test]
@@ -642,5 +696,57 @@ fn an_o_direct_write_reads_only_the_blocks_it_covers_in_part() {
         let mut one = vec![0u8; 10];
         disk.read_at(&mut one, (3 << 20) + 7).unwrap();
         assert_eq!(one, &data[..10]);
+    });
+}
+
+/// Writes completed and reads completed on a block device (/sys/block/NAME/stat).
+fn requests_read_written(dev: &str) -> (u64, u64) {
+    let name = std::path::Path::new(dev)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+    let f: Vec<u64> = stat
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (f[0], f[4])
+}
+
+/// Aligned pieces that follow each other on the device go down as one request each way
+/// (one `pwritev`, one `preadv`), not one per piece.
+#[test]
+fn aligned_vectored_pieces_are_one_request_on_a_block_device() {
+    with_loop_device("vectored", |dev| {
+        let disk = FileDisk::open(dev, OpenOptions::default()).unwrap();
+        assert!(disk.is_direct());
+        let mut pieces: Vec<AlignedBuf> = (0..8)
+            .map(|i| {
+                let mut b = AlignedBuf::new(16 << 10, 4096).unwrap();
+                b.fill(i as u8 + 1);
+                b
+            })
+            .collect();
+        let before = requests_read_written(dev);
+        let slices: Vec<IoSlice> = pieces.iter().map(|b| IoSlice::new(b)).collect();
+        disk.write_vectored_at(&slices, 1 << 20).unwrap();
+        let mid = requests_read_written(dev);
+        assert_eq!(mid.0, before.0, "the write read nothing");
+        assert_eq!(
+            mid.1 - before.1,
+            1,
+            "8 pieces of 16 KiB written in one request"
+        );
+        for p in pieces.iter_mut() {
+            p.fill(0);
+        }
+        let mut slices: Vec<IoSliceMut> = pieces.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        disk.read_vectored_at(&mut slices, 1 << 20).unwrap();
+        let after = requests_read_written(dev);
+        assert_eq!(after.0 - mid.0, 1, "8 pieces read in one request");
+        for (i, p) in pieces.iter().enumerate() {
+            assert!(p.iter().all(|&b| b == i as u8 + 1), "piece {i}");
+        }
     });
 }

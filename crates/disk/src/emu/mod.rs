@@ -534,6 +534,27 @@ impl crate::DiskWrapper for EmuDisk {
         Ok(())
     }
 
+    /// One command for all the pieces: the drive sees one request of their length.
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        Disk::read_vectored_at(&*self.inner, bufs, offset_bytes)?;
+        self.take_time(Op::Read, offset_bytes, crate::pieces_len(bufs));
+        Ok(())
+    }
+
+    fn write_vectored_at(
+        &self,
+        bufs: &[std::io::IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        Disk::write_vectored_at(&*self.inner, bufs, offset_bytes)?;
+        self.take_time(Op::Write, offset_bytes, crate::pieces_len(bufs));
+        Ok(())
+    }
+
     fn write_zeroes(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DiskError> {
         // A drive writes the zeroes (no unmapping on a hard disk).
         Disk::write_zeroes(&*self.inner, offset_bytes, len_bytes)?;
