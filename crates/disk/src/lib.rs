@@ -181,6 +181,68 @@ pub fn write_pieces(
     Ok(())
 }
 
+/// A vectored read as one read of the whole range into a buffer of the calling thread's,
+/// then copied to the pieces: for devices where one request costs a round trip or a
+/// stripe's planning (an NBD export, an array beneath another) and a copy costs less. One
+/// piece is read in place.
+pub fn read_gathered(
+    bufs: &mut [IoSliceMut<'_>],
+    offset_bytes: u64,
+    read: impl Fn(&mut [u8], u64) -> Result<(), DiskError>,
+) -> Result<(), DiskError> {
+    if bufs.len() < 2 {
+        return read_pieces(bufs, offset_bytes, read);
+    }
+    with_gather(pieces_len(bufs) as usize, |whole| {
+        read(whole, offset_bytes)?;
+        let mut at = 0;
+        for b in bufs.iter_mut() {
+            let n = b.len();
+            b.copy_from_slice(&whole[at..at + n]);
+            at += n;
+        }
+        Ok(())
+    })
+}
+
+/// A vectored write as one write of the pieces gathered in a buffer of the calling thread's
+/// (see [`read_gathered`]). One piece is written in place.
+pub fn write_gathered(
+    bufs: &[IoSlice<'_>],
+    offset_bytes: u64,
+    write: impl Fn(&[u8], u64) -> Result<(), DiskError>,
+) -> Result<(), DiskError> {
+    if bufs.len() < 2 {
+        return write_pieces(bufs, offset_bytes, write);
+    }
+    with_gather(pieces_len(bufs) as usize, |whole| {
+        let mut at = 0;
+        for b in bufs {
+            whole[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        }
+        write(whole, offset_bytes)
+    })
+}
+
+/// Runs `f` on `len` bytes kept by the calling thread from one call to the next (a member
+/// worker gathers each command's pieces there without allocating each time).
+fn with_gather<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    thread_local! {
+        static GATHER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    GATHER.with(|g| match g.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            f(&mut buf[..len])
+        }
+        // Re-entered on this thread (an array over an array): a buffer of its own.
+        Err(_) => f(&mut vec![0u8; len]),
+    })
+}
+
 /// Total bytes of vectored pieces.
 pub fn pieces_len(bufs: &[impl std::ops::Deref<Target = [u8]>]) -> u64 {
     bufs.iter().map(|b| b.len() as u64).sum()

@@ -554,6 +554,7 @@ impl Array {
                         len: 0,
                         batch: batch.clone(),
                         tag,
+                        pieces: Vec::new(),
                     };
                     (&m.worker, m.disk.name(), job)
                 })

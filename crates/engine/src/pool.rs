@@ -105,9 +105,14 @@ pub struct Job {
     pub kind: JobKind,
     pub offset_bytes: u64,
     pub ptr: *mut u8,
+    /// Bytes on the member (all the pieces' when `pieces` is not empty).
     pub len: usize,
     pub batch: Arc<Batch>,
     pub tag: usize,
+    /// Empty for one buffer (`ptr`, `len`); else the buffers, in member order, of a command
+    /// [`merge_adjacent`] made of pieces that follow each other on the member but not in
+    /// memory (sent as one vectored command). The first starts at `ptr`.
+    pub pieces: Vec<(*mut u8, usize)>,
 }
 
 // SAFETY: the pointer refers to a buffer that the submitting thread keeps alive and untouched
@@ -117,6 +122,29 @@ unsafe impl Send for Job {}
 /// Performs one job on `disk` and completes it.
 pub fn execute(disk: &dyn Disk, job: Job) {
     let result = match job.kind {
+        JobKind::Read if !job.pieces.is_empty() => {
+            let mut bufs: Vec<std::io::IoSliceMut<'_>> = job
+                .pieces
+                .iter()
+                // SAFETY: see Job; each piece is a distinct part of a buffer that is
+                // exclusively ours until completion.
+                .map(|&(p, l)| {
+                    std::io::IoSliceMut::new(unsafe { std::slice::from_raw_parts_mut(p, l) })
+                })
+                .collect();
+            disk.read_vectored_at(&mut bufs, job.offset_bytes)
+        }
+        JobKind::Write if !job.pieces.is_empty() => {
+            let bufs: Vec<std::io::IoSlice<'_>> = job
+                .pieces
+                .iter()
+                // SAFETY: see Job; the buffers are only read.
+                .map(|&(p, l)| {
+                    std::io::IoSlice::new(unsafe { std::slice::from_raw_parts(p as *const u8, l) })
+                })
+                .collect();
+            disk.write_vectored_at(&bufs, job.offset_bytes)
+        }
         JobKind::Read => {
             // SAFETY: see Job; the buffer is exclusively ours until completion.
             let buf = unsafe { std::slice::from_raw_parts_mut(job.ptr, job.len) };
@@ -417,23 +445,31 @@ pub type Absorbed = (usize, usize);
 /// The most bytes [`merge_adjacent`] puts in one command.
 pub const MERGE_MAX_BYTES: usize = 4 << 20;
 
-/// Joins each job to the previous job of the same device (`key`) when it continues it both
-/// on the device and in memory, with the same kind: one command for a run the planner cut
-/// into pieces (a mirror's lock units, a RAID 10 copy's chunks), as the block layer merges
-/// them beneath md. A disk then reads or writes the run in one pass; as pieces, the queue
-/// could take them out of order, each out-of-order piece costing a rotation. Returns the
-/// jobs and, for each job absorbed, `(tag kept, tag absorbed)`: an error of the kept job is
-/// an error of every job it absorbed. Only jobs inside `within` (the request's buffer) are
-/// joined: one slice over two allocations that happen to lie side by side would not be
-/// sound. Call before the jobs' batch counts them.
+/// The most buffers [`merge_adjacent`] puts in one command.
+pub const MERGE_MAX_PIECES: usize = 256;
+
+/// Joins each job to the previous job of the same device (`key`) when it continues it on the
+/// device, with the same kind: one command for a run the planner cut into pieces (a mirror's
+/// lock units, a RAID 10 copy's chunks, a RAID 0 or parity member's chunks of one request,
+/// data and parity alike), as the block layer merges them beneath md. Pieces that also
+/// follow each other in memory, inside `within` (the request's buffer), become one
+/// buffer; others stay pieces of one vectored command (`preadv`/`pwritev`), as a bio
+/// carries several segments. One buffer is never made of two allocations that happen to lie
+/// side by side. A disk then reads or writes the run in one pass; as pieces, the queue could
+/// take them out of order, each out-of-order piece costing a rotation, and each command pays
+/// the device's per-command time. Returns the jobs and, for each job absorbed, `(tag kept,
+/// tag absorbed)`: an error of the kept job is an error of every job it absorbed. Call
+/// before the jobs' batch counts them.
 pub fn merge_adjacent<K: ?Sized>(
     mut jobs: Vec<(&K, Job)>,
     within: std::ops::Range<usize>,
 ) -> (Vec<(&K, Job)>, Vec<Absorbed>) {
-    let inside = |ptr: *mut u8, len: usize| {
-        let at = ptr as usize;
-        within.start <= at && at.saturating_add(len) <= within.end
+    // Both buffers inside `within`: one allocation.
+    let inside = |p: *mut u8, l: usize| {
+        within.start <= p as usize && (p as usize).saturating_add(l) <= within.end
     };
+    let one_allocation =
+        |a: *mut u8, a_len: usize, b: *mut u8, b_len: usize| inside(a, a_len) && inside(b, b_len);
     // Compacted in place (no second vector per phase): `jobs[..kept]` are the commands so
     // far; a job joined to one of them is left behind and dropped with the tail.
     let mut kept = 0;
@@ -441,21 +477,36 @@ pub fn merge_adjacent<K: ?Sized>(
     for i in 0..jobs.len() {
         let (key, ref job) = jobs[i];
         let (kind, offset, ptr, len, tag) = (job.kind, job.offset_bytes, job.ptr, job.len, job.tag);
-        let joinable = matches!(kind, JobKind::Read | JobKind::Write) && inside(ptr, len);
+        let joinable = matches!(kind, JobKind::Read | JobKind::Write) && job.pieces.is_empty();
         let prev = (0..kept)
             .rev()
             .find(|&j| std::ptr::addr_eq(jobs[j].0 as *const K, key as *const K));
         if let Some(j) = prev.filter(|_| joinable) {
             let p = &mut jobs[j].1;
             if p.kind == kind
-                && inside(p.ptr, p.len)
                 && p.offset_bytes + p.len as u64 == offset
-                && p.ptr.wrapping_add(p.len) == ptr
                 && p.len + len <= MERGE_MAX_BYTES
             {
-                p.len += len;
-                absorbed.push((p.tag, tag));
-                continue;
+                let (last_ptr, last_len) = p.pieces.last().copied().unwrap_or((p.ptr, p.len));
+                if last_ptr.wrapping_add(last_len) == ptr
+                    && one_allocation(last_ptr, last_len, ptr, len)
+                {
+                    if let Some(last) = p.pieces.last_mut() {
+                        last.1 += len;
+                    }
+                    p.len += len;
+                    absorbed.push((p.tag, tag));
+                    continue;
+                }
+                if p.pieces.len() < MERGE_MAX_PIECES {
+                    if p.pieces.is_empty() {
+                        p.pieces.push((p.ptr, p.len));
+                    }
+                    p.pieces.push((ptr, len));
+                    p.len += len;
+                    absorbed.push((p.tag, tag));
+                    continue;
+                }
             }
         }
         jobs.swap(kept, i);
@@ -597,6 +648,7 @@ mod tests {
             len,
             batch: batch.clone(),
             tag: 0,
+            pieces: Vec::new(),
         };
         let q: VecDeque<Job> = [
             job(JobKind::Read, 900, 10),
@@ -638,6 +690,7 @@ mod tests {
             len,
             batch: batch.clone(),
             tag,
+            pieces: Vec::new(),
         };
         let (a, b) = ("member a", "member b");
         let jobs: Vec<(&str, Job)> = vec![
@@ -647,7 +700,8 @@ mod tests {
             (a, job(JobKind::Read, 1008, 8, 8, 2)),
             // And again, past b's job in between.
             (a, job(JobKind::Read, 1016, 16, 8, 3)),
-            // Continues a on the member, not in memory (another chunk's buffer): apart.
+            // Continues a on the member, not in memory (another chunk's buffer): a second
+            // piece of the same command.
             (a, job(JobKind::Read, 1024, 40, 8, 4)),
             // Continues b in memory, but a gap on the member: apart.
             (b, job(JobKind::Read, 1010, 8, 8, 5)),
@@ -663,14 +717,36 @@ mod tests {
         assert_eq!(
             shape,
             vec![
-                (a, 1000, 24, 0),
+                (a, 1000, 32, 0),
                 (b, 1000, 8, 1),
-                (a, 1024, 8, 4),
                 (b, 1010, 8, 5),
                 (a, 1032, 8, 6),
             ]
         );
-        assert_eq!(absorbed, vec![(0, 2), (0, 3)]);
+        assert_eq!(absorbed, vec![(0, 2), (0, 3), (0, 4)]);
+        let pieces: Vec<(usize, usize)> = out[0]
+            .1
+            .pieces
+            .iter()
+            .map(|&(p, l)| (p as usize - base as usize, l))
+            .collect();
+        assert_eq!(pieces, vec![(0, 24), (40, 8)]);
+        assert!(out[1].1.pieces.is_empty());
+        // Another allocation's buffer (a parity's scratch) joins as a piece of its own.
+        let mut scratch = vec![0u8; 8];
+        let other = vec![
+            (a, job(JobKind::Write, 0, 0, 8, 0)),
+            (
+                a,
+                Job {
+                    ptr: scratch.as_mut_ptr(),
+                    ..job(JobKind::Write, 8, 0, 8, 1)
+                },
+            ),
+        ];
+        let (out, _) = merge_adjacent(other, all.clone());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].1.pieces.len(), 2);
         // Nothing grows past the bound.
         let big = vec![
             (a, job(JobKind::Write, 0, 0, MERGE_MAX_BYTES - 8, 0)),
@@ -686,12 +762,47 @@ mod tests {
             ),
         ];
         assert_eq!(merge_adjacent(big, 0..usize::MAX).0.len(), 2);
-        // Outside the request's buffer (another allocation that happens to follow): apart.
+        // Outside the request's buffer (another allocation that happens to follow): one
+        // command, but never one buffer over both.
         let beyond = vec![
             (a, job(JobKind::Read, 0, 0, 8, 0)),
             (a, job(JobKind::Read, 8, 8, 8, 1)),
         ];
-        assert_eq!(merge_adjacent(beyond, all.start..all.start + 8).0.len(), 2);
+        let (out, _) = merge_adjacent(beyond, all.start..all.start + 8);
+        assert_eq!((out.len(), out[0].1.pieces.len()), (1, 2));
+    }
+
+    /// A command of pieces reads and writes each piece at its place on the member.
+    #[test]
+    fn a_command_of_pieces_moves_each_piece_to_its_place() {
+        let disk = MemDisk::new("m", 4096);
+        let mut mem: Vec<u8> = (0..64).collect();
+        let base = mem.as_mut_ptr();
+        let batch = Batch::new();
+        let job = |kind, pieces: Vec<(*mut u8, usize)>| Job {
+            kind,
+            offset_bytes: 100,
+            ptr: pieces[0].0,
+            len: pieces.iter().map(|p| p.1).sum(),
+            batch: batch.clone(),
+            tag: 0,
+            pieces,
+        };
+        batch.add(2);
+        let w = vec![
+            (base.wrapping_add(40), 8),
+            (base, 4),
+            (base.wrapping_add(10), 2),
+        ];
+        execute(&disk, job(JobKind::Write, w));
+        let mut back = [0u8; 14];
+        disk.read_at(&mut back, 100).unwrap();
+        assert_eq!(back, [40, 41, 42, 43, 44, 45, 46, 47, 0, 1, 2, 3, 10, 11]);
+        let r = vec![(base.wrapping_add(20), 10), (base.wrapping_add(50), 4)];
+        execute(&disk, job(JobKind::Read, r));
+        assert!(batch.wait().is_empty());
+        assert_eq!(&mem[20..30], &[40, 41, 42, 43, 44, 45, 46, 47, 0, 1]);
+        assert_eq!(&mem[50..54], &[2, 3, 10, 11]);
     }
 
     /// A member whose reads sleep, as a disk's do (the thread gives up its CPU).
@@ -743,6 +854,7 @@ mod tests {
             len: buf.len(),
             batch: batch.clone(),
             tag,
+            pieces: Vec::new(),
         }
     }
 

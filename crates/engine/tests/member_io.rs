@@ -186,10 +186,18 @@ impl raidkit_disk::DiskWrapper for Spinning {
 /// A request's pieces that follow each other on a member go to it as one command (md gets
 /// this from the block layer's merging): a RAID 1 write of 1 MiB is one command per copy,
 /// not one per 128 KiB lock unit, and a read of a stream on spinning copies one command;
-/// RAID 10 n2 over two members with 64 KiB chunks, the same.
+/// RAID 10 n2 over two members with 64 KiB chunks, the same; RAID 0 over two members, whose
+/// chunks of one member lie apart in the request's buffer, one vectored command per member;
+/// RAID 5 over three, a whole-stripe write, one command per member for data and parity.
 #[test]
 fn a_requests_pieces_on_one_member_go_as_one_command() {
-    for (level, layout, n) in [(1, None, 2usize), (1, None, 3), (10, Some(0x102), 2)] {
+    for (level, layout, n) in [
+        (1, None, 2usize),
+        (1, None, 3),
+        (10, Some(0x102), 2),
+        (0, None, 2),
+        (5, None, 3),
+    ] {
         let disks: Vec<Box<dyn Disk>> = (0..n)
             .map(|i| {
                 Box::new(Spinning(MemDisk::new(&format!("m{i}"), MEMBER_BYTES))) as Box<dyn Disk>
@@ -205,22 +213,35 @@ fn a_requests_pieces_on_one_member_go_as_one_command() {
         let c1 = counts(&a);
         let what = format!("RAID {level} n{n}");
         assert_eq!(c1.reads, c0.reads, "{what}: the write read something");
-        assert_eq!(
-            c1.write_bytes - c0.write_bytes,
-            n as u64 * (1 << 20),
-            "{what}"
-        );
+        // Bytes written to the members for 1 MiB: every copy's, or the data and its parity.
+        let written: u64 = match level {
+            1 | 10 => n as u64 * (1 << 20),
+            0 => 1 << 20,
+            _ => (1 << 20) * n as u64 / (n as u64 - 1),
+        };
+        assert_eq!(c1.write_bytes - c0.write_bytes, written, "{what}");
         assert_eq!(
             c1.writes - c0.writes,
             n as u64,
-            "{what}: 1 MiB to {n} copies"
+            "{what}: 1 MiB to {n} members, a command each"
         );
         let mut back = vec![0u8; 1 << 20];
         a.read_at(&mut back, 1 << 20).unwrap();
         let c2 = counts(&a);
         assert!(back == buf, "{what}: read back differs");
         assert_eq!(c2.read_bytes - c1.read_bytes, 1 << 20, "{what}");
-        assert_eq!(c2.reads - c1.reads, 1, "{what}: 1 MiB read in one command");
+        // A mirror's stream stays on one copy; RAID 0 reads every member; RAID 5 skips
+        // each member's parity chunks, so its reads are runs between them.
+        let most = match level {
+            1 | 10 => 1,
+            0 => n as u64,
+            _ => 1 + (1 << 20) / (CHUNK_SECTORS as u64 * 512 * (n as u64 - 1)),
+        };
+        assert!(
+            c2.reads - c1.reads <= most,
+            "{what}: 1 MiB read in {} commands, at most {most}",
+            c2.reads - c1.reads
+        );
         a.stop().unwrap();
     }
 }

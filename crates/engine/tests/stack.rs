@@ -25,6 +25,15 @@ fn boxed(disks: &[MemDisk]) -> Vec<Box<dyn Disk>> {
 }
 
 fn create(level: i32, disks: &[MemDisk], spans: usize) -> raidkit_engine::Result<Array> {
+    create_with(level, disks, spans, ConsistencyPolicy::Auto)
+}
+
+fn create_with(
+    level: i32,
+    disks: &[MemDisk],
+    spans: usize,
+    consistency: ConsistencyPolicy,
+) -> raidkit_engine::Result<Array> {
     let n = disks.len();
     Array::create_stack(
         boxed(disks),
@@ -40,7 +49,7 @@ fn create(level: i32, disks: &[MemDisk], spans: usize) -> raidkit_engine::Result
             device_uuids: (0..n).map(|i| [i as u8 + 1; 16]).collect(),
             ctime_seconds: 1_700_000_000,
             init: Init::Zeroed,
-            consistency: ConsistencyPolicy::Auto,
+            consistency,
             config: EngineConfig::default(),
         },
         StackOptions {
@@ -219,4 +228,41 @@ fn bad_splits_are_refused_before_anything_is_written() {
     }
     // Nothing was written: no member holds a superblock.
     assert!(disks.iter().all(|d| read_superblock(d).is_err()));
+}
+
+/// A RAID 50 request that covers whole stripes of both spans reaches each span as one
+/// request (the RAID 0's chunks for a span gathered), so the spans write whole stripes and
+/// read nothing, one command to each span member (spans without a log, whose writes would
+/// count too).
+#[test]
+fn a_requests_chunks_reach_each_span_as_one_request() {
+    let disks = members(6);
+    let a = create_with(50, &disks, 2, ConsistencyPolicy::Resync).unwrap();
+    // 2 spans of 3 members with 64 KiB chunks: a span's stripe holds 128 KiB, the stack's
+    // 256 KiB; 1 MiB gives each span 512 KiB, four whole stripes.
+    let data = pattern(1 << 20, 50);
+    let totals = |a: &Array| -> (u64, u64, u64) {
+        a.spans()
+            .iter()
+            .flat_map(|s| s.member_io())
+            .fold((0, 0, 0), |acc, m| {
+                (
+                    acc.0 + m.io.reads,
+                    acc.1 + m.io.writes,
+                    acc.2 + m.io.read_bytes,
+                )
+            })
+    };
+    a.write_at(&data, 0, false).unwrap();
+    let before = totals(&a);
+    a.write_at(&data, 1 << 20, false).unwrap();
+    let after = totals(&a);
+    assert_eq!(after.0, before.0, "whole stripes read nothing");
+    assert_eq!(after.1 - before.1, 6, "one command to each span member");
+    let mut back = vec![0u8; 1 << 20];
+    a.read_at(&mut back, 1 << 20).unwrap();
+    assert!(back == data);
+    let read = totals(&a);
+    assert_eq!(read.2 - after.2, 1 << 20);
+    a.stop().unwrap();
 }

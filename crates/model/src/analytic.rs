@@ -629,15 +629,9 @@ fn serial_time(sys: &System, drive: &DriveModel, sh: &Shape, load: &Load, write:
     } else {
         b / touched / drive.link
     };
-    // The host sends each chunk to its member as a command of its own (raidkit does not
-    // merge a request's chunks on one member); a drive's cache takes them one by one, each
-    // with its command time. Queued reads hide it behind the first.
-    let commands = if write && sys.raid_in == RaidIn::Host && drive.write_cache {
-        (b / sys.chunk_bytes as f64 / touched).ceil().max(1.0)
-    } else {
-        1.0
-    };
-    command * commands + piece + host
+    // The host sends a request's chunks on one member as one command (raidkit merges them,
+    // as the block layer does beneath md): one command time per request.
+    command + piece + host
 }
 
 fn random(

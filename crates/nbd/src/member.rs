@@ -305,6 +305,25 @@ impl Disk for NbdDisk {
         Ok(())
     }
 
+    /// One NBD read (or as few as the export's largest request allows) for all the pieces,
+    /// not a round trip each.
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        raidkit_disk::read_gathered(bufs, offset_bytes, |b, at| self.read_at(b, at))
+    }
+
+    /// One NBD write for all the pieces (see `read_vectored_at`).
+    fn write_vectored_at(
+        &self,
+        bufs: &[std::io::IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
+        raidkit_disk::write_gathered(bufs, offset_bytes, |b, at| self.write_at(b, at))
+    }
+
     fn flush(&self) -> Result<(), DiskError> {
         if self.read_only || !self.info.can_flush() {
             return Ok(());

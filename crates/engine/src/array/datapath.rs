@@ -448,6 +448,7 @@ impl Array {
                                 len,
                                 batch: batch.clone(),
                                 tag: submitted.len() - 1,
+                                pieces: Vec::new(),
                             },
                         ));
                     }
@@ -467,6 +468,7 @@ impl Array {
                         len,
                         batch: batch.clone(),
                         tag,
+                        pieces: Vec::new(),
                     },
                 ));
             }

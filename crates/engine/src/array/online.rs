@@ -43,6 +43,20 @@ impl raidkit_disk::DiskWrapper for Shared {
     fn inner(&self) -> &(dyn Disk + 'static) {
         self.0.as_ref()
     }
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> std::result::Result<(), raidkit_disk::DiskError> {
+        self.forward_read_vectored(bufs, offset_bytes)
+    }
+    fn write_vectored_at(
+        &self,
+        bufs: &[std::io::IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> std::result::Result<(), raidkit_disk::DiskError> {
+        self.forward_write_vectored(bufs, offset_bytes)
+    }
 }
 
 /// Boxed disks over shared ones (to assemble an array whose disks are held elsewhere too).

@@ -854,5 +854,6 @@ fn job(kind: JobKind, offset_bytes: u64, buf: &mut [u8], batch: &Arc<Batch>, tag
         len: buf.len(),
         batch: batch.clone(),
         tag,
+        pieces: Vec::new(),
     }
 }

@@ -80,6 +80,25 @@ impl Disk for ArrayDisk {
             .write_at(buf, offset_bytes, false)
             .map_err(|e| self.err("write", offset_bytes, e))
     }
+    /// A vectored read is one request to the array (its pieces gathered): a span's whole
+    /// stripes read as one, not chunk by chunk.
+    fn read_vectored_at(
+        &self,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        offset_bytes: u64,
+    ) -> std::result::Result<(), DiskError> {
+        raidkit_disk::read_gathered(bufs, offset_bytes, |b, at| self.read_at(b, at))
+    }
+    /// A vectored write is one request to the array: a RAID 50's 1 MiB request with 64 KiB
+    /// chunks reaches each span as 512 KiB it can write in whole stripes, not as eight
+    /// chunks that each cost the span a read-modify-write.
+    fn write_vectored_at(
+        &self,
+        bufs: &[std::io::IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> std::result::Result<(), DiskError> {
+        raidkit_disk::write_gathered(bufs, offset_bytes, |b, at| self.write_at(b, at))
+    }
     fn flush(&self) -> std::result::Result<(), DiskError> {
         self.array.flush().map_err(|e| self.err("flush", 0, e))
     }

@@ -103,6 +103,7 @@ pub(super) fn member_job(
         len,
         batch: batch.clone(),
         tag,
+        pieces: Vec::new(),
     }
 }
 
