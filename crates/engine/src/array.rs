@@ -821,6 +821,7 @@ impl Array {
         if st.dirty {
             return Ok(());
         }
+        let mut at = 0;
         if let Some(log) = &self.log {
             if log.keeps_array_clean() {
                 st.dirty = true;
@@ -829,8 +830,9 @@ impl Array {
             for event in log.before_dirty(self, &mut st) {
                 st.events.push(event);
             }
+            at = log.dirty_resync_offset(st.resync_from);
         }
-        self.update_superblocks(&mut st, |sb| sb.mark_dirty(0));
+        self.update_superblocks(&mut st, |sb| sb.mark_dirty(at));
         st.dirty = true;
         match &st.roster.failed {
             Some(d) => Err(EngineError::ArrayFailed { detail: d.clone() }),

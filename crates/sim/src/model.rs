@@ -17,6 +17,11 @@ use crate::rng::mix;
 /// Bytes of one sector.
 pub const SECTOR: usize = 512;
 
+/// The "write id" of a sector that was never written on an array initialised in the
+/// background over old data: any content is right there (md's initial resync makes parity
+/// and copies agree with whatever the members held, it does not define the data).
+pub const UNDEFINED: u32 = u32::MAX;
+
 /// The contents write `id` puts at `array_sector`.
 pub fn sector_pattern(id: u32, array_sector: u64, out: &mut [u8]) {
     if id == 0 {
@@ -78,6 +83,17 @@ impl Model {
                 sectors as usize
             ],
         }
+    }
+
+    /// A model of an array created over old data without writing it (a background
+    /// initialisation): no sector has a defined content until written.
+    pub fn undefined(sectors: u64) -> Model {
+        let mut m = Model::new(sectors);
+        for c in &mut m.cells {
+            c.now = vec![UNDEFINED];
+            c.crash = vec![UNDEFINED];
+        }
+        m
     }
 
     /// The array grew to `sectors`: the new room holds zeros, durably.
@@ -152,10 +168,11 @@ impl Model {
         self.cells[array_sector as usize].unflushed_at_crash
     }
 
-    /// The single acceptable content of a sector, if it is certain.
+    /// The single acceptable content of a sector, if it is certain (never for a sector
+    /// whose content is [`UNDEFINED`]).
     pub fn certain(&self, array_sector: u64) -> Option<u32> {
         let c = &self.cells[array_sector as usize];
-        (c.now.len() == 1).then(|| c.now[0])
+        (c.now.len() == 1 && c.now[0] != UNDEFINED).then(|| c.now[0])
     }
 
     /// After a read observed `id` at a certain-to-be-stable place: nothing to narrow (mirrors
@@ -163,6 +180,9 @@ impl Model {
     /// Checks `bytes` (one sector read at `array_sector`).
     pub fn judge(&self, array_sector: u64, bytes: &[u8], scratch: &mut [u8]) -> Verdict {
         let c = &self.cells[array_sector as usize];
+        if c.now.contains(&UNDEFINED) {
+            return Verdict::Ok(UNDEFINED);
+        }
         for &id in &c.now {
             sector_pattern(id, array_sector, scratch);
             if scratch == bytes {
@@ -186,6 +206,24 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_undefined_sector_takes_anything_until_written() {
+        let mut m = Model::undefined(2);
+        let mut s = vec![0u8; SECTOR];
+        let junk = vec![0xa5u8; SECTOR];
+        assert_eq!(m.judge(0, &junk, &mut s), Verdict::Ok(UNDEFINED));
+        assert_eq!(m.certain(0), None);
+        m.write_acked(0, 1, 7, false);
+        assert!(matches!(m.judge(0, &junk, &mut s), Verdict::Wrong { .. }));
+        assert_eq!(m.certain(0), Some(7));
+        // Unflushed, a crash may leave the old (undefined) content: anything again.
+        m.crashed();
+        assert_eq!(m.judge(0, &junk, &mut s), Verdict::Ok(UNDEFINED));
+        m.write_acked(1, 1, 8, true);
+        m.crashed();
+        assert!(matches!(m.judge(1, &junk, &mut s), Verdict::Wrong { .. }));
+    }
 
     #[test]
     fn durability_rules() {

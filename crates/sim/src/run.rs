@@ -355,6 +355,10 @@ struct Run<'a> {
     write_back: bool,
     /// The array has md's partial parity log (RAID 5's default): the write hole is closed.
     ppl: bool,
+    /// The members start full of old data and the array is created with a background
+    /// initialisation (md's initial resync): usable at once, parity and copies built behind
+    /// the workload; the seed of the old data.
+    bgi: Option<u64>,
     report: SeedReport,
     scratch: Vec<u8>,
     rng: Rng,
@@ -440,6 +444,17 @@ impl Run<'_> {
             };
             members.push(Box::new(self.world.add_disk(bytes)));
         }
+        if let Some(old_data) = self.bgi {
+            // Used disks: every byte old data, the superblock's and logs' places too.
+            let mut junk = Rng::new(old_data);
+            for d in self.world.disks() {
+                let mut bytes = vec![0u8; d.size_bytes() as usize];
+                for c in bytes.chunks_mut(8) {
+                    c.copy_from_slice(&junk.next_u64().to_le_bytes()[..c.len()]);
+                }
+                d.scribble(0, &bytes);
+            }
+        }
         let device_uuids = (0..members.len()).map(|_| self.uuid()).collect();
         let set_uuid = self.uuid();
         let opts = CreateOptions {
@@ -453,7 +468,11 @@ impl Run<'_> {
             set_uuid,
             device_uuids,
             ctime_seconds: 1_700_000_000,
-            init: raidkit_engine::Init::Zeroed,
+            init: if self.bgi.is_some() {
+                raidkit_engine::Init::Background
+            } else {
+                raidkit_engine::Init::Zeroed
+            },
             consistency: if self.journal {
                 raidkit_engine::ConsistencyPolicy::Journal
             } else {
@@ -475,7 +494,11 @@ impl Run<'_> {
                 self.geo.array_sectors()
             ));
         }
-        self.model = Model::new(engine_sectors);
+        self.model = if self.bgi.is_some() {
+            Model::undefined(engine_sectors)
+        } else {
+            Model::new(engine_sectors)
+        };
         self.array = Some(array);
         Ok(())
     }
@@ -1103,8 +1126,12 @@ impl Run<'_> {
             && (far == 1 || offset)
             && near * far > 0
             && (!offset || self.sc.raid_disks.is_multiple_of(near as usize));
+        // Not while a resync is still to run (an initialisation in the background a partial
+        // background op left): a member lost in the reshape's stop would leave the array
+        // unsynced and degraded, which md does not start without --force.
         if st.degraded
             || st.failed
+            || st.resync_from_sectors.is_some()
             || self.journal
             || self.ppl
             || self.world.power_cut_armed()
@@ -1489,6 +1516,10 @@ impl Run<'_> {
             return Ok(());
         }
         let insync = Self::insync_members(&status);
+        // A resync that cannot run (a parity array missing a member, as a background
+        // initialisation can be left) stays pending across the stop: the superblocks
+        // record its cursor, so the array comes back not clean.
+        let resync_left = status.resync_from_sectors.is_some();
         if let Err(e) = array.stop() {
             if self.in_budget() {
                 return Err(format!("clean stop failed within the fault budget: {e}"));
@@ -1503,7 +1534,10 @@ impl Run<'_> {
         self.assemble("after a clean stop")?;
         if let Some(a) = self.array.as_ref() {
             let st = a.status();
-            if st.state != raidkit_engine::ArrayState::Clean && self.in_budget() {
+            let clean = st.state == raidkit_engine::ArrayState::Clean;
+            // (A pending resync may also be dropped at the stop: md's rule when a parity
+            // array has lost all the members it can lose, where nothing could resync.)
+            if self.in_budget() && !resync_left && (!clean || st.resync_from_sectors.is_some()) {
                 return Err("reassembled after a clean stop but not clean".into());
             }
         }
@@ -1564,13 +1598,22 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         _ => false,
     };
     let write_back = journal && write_back_draw;
+    // A quarter of the arrays with redundancy are created over old data with a background
+    // initialisation (a stream of its own, so other seeds run as before).
+    let mut bgi_rng = rng.fork(10);
+    let bgi = (sc.level != 0 && bgi_rng.below(4) == 0).then(|| bgi_rng.next_u64());
     report.scenario = format!(
-        "{}{}, engine stripe cache {} MiB, read-ahead {}, removed members {}",
+        "{}{}{}, engine stripe cache {} MiB, read-ahead {}, removed members {}",
         describe(&sc),
         match (journal, write_back) {
             (true, true) => ", write journal (write-back)",
             (true, false) => ", write journal",
             _ => "",
+        },
+        if bgi.is_some() {
+            ", created over old data with a background initialisation"
+        } else {
+            ""
         },
         stripe_cache_bytes >> 20,
         read_ahead.name(),
@@ -1601,6 +1644,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> SeedReport {
         read_ahead,
         write_back,
         ppl: false,
+        bgi,
         report,
         scratch: vec![0u8; SECTOR],
         rng: rng.fork(3),

@@ -412,6 +412,25 @@ impl Array {
             lock(&array.state)
                 .events
                 .push(ArrayEvent::ResyncNeeded { from_sector: 0 });
+            if array.consistency_policy() == ConsistencyPolicy::Ppl {
+                // The first step of the initial resync here, so that the first write
+                // records the array dirty from past 0 (`Ppl::dirty_resync_offset`): from
+                // 0, md's rule would take the log's clean replay after a crash for
+                // consistency and lose the initialisation.
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                let mut published = 0;
+                array.run_task(
+                    crate::TaskKind::Resync,
+                    &mut |_| {
+                        // At the start, then after each step.
+                        published += 1;
+                        if published >= 2 {
+                            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    },
+                    &stop,
+                )?;
+            }
         }
         Ok(array)
     }

@@ -549,6 +549,19 @@ impl WriteLog for Ppl {
         }
     }
 
+    /// The resync cursor, not 0: a write in flight at a crash is in the log, whose replay
+    /// makes its stripe consistent wherever it lies, so only what the resync has not reached
+    /// needs it after a crash. With 0 here, a crash during an initial resync (a background
+    /// initialisation) would lose it: md's rule takes a dirty array from 0 whose log
+    /// replayed cleanly as consistent, and stripes never written would keep the old data's
+    /// parity, which a later partial write updates as if it were right. md reads the
+    /// cursor the same way (it resyncs from there and replays the log first). A resync not
+    /// begun (0) stays 0; create does the first step of a background initialisation
+    /// itself, so that the cursor is past 0 before anything is written.
+    fn dirty_resync_offset(&self, resync_from: Option<u64>) -> u64 {
+        resync_from.unwrap_or(0)
+    }
+
     /// md's `ppl_modify_log`: a member joining the array starts with an empty log.
     fn member_joins(
         &self,

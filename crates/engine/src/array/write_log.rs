@@ -125,6 +125,13 @@ pub(super) trait WriteLog: Send + Sync {
         false
     }
 
+    /// The `resync_offset` the first write records (md's super_1_sync writes 0 while the
+    /// array is not in sync: after a crash, a write in flight anywhere may have left its
+    /// stripe inconsistent), given the resync cursor in memory (`None`: in sync).
+    fn dirty_resync_offset(&self, _resync_from: Option<u64>) -> u64 {
+        0
+    }
+
     /// Before the first write marks the array dirty (superblock lock and state held).
     /// Returns what happened.
     fn before_dirty(&self, _array: &Array, _st: &mut State) -> Vec<ArrayEvent> {
