@@ -183,3 +183,20 @@ fn a_blank_spare_is_left_out_of_a_reshape() {
     assert!(r.scenario.starts_with("RAID 10"), "{}", r.scenario);
     assert_eq!(r.failure, None, "seed 5048580: {}", r.scenario);
 }
+
+/// Seeds created over old data with a background initialisation (KNOWN_FAILURES.md #15):
+/// RAID 5 with the partial parity log crashed before its initial resync ran (the check then
+/// found the stripes never written inconsistent), and RAID 4/5/6 left unsynced and degraded
+/// at a clean stop.
+#[test]
+fn background_initialisation_seeds() {
+    for seed in [5240946, 5240855, 5240213, 5240136, 5240065, 5245853, 5243899] {
+        let r = run_seed(seed, &SimOptions::default());
+        assert!(
+            r.scenario.contains("background initialisation"),
+            "seed {seed}: {}",
+            r.scenario
+        );
+        assert_eq!(r.failure, None, "seed {seed}: {}", r.scenario);
+    }
+}
