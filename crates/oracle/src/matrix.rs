@@ -67,8 +67,9 @@
 //!   --raid-devices N`) and rebuilds the spares; md must assemble N members in sync.
 //! - `init=background` (RAID 1, 4, 5, 6, 10): raidkit creates the array with a background
 //!   initialisation (`raidkit create --init background`: md's initial resync, recorded from
-//!   sector 0), writes and stops it before the resync ran; md must assemble it, run the
-//!   resync itself, read the data and find parity and copies consistent.
+//!   sector 0; with `ppl`, from past the first step, which create does), writes and stops
+//!   it before the resync ran; md must assemble it, run the resync itself, read the data and
+//!   find parity and copies consistent.
 //! - `takeover=L` (alone): md's takeovers, where no data moves: a RAID 1 or 5 of two members
 //!   to RAID 5 or 1, a RAID 0 to RAID 10 (one spare per member is added first and takes the
 //!   new copy slots, rebuilt), a RAID 10 `n2` of an even count to RAID 0 (the odd slots'

@@ -537,15 +537,23 @@ pub fn prepare_array(a: &PlannedArray) -> Result<RaidkitExpectation, PrepareErro
         status
     };
     if a.init_background {
-        // What md is to finish: the superblocks record the initial resync from its start.
+        // What md is to finish: the superblocks record the initial resync from its start;
+        // with the partial parity log, from past its first step, which create did (so that
+        // a crash cannot pass for a clean replay from 0), and short of the end.
         for disk in open_members(&a.members[..n], true)? {
             let found = raidkit_engine::read_superblock(disk.as_ref())
                 .map_err(|e| err("init")(e.to_string()))?;
-            if found.sb.resync_offset_sectors != 0 {
+            let at = found.sb.resync_offset_sectors;
+            let right = if a.ppl.is_some() {
+                at > 0 && !found.sb.is_clean()
+            } else {
+                at == 0
+            };
+            if !right {
                 return Err(err("init")(format!(
-                    "{}: resync_offset {} after a background initialisation that never ran, want 0",
+                    "{}: resync_offset {at} after a background initialisation that never ran, want {}",
                     disk.name(),
-                    found.sb.resync_offset_sectors
+                    if a.ppl.is_some() { "past 0 and not clean" } else { "0" }
                 )));
             }
         }

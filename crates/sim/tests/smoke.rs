@@ -190,7 +190,9 @@ fn a_blank_spare_is_left_out_of_a_reshape() {
 /// at a clean stop.
 #[test]
 fn background_initialisation_seeds() {
-    for seed in [5240946, 5240855, 5240213, 5240136, 5240065, 5245853, 5243899] {
+    for seed in [
+        5240946, 5240855, 5240213, 5240136, 5240065, 5245853, 5243899,
+    ] {
         let r = run_seed(seed, &SimOptions::default());
         assert!(
             r.scenario.contains("background initialisation"),
