@@ -450,45 +450,37 @@ impl<W: DiskWrapper> Disk for W {
     }
 }
 
-impl<D: Disk + ?Sized> DiskWrapper for Box<D> {
-    type Inner = D;
-    #[inline]
-    fn inner(&self) -> &D {
-        self
-    }
-    #[inline]
-    fn read_vectored_at(
-        &self,
-        bufs: &mut [IoSliceMut<'_>],
-        offset_bytes: u64,
-    ) -> Result<(), DiskError> {
-        self.forward_read_vectored(bufs, offset_bytes)
-    }
-    #[inline]
-    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
-        self.forward_write_vectored(bufs, offset_bytes)
-    }
+/// `Box` and `Arc` of a disk are the disk: every call forwarded, vectored ones whole.
+macro_rules! pointer_to_disk {
+    ($($p:ident)::+) => {
+        impl<D: Disk + ?Sized> DiskWrapper for $($p)::+<D> {
+            type Inner = D;
+            #[inline]
+            fn inner(&self) -> &D {
+                self
+            }
+            #[inline]
+            fn read_vectored_at(
+                &self,
+                bufs: &mut [IoSliceMut<'_>],
+                offset_bytes: u64,
+            ) -> Result<(), DiskError> {
+                self.forward_read_vectored(bufs, offset_bytes)
+            }
+            #[inline]
+            fn write_vectored_at(
+                &self,
+                bufs: &[IoSlice<'_>],
+                offset_bytes: u64,
+            ) -> Result<(), DiskError> {
+                self.forward_write_vectored(bufs, offset_bytes)
+            }
+        }
+    };
 }
 
-impl<D: Disk + ?Sized> DiskWrapper for std::sync::Arc<D> {
-    type Inner = D;
-    #[inline]
-    fn inner(&self) -> &D {
-        self
-    }
-    #[inline]
-    fn read_vectored_at(
-        &self,
-        bufs: &mut [IoSliceMut<'_>],
-        offset_bytes: u64,
-    ) -> Result<(), DiskError> {
-        self.forward_read_vectored(bufs, offset_bytes)
-    }
-    #[inline]
-    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
-        self.forward_write_vectored(bufs, offset_bytes)
-    }
-}
+pointer_to_disk!(Box);
+pointer_to_disk!(std::sync::Arc);
 
 #[cfg(test)]
 mod tests {

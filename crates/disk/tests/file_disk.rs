@@ -642,18 +642,22 @@ fn a_full_filesystem_is_found_when_space_is_reserved() {
     }
 }
 
-/// Sectors read and written so far on a block device, from /sys/block/NAME/stat.
-fn sectors_read_written(dev: &str) -> (u64, u64) {
+/// The fields of /sys/block/NAME/stat of a block device.
+fn block_stat(dev: &str) -> Vec<u64> {
     let name = std::path::Path::new(dev)
         .file_name()
         .unwrap()
         .to_str()
         .unwrap();
     let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
-    let f: Vec<u64> = stat
-        .split_whitespace()
+    stat.split_whitespace()
         .map(|x| x.parse().unwrap())
-        .collect();
+        .collect()
+}
+
+/// Sectors read and written so far on a block device.
+fn sectors_read_written(dev: &str) -> (u64, u64) {
+    let f = block_stat(dev);
     (f[2], f[6])
 }
 
@@ -699,18 +703,9 @@ fn an_o_direct_write_reads_only_the_blocks_it_covers_in_part() {
     });
 }
 
-/// Writes completed and reads completed on a block device (/sys/block/NAME/stat).
+/// Reads and writes completed so far on a block device.
 fn requests_read_written(dev: &str) -> (u64, u64) {
-    let name = std::path::Path::new(dev)
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap();
-    let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
-    let f: Vec<u64> = stat
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    let f = block_stat(dev);
     (f[0], f[4])
 }
 
