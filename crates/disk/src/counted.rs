@@ -292,21 +292,21 @@ impl<D: Disk + ?Sized> DiskWrapper for Counted<D> {
         bufs: &mut [std::io::IoSliceMut<'_>],
         offset_bytes: u64,
     ) -> Result<(), DiskError> {
+        let len = crate::pieces_len(bufs);
         let t = self.counters.start();
         let r = Disk::read_vectored_at(&*self.inner, bufs, offset_bytes);
-        self.counters
-            .end(t, IoDir::Read, crate::pieces_len(bufs), r.is_ok());
+        self.counters.end(t, IoDir::Read, len, r.is_ok());
         r
     }
     fn write_vectored_at(
         &self,
-        bufs: &[std::io::IoSlice<'_>],
+        bufs: &mut [std::io::IoSlice<'_>],
         offset_bytes: u64,
     ) -> Result<(), DiskError> {
+        let len = crate::pieces_len(bufs);
         let t = self.counters.start();
         let r = Disk::write_vectored_at(&*self.inner, bufs, offset_bytes);
-        self.counters
-            .end(t, IoDir::Write, crate::pieces_len(bufs), r.is_ok());
+        self.counters.end(t, IoDir::Write, len, r.is_ok());
         r
     }
 }

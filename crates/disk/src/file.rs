@@ -721,18 +721,19 @@ impl Disk for FileDisk {
     }
 
     /// One `pwritev` where the pieces need no bounce (else piece by piece).
-    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+    fn write_vectored_at(
+        &self,
+        bufs: &mut [IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
         self.refuse_if_read_only("write", offset_bytes)?;
         let total = crate::pieces_len(bufs);
         check_range(&self.name, "write", offset_bytes, total, self.size_bytes)?;
         if self.map.is_some() || bufs.iter().any(|b| self.needs_bounce(b, offset_bytes)) {
             return crate::write_pieces(bufs, offset_bytes, |b, at| self.write_at(b, at));
         }
-        // A copy of the slice list (IoSlice is Copy), so the loop can advance past what was
-        // written without touching the caller's.
-        let mut own: Vec<IoSlice<'_>> = bufs.to_vec();
         self.vectored(
-            &mut own,
+            bufs,
             offset_bytes,
             |iov, n, at| {
                 // SAFETY: `iov` points at `n` live IoSlice, which are iovecs on Unix; the

@@ -71,7 +71,9 @@ pub trait Disk: Send + Sync + fmt::Debug {
     /// Reads `bufs.len()` pieces that lie one after the other on the device from
     /// `offset_bytes` on, into buffers that need not lie one after the other in memory: one
     /// command (`preadv`) where the device takes one, as the block layer sends a request's
-    /// segments. The default reads the pieces one by one.
+    /// segments. The default reads the pieces one by one. The list itself may be left
+    /// advanced past what was done (as `Write::write_all_vectored` leaves its list): a
+    /// caller that needs the pieces' length takes it first.
     fn read_vectored_at(
         &self,
         bufs: &mut [IoSliceMut<'_>],
@@ -80,9 +82,13 @@ pub trait Disk: Send + Sync + fmt::Debug {
         read_pieces(bufs, offset_bytes, |b, at| self.read_at(b, at))
     }
     /// Writes pieces that follow each other on the device from `offset_bytes` on (see
-    /// [`Disk::read_vectored_at`]); `pwritev` where the device takes one command. The default
-    /// writes the pieces one by one.
-    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+    /// [`Disk::read_vectored_at`], also for the list being left advanced); `pwritev` where
+    /// the device takes one command. The default writes the pieces one by one.
+    fn write_vectored_at(
+        &self,
+        bufs: &mut [IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
         write_pieces(bufs, offset_bytes, |b, at| self.write_at(b, at))
     }
     /// Tells the device the range is unused. Afterwards the range reads as zeroes on every
@@ -169,7 +175,7 @@ pub fn read_pieces(
 /// Writes vectored pieces one by one with `write`: the default of
 /// [`Disk::write_vectored_at`].
 pub fn write_pieces(
-    bufs: &[IoSlice<'_>],
+    bufs: &mut [IoSlice<'_>],
     offset_bytes: u64,
     mut write: impl FnMut(&[u8], u64) -> Result<(), DiskError>,
 ) -> Result<(), DiskError> {
@@ -208,7 +214,7 @@ pub fn read_gathered(
 /// A vectored write as one write of the pieces gathered in a buffer of the calling thread's
 /// (see [`read_gathered`]). One piece is written in place.
 pub fn write_gathered(
-    bufs: &[IoSlice<'_>],
+    bufs: &mut [IoSlice<'_>],
     offset_bytes: u64,
     write: impl Fn(&[u8], u64) -> Result<(), DiskError>,
 ) -> Result<(), DiskError> {
@@ -313,7 +319,11 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
     }
     /// Piece by piece through this wrapper's own `write_at` (see `read_vectored_at`).
     #[inline]
-    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+    fn write_vectored_at(
+        &self,
+        bufs: &mut [IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
         write_pieces(bufs, offset_bytes, |b, at| {
             DiskWrapper::write_at(self, b, at)
         })
@@ -331,7 +341,7 @@ pub trait DiskWrapper: Send + Sync + fmt::Debug {
     #[inline]
     fn forward_write_vectored(
         &self,
-        bufs: &[IoSlice<'_>],
+        bufs: &mut [IoSlice<'_>],
         offset_bytes: u64,
     ) -> Result<(), DiskError> {
         self.inner().write_vectored_at(bufs, offset_bytes)
@@ -405,7 +415,11 @@ impl<W: DiskWrapper> Disk for W {
         DiskWrapper::read_vectored_at(self, bufs, offset_bytes)
     }
     #[inline]
-    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset_bytes: u64) -> Result<(), DiskError> {
+    fn write_vectored_at(
+        &self,
+        bufs: &mut [IoSlice<'_>],
+        offset_bytes: u64,
+    ) -> Result<(), DiskError> {
         DiskWrapper::write_vectored_at(self, bufs, offset_bytes)
     }
     #[inline]
@@ -470,7 +484,7 @@ macro_rules! pointer_to_disk {
             #[inline]
             fn write_vectored_at(
                 &self,
-                bufs: &[IoSlice<'_>],
+                bufs: &mut [IoSlice<'_>],
                 offset_bytes: u64,
             ) -> Result<(), DiskError> {
                 self.forward_write_vectored(bufs, offset_bytes)
@@ -553,7 +567,11 @@ mod tests {
             self.hit("read_vectored_at");
             Ok(())
         }
-        fn write_vectored_at(&self, _: &[std::io::IoSlice<'_>], _: u64) -> Result<(), DiskError> {
+        fn write_vectored_at(
+            &self,
+            _: &mut [std::io::IoSlice<'_>],
+            _: u64,
+        ) -> Result<(), DiskError> {
             self.hit("write_vectored_at");
             Ok(())
         }
@@ -624,7 +642,7 @@ mod tests {
         ];
         disk.read_vectored_at(&mut pieces, 0).unwrap();
         disk.write_vectored_at(
-            &[
+            &mut [
                 std::io::IoSlice::new(&buf[..4]),
                 std::io::IoSlice::new(&buf[4..]),
             ],
@@ -692,8 +710,11 @@ mod tests {
         }
         let d = Dropping(Bare(Counting::default()), AtomicU64::new(0));
         let (a, b) = ([1u8; 3], [2u8; 5]);
-        d.write_vectored_at(&[std::io::IoSlice::new(&a), std::io::IoSlice::new(&b)], 0)
-            .unwrap();
+        d.write_vectored_at(
+            &mut [std::io::IoSlice::new(&a), std::io::IoSlice::new(&b)],
+            0,
+        )
+        .unwrap();
         assert_eq!(d.1.load(Ordering::SeqCst), 8);
         assert!((d.0).0.counts().iter().all(|c| c.1 == 0));
     }

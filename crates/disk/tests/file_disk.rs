@@ -88,8 +88,8 @@ fn vectored(disk: &dyn Disk) {
         (unaligned.iter().map(|b| &b[..]).collect(), (1 << 19) + 3),
     ] {
         let whole: Vec<u8> = pieces.concat();
-        let slices: Vec<IoSlice> = pieces.iter().map(|p| IoSlice::new(p)).collect();
-        disk.write_vectored_at(&slices, off).unwrap();
+        let mut slices: Vec<IoSlice> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        disk.write_vectored_at(&mut slices, off).unwrap();
         let mut back = vec![0u8; whole.len()];
         disk.read_at(&mut back, off).unwrap();
         assert!(back == whole, "vectored write at {off} reads back");
@@ -114,7 +114,10 @@ fn vectored(disk: &dyn Disk) {
     }
     aligned.clear();
     let err = disk
-        .write_vectored_at(&[IoSlice::new(&[0u8; 4096]); 2], disk.size_bytes() - 4096)
+        .write_vectored_at(
+            &mut [IoSlice::new(&[0u8; 4096]); 2],
+            disk.size_bytes() - 4096,
+        )
         .unwrap_err();
     assert!(matches!(err.kind, DiskErrorKind::OutOfRange { .. }));
 }
@@ -724,8 +727,8 @@ fn aligned_vectored_pieces_are_one_request_on_a_block_device() {
             })
             .collect();
         let before = requests_read_written(dev);
-        let slices: Vec<IoSlice> = pieces.iter().map(|b| IoSlice::new(b)).collect();
-        disk.write_vectored_at(&slices, 1 << 20).unwrap();
+        let mut slices: Vec<IoSlice> = pieces.iter().map(|b| IoSlice::new(b)).collect();
+        disk.write_vectored_at(&mut slices, 1 << 20).unwrap();
         let mid = requests_read_written(dev);
         assert_eq!(mid.0, before.0, "the write read nothing");
         assert_eq!(

@@ -135,7 +135,7 @@ pub fn execute(disk: &dyn Disk, job: Job) {
             disk.read_vectored_at(&mut bufs, job.offset_bytes)
         }
         JobKind::Write if !job.pieces.is_empty() => {
-            let bufs: Vec<std::io::IoSlice<'_>> = job
+            let mut bufs: Vec<std::io::IoSlice<'_>> = job
                 .pieces
                 .iter()
                 // SAFETY: see Job; the buffers are only read.
@@ -143,7 +143,7 @@ pub fn execute(disk: &dyn Disk, job: Job) {
                     std::io::IoSlice::new(unsafe { std::slice::from_raw_parts(p as *const u8, l) })
                 })
                 .collect();
-            disk.write_vectored_at(&bufs, job.offset_bytes)
+            disk.write_vectored_at(&mut bufs, job.offset_bytes)
         }
         JobKind::Read => {
             // SAFETY: see Job; the buffer is exclusively ours until completion.

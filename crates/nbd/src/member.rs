@@ -318,7 +318,7 @@ impl Disk for NbdDisk {
     /// One NBD write for all the pieces (see `read_vectored_at`).
     fn write_vectored_at(
         &self,
-        bufs: &[std::io::IoSlice<'_>],
+        bufs: &mut [std::io::IoSlice<'_>],
         offset_bytes: u64,
     ) -> Result<(), DiskError> {
         raidkit_disk::write_gathered(bufs, offset_bytes, |b, at| self.write_at(b, at))

@@ -540,18 +540,20 @@ impl crate::DiskWrapper for EmuDisk {
         bufs: &mut [std::io::IoSliceMut<'_>],
         offset_bytes: u64,
     ) -> Result<(), DiskError> {
+        let len = crate::pieces_len(bufs);
         Disk::read_vectored_at(&*self.inner, bufs, offset_bytes)?;
-        self.take_time(Op::Read, offset_bytes, crate::pieces_len(bufs));
+        self.take_time(Op::Read, offset_bytes, len);
         Ok(())
     }
 
     fn write_vectored_at(
         &self,
-        bufs: &[std::io::IoSlice<'_>],
+        bufs: &mut [std::io::IoSlice<'_>],
         offset_bytes: u64,
     ) -> Result<(), DiskError> {
+        let len = crate::pieces_len(bufs);
         Disk::write_vectored_at(&*self.inner, bufs, offset_bytes)?;
-        self.take_time(Op::Write, offset_bytes, crate::pieces_len(bufs));
+        self.take_time(Op::Write, offset_bytes, len);
         Ok(())
     }
 

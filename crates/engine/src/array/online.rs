@@ -34,31 +34,6 @@ use crate::membership::{ByMember, BySlot, MemberId};
 use crate::plan::reshape::Way;
 use std::sync::RwLock;
 
-/// One disk shared by the views and the steps.
-#[derive(Debug)]
-struct Shared(Arc<dyn Disk>);
-
-impl raidkit_disk::DiskWrapper for Shared {
-    type Inner = dyn Disk;
-    fn inner(&self) -> &(dyn Disk + 'static) {
-        self.0.as_ref()
-    }
-    fn read_vectored_at(
-        &self,
-        bufs: &mut [std::io::IoSliceMut<'_>],
-        offset_bytes: u64,
-    ) -> std::result::Result<(), raidkit_disk::DiskError> {
-        self.forward_read_vectored(bufs, offset_bytes)
-    }
-    fn write_vectored_at(
-        &self,
-        bufs: &[std::io::IoSlice<'_>],
-        offset_bytes: u64,
-    ) -> std::result::Result<(), raidkit_disk::DiskError> {
-        self.forward_write_vectored(bufs, offset_bytes)
-    }
-}
-
 /// Boxed disks over shared ones (to assemble an array whose disks are held elsewhere too).
 pub fn shared_disks(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
     boxed(disks)
@@ -67,7 +42,7 @@ pub fn shared_disks(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
 fn boxed(disks: &[Arc<dyn Disk>]) -> Vec<Box<dyn Disk>> {
     disks
         .iter()
-        .map(|d| Box::new(Shared(d.clone())) as Box<dyn Disk>)
+        .map(|d| Box::new(d.clone()) as Box<dyn Disk>)
         .collect()
 }
 

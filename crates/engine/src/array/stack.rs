@@ -94,7 +94,7 @@ impl Disk for ArrayDisk {
     /// chunks that each cost the span a read-modify-write.
     fn write_vectored_at(
         &self,
-        bufs: &[std::io::IoSlice<'_>],
+        bufs: &mut [std::io::IoSlice<'_>],
         offset_bytes: u64,
     ) -> std::result::Result<(), DiskError> {
         raidkit_disk::write_gathered(bufs, offset_bytes, |b, at| self.write_at(b, at))
